@@ -1,0 +1,183 @@
+"""Atelier's settings: one `Settings` object read from the environment and `.env`.
+
+Every setting here has a line in `.env.example`. Validators fail closed: an unknown
+role in `LLM_MODELS`, a non-HTTP endpoint or an out-of-range limit stops the process
+at start-up with a message naming the variable, instead of running half-configured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Every role that asks an LLM, by node name. `LLM_MODELS` maps these to model names.
+LLM_ROLES: tuple[str, ...] = (
+    "planner",
+    "supervisor",
+    "brief_compiler_agent",
+    "research_evidence_agent",
+    "reference_intelligence_agent",
+    "layout_planner_agent",
+    "image_planner_agent",
+    "writer_agent",
+    "review_agent",
+    "image_agent",
+    "critic",
+)
+
+#: Roles whose tokens reach users in `messages` stream mode. Every other role's
+#: calls are tagged `nostream` so routers, planners and judges stay off the token
+#: stream.
+STREAMING_ROLES: frozenset[str] = frozenset({"writer_agent"})
+
+
+class Settings(BaseSettings):
+    """Configuration for the service, the graphs and the providers."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    # --- LLM -------------------------------------------------------------------
+    llm_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1. "
+        "Unset: the embedded local model is used.",
+        examples=["https://api.deepseek.com/v1"],
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None, description="API key for LLM_BASE_URL (never logged or echoed)."
+    )
+    llm_model: str = Field(
+        default="gpt-4o-mini",
+        min_length=1,
+        max_length=200,
+        description="Default model name for every role.",
+    )
+    llm_models: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="JSON object mapping a role (node name) to a model name, "
+        'e.g. {"supervisor": "gpt-4o-mini", "writer_agent": "gpt-4o"}.',
+    )
+    llm_timeout: float = Field(
+        default=60.0, gt=0, le=600, description="Seconds before one LLM request is abandoned."
+    )
+    llm_max_retries: int = Field(
+        default=2, ge=0, le=10, description="Retries of one LLM request on transient errors."
+    )
+    llm_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
+    llm_max_tokens: int | None = Field(
+        default=None, ge=16, le=32768, description="Max tokens per completion (unset: server default)."
+    )
+
+    # --- storage ---------------------------------------------------------------
+    data_dir: Path = Field(
+        default=Path("./data"), description="Directory holding the SQLite database and assets."
+    )
+
+    # --- images ----------------------------------------------------------------
+    image_provider: Literal["local", "openai"] = Field(
+        default="local", description="Default image provider: local Pillow cards or an images API."
+    )
+    image_api_base_url: str | None = Field(
+        default=None, description="Images API endpoint for the `openai` provider."
+    )
+    image_api_key: SecretStr | None = Field(default=None, description="Images API key.")
+    image_model: str = Field(default="gpt-image-1", max_length=200, description="Images model.")
+    image_size: str = Field(
+        default="1024x1536", pattern=r"^\d{2,4}x\d{2,4}$", description="Images API size (WxH)."
+    )
+    image_timeout: float = Field(default=120.0, gt=0, le=600, description="Images API timeout (s).")
+    font_path: Path | None = Field(
+        default=None, description="CJK-capable font for local cards (unset: search the system)."
+    )
+
+    # --- team limits -----------------------------------------------------------
+    max_team_steps: int = Field(
+        default=24, ge=4, le=200, description="Supervisor decisions per executor run."
+    )
+    max_invalid_decisions: int = Field(
+        default=2, ge=0, le=10, description="Re-asks of a supervisor whose answer cannot be parsed."
+    )
+    max_same_agent_repeats: int = Field(
+        default=2,
+        ge=1,
+        le=10,
+        description="Times the supervisor may pick the same agent with no progress before "
+        "the choice is corrected.",
+    )
+    max_research_tool_rounds: int = Field(
+        default=3, ge=0, le=3, description="Knowledge-search rounds of the research agent (<= 3)."
+    )
+    max_image_tool_rounds: int = Field(
+        default=9, ge=1, le=9, description="generate_image rounds of the image agent (< 10)."
+    )
+    max_supervisor_tool_rounds: int = Field(
+        default=2, ge=0, le=5, description="Knowledge look-ups the supervisor may make per decision."
+    )
+    quality_threshold: float = Field(
+        default=0.6, ge=0, le=1, description="Minimum per-dimension review score."
+    )
+
+    # --- critic (pipeline) -----------------------------------------------------
+    max_retry_count: int = Field(
+        default=3, ge=0, le=10, description="Retries after the first attempt (MAX_RETRY_COUNT)."
+    )
+    critic_pass_threshold: float = Field(
+        default=0.7, ge=0, le=1, description="Judge score needed to pass."
+    )
+    critic_timeout: float = Field(default=8.0, gt=0, le=120, description="LLM judge timeout (s).")
+
+    @field_validator("llm_models", mode="before")
+    @classmethod
+    def _parse_llm_models(cls, value: object) -> object:
+        """Accept `LLM_MODELS` as a JSON string or a mapping."""
+        if isinstance(value, str):
+            import json
+
+            if not value.strip():
+                return {}
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"LLM_MODELS must be a JSON object: {exc.msg}") from None
+        return value
+
+    @field_validator("llm_models")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
+        """Refuse roles that no node asks for, so a typo cannot go unnoticed."""
+        unknown = sorted(set(value) - set(LLM_ROLES))
+        if unknown:
+            raise ValueError(
+                f"LLM_MODELS has unknown roles {unknown}; known roles: {', '.join(LLM_ROLES)}"
+            )
+        for role, model in value.items():
+            if not model or len(model) > 200:
+                raise ValueError(f"LLM_MODELS[{role!r}] must be a model name of 1-200 characters")
+        return value
+
+    @field_validator("llm_base_url", "image_api_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        """Require an http(s) URL; an empty string means unset."""
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    def model_for(self, role: str) -> str:
+        """Return the model name a role uses: its `LLM_MODELS` entry, else `LLM_MODEL`."""
+        if role not in LLM_ROLES:
+            raise ValueError(f"unknown LLM role {role!r}")
+        return self.llm_models.get(role, self.llm_model)
+
+    @property
+    def assets_dir(self) -> Path:
+        """Directory where generated and uploaded images are stored."""
+        return self.data_dir / "assets"

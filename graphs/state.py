@@ -1,0 +1,134 @@
+"""State of the executor team (PRODUCT.md §1.2).
+
+Each field says who writes it and who reads it. Artefact fields are written by
+exactly one agent; control fields (counters, logs) are written by the node that
+owns the loop and read by the router of that loop under the same name.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+AgentName = Literal[
+    "brief_compiler_agent",
+    "research_evidence_agent",
+    "reference_intelligence_agent",
+    "layout_planner_agent",
+    "image_planner_agent",
+    "writer_agent",
+    "review_agent",
+    "image_agent",
+]
+
+#: The eight agents, in the order a post is normally made. The order is also the
+#: fallback order: "the first stage whose output is missing" walks this tuple.
+AGENTS: tuple[AgentName, ...] = (
+    "brief_compiler_agent",
+    "research_evidence_agent",
+    "reference_intelligence_agent",
+    "layout_planner_agent",
+    "image_planner_agent",
+    "writer_agent",
+    "image_agent",
+    "review_agent",
+)
+
+#: Quality dimensions the review agent scores, in fallback priority order.
+QUALITY_DIMENSIONS: tuple[str, ...] = (
+    "infoDensity",
+    "textImageAlignment",
+    "styleConsistency",
+    "readability",
+    "platformFit",
+)
+
+
+class TeamLimits(TypedDict, total=False):
+    """Loop bounds of one team run; set by the caller from settings, read by routers."""
+
+    max_team_steps: int
+    max_invalid_decisions: int
+    max_same_agent_repeats: int
+    max_research_tool_rounds: int
+    max_image_tool_rounds: int
+    max_supervisor_tool_rounds: int
+    quality_threshold: float
+
+
+DEFAULT_LIMITS: TeamLimits = {
+    "max_team_steps": 24,
+    "max_invalid_decisions": 2,
+    "max_same_agent_repeats": 2,
+    "max_research_tool_rounds": 3,
+    "max_image_tool_rounds": 9,
+    "max_supervisor_tool_rounds": 2,
+    "quality_threshold": 0.6,
+}
+
+
+class TeamLogEntry(TypedDict):
+    """One supervisor turn: what was asked for, where the run went, and why."""
+
+    step: int
+    requested: str  # the supervisor's raw choice ("" when unparsable)
+    routed: str  # the node the router sent the run to
+    reason: str | None  # fallback reason, None when the choice was followed
+    detail: str  # why the choice was corrected ("" when followed)
+    guidance: str
+    focus_areas: list[str]
+    digest: str  # fingerprint of the artefacts at decision time (progress detection)
+
+
+class TeamInput(TypedDict, total=False):
+    """What a caller (the pipeline's executor node, a test, Studio) passes in."""
+
+    request: str  # the user's request, verbatim; read by every agent as data
+    platform: str  # target platform, e.g. "xiaohongshu"
+    audience: str | None
+    constraints: dict[str, Any]  # planner's verifiable constraints (title/body length, …)
+    intent: dict[str, Any] | None  # planner's intent (topic, goal, style, …)
+    reference_images: list[str]  # uploaded asset ids; read by reference_intelligence_agent
+    reference_texts: list[str]  # example posts; read by reference_intelligence_agent
+    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]
+    image_count: int  # images wanted (1–9); read by layout and image planners
+    image_provider: str  # "local" | "openai"; read by the image tool
+    knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
+    retry_context: dict[str, Any] | None  # previous verdict on a retry (PRODUCT.md §1.3)
+    limits: TeamLimits  # loop bounds; defaults to DEFAULT_LIMITS
+
+
+class TeamOutput(TypedDict, total=False):
+    """The artefacts that cross back to the caller."""
+
+    creative_brief: dict[str, Any] | None  # brief_compiler_agent → all agents
+    evidence_pack: dict[str, Any] | None  # research_evidence_agent → writer, review
+    body_blocks: list[dict[str, Any]]  # research_evidence_agent → writer, layout, image cards
+    reference_analyses: dict[str, Any] | None  # reference_intelligence_agent → image, writer
+    layout_spec: dict[str, Any] | None  # layout_planner_agent → image_planner_agent
+    image_plans: list[dict[str, Any]]  # image_planner_agent → image_agent
+    generated_content: dict[str, Any] | None  # writer_agent {title, body, tags} → review, critic
+    review_feedback: dict[str, Any] | None  # review_agent → supervisor, routers
+    quality_scores: dict[str, float]  # review_agent → should_continue_review, quality_fallback
+    reviewed_digest: str | None  # review_agent: fingerprint of the draft it judged (staleness)
+    generated_image_asset_ids: list[str]  # image_agent (ordered by slot) → review, finalize
+    images: list[dict[str, Any]]  # image_agent: {asset_id, url, slot, alt, path}
+    team_log: list[TeamLogEntry]  # supervisor → routers (repeat cap), critic (deviation)
+
+
+class TeamState(TeamInput, TeamOutput, total=False):
+    """Working state of the team subgraph."""
+
+    supervisor_decision: dict[str, Any] | None  # supervisor → route_from_supervisor
+    team_step: int  # supervisor decisions made so far; supervisor → router (step cap)
+    invalid_decisions: int  # consecutive unparsable decisions; supervisor → router
+    supervisor_messages: Annotated[list[AnyMessage], add_messages]  # this turn's look-ups
+    supervisor_tool_rounds: int  # supervisor → should_continue_supervisor
+    research_messages: Annotated[list[AnyMessage], add_messages]  # research tool loop
+    research_tool_rounds: int  # research_evidence_tools → should_continue_research
+    image_messages: Annotated[list[AnyMessage], add_messages]  # image tool loop
+    image_tool_rounds: int  # image_agent → should_continue_image
+    images_complete: bool  # image_agent → should_continue_image
+    agent_errors: NotRequired[list[str]]  # agents whose output could not be parsed, for the prompt

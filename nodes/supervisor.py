@@ -1,0 +1,166 @@
+"""The supervisor: decides, one turn at a time, which agent of the team works next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from core.events import AgentFallback, SupervisorRoute, emit
+from graphs.context import AtelierContext, context_of
+from graphs.routing import artefact_digest, resolve_route, stage_done
+from graphs.state import AGENTS, DEFAULT_LIMITS, TeamLogEntry, TeamState
+from nodes.common import parse_tool_call, render_context
+from nodes.tools import search_knowledge
+from prompts import supervisor as prompt
+from prompts.common import system_prompt
+
+_STAGE_FIELDS = {
+    "brief_compiler_agent": "creative_brief",
+    "research_evidence_agent": "evidence_pack",
+    "reference_intelligence_agent": "reference_analyses",
+    "layout_planner_agent": "layout_spec",
+    "image_planner_agent": "image_plans",
+    "writer_agent": "generated_content",
+    "image_agent": "generated_image_asset_ids",
+    "review_agent": "review_feedback",
+}
+
+
+class SupervisorDecision(BaseModel):
+    """Choose which agent of the team works next, or END when the post is done."""
+
+    # A plain str (with the allowed names as a JSON-schema enum, so grammar-constrained
+    # servers emit only those) lets an unknown name be recorded and reported as such
+    # instead of vanishing in a validation error.
+    next_agent: str = Field(
+        description="Next agent name, or END.",
+        json_schema_extra={"enum": [*AGENTS, "END"]},
+        max_length=64,
+    )
+    guidance: str = Field(default="", max_length=2000, description="Instructions for that agent.")
+    context_from_previous: str = Field(
+        default="", max_length=2000, description="What it needs to know from earlier steps."
+    )
+    focus_areas: list[str] = Field(
+        default_factory=list, max_length=8, description="Aspects to focus on."
+    )
+
+
+def stage_status(state: TeamState) -> str:
+    """Render ✅/❌ per produced field, the table the supervisor decides from."""
+    lines = []
+    for agent in AGENTS:
+        mark = "✅" if stage_done(agent, state) else "❌"
+        lines.append(f"{mark} {_STAGE_FIELDS[agent]}（{agent}）")
+    review = state.get("review_feedback")
+    if review and not review.get("approved"):
+        scores = state.get("quality_scores") or {}
+        lines.append(f"审核未通过：问题 {review.get('issues', [])[:5]}；维度分数 {scores}")
+    return "\n".join(lines)
+
+
+def _notice(state: TeamState) -> str:
+    """Explain why the supervisor is asked again, if the last turn was corrected."""
+    log = state.get("team_log") or []
+    if not log or log[-1]["routed"] != "supervisor":
+        return ""
+    last = log[-1]
+    return f"注意：上一次的决定没有被执行（{last['detail']}）。请给出有效的决定。"
+
+
+def _limits(state: TeamState, ctx: AtelierContext) -> dict[str, Any]:
+    return {**DEFAULT_LIMITS, **ctx.limits, **(state.get("limits") or {})}
+
+
+async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Ask the supervisor LLM for the next agent and record where routing sends the run."""
+    ctx = context_of(runtime)
+    limits = _limits(state, ctx)
+    step = int(state.get("team_step") or 0) + 1
+    tool_rounds = int(state.get("supervisor_tool_rounds") or 0)
+    log = state.get("team_log") or []
+
+    turn = prompt.TURN.format(
+        step=step,
+        max_steps=limits["max_team_steps"],
+        stage_status=stage_status(state),
+        last_guidance=(log[-1]["guidance"] if log else "") or "（无）",
+        notice=_notice(state),
+        context=render_context(state, ("request", "constraints", "notes", "retry", "brief")),
+    )
+    messages = [
+        SystemMessage(system_prompt(prompt.SYSTEM)),
+        HumanMessage(turn),
+        *state.get("supervisor_messages", []),
+    ]
+    # After an unparsable answer, or once look-ups are used up, force the decision tool.
+    may_look_up = tool_rounds < limits["max_supervisor_tool_rounds"] and not state.get(
+        "invalid_decisions"
+    )
+    model = ctx.models("supervisor")
+    if may_look_up:
+        bound = model.bind_tools([SupervisorDecision, search_knowledge])
+    else:
+        bound = model.bind_tools([SupervisorDecision], tool_choice="SupervisorDecision")
+    reply = await bound.ainvoke(messages)
+    calls = getattr(reply, "tool_calls", None) or []
+
+    decision = parse_tool_call(calls, SupervisorDecision)
+    lookups = [c for c in calls if c.get("name") == search_knowledge.name]
+    if decision is None and lookups and may_look_up:
+        message = AIMessage(content=reply.content or "", tool_calls=lookups, id=reply.id)
+        return {"supervisor_messages": [message], "supervisor_tool_rounds": tool_rounds + 1}
+
+    valid = decision is not None and decision.next_agent in (*AGENTS, "END")
+    update: dict[str, Any] = {
+        "supervisor_decision": decision.model_dump() if decision else None,
+        "team_step": step,
+        "invalid_decisions": 0 if valid else int(state.get("invalid_decisions") or 0) + 1,
+        "supervisor_messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
+        "supervisor_tool_rounds": 0,
+    }
+    if state.get("limits") is None:
+        update["limits"] = limits
+    merged = {**state, **update, "limits": limits}
+    route = resolve_route(merged)
+
+    writer = runtime.stream_writer
+    requested = decision.next_agent if decision else ""
+    emit(
+        writer,
+        SupervisorRoute(
+            next_agent=requested or "(invalid)",
+            guidance=decision.guidance if decision else "",
+            focus_areas=decision.focus_areas if decision else [],
+            step=step,
+        ),
+    )
+    if route.reason is not None:
+        emit(
+            writer,
+            AgentFallback.model_validate(
+                {
+                    "from": requested or "(invalid)",
+                    "to": route.target,
+                    "reason": route.reason,
+                    "detail": route.detail,
+                }
+            ),
+        )
+    entry: TeamLogEntry = {
+        "step": step,
+        "requested": requested,
+        "routed": route.target,
+        "reason": route.reason,
+        "detail": route.detail,
+        "guidance": decision.guidance if decision else "",
+        "focus_areas": decision.focus_areas if decision else [],
+        "digest": artefact_digest(merged),
+    }
+    update["team_log"] = [*log, entry]
+    return update
+

@@ -1,0 +1,152 @@
+"""One behaviour suite for every NoteRepository implementation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
+from knowledge.repository import (
+    DuplicateNoteError,
+    InMemoryNoteRepository,
+    NoteNotFoundError,
+    NoteRepository,
+    SqliteNoteRepository,
+    VersionConflictError,
+)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def repo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NoteRepository]:
+    """Yield an empty repository of each implementation."""
+    if request.param == "memory":
+        yield InMemoryNoteRepository()
+        return
+    async with SqliteNoteRepository(tmp_path / "data" / "atelier.db") as sqlite_repo:
+        yield sqlite_repo
+
+
+def make(note_id: str, type_: str = "blocker", content: str = "数据库连接失败", **extra: object):
+    """Build a note with a fixed id."""
+    return KnowledgeNote.model_validate(
+        {"id": note_id, "type": type_, "content": content, "tags": ["database"], **extra}
+    )
+
+
+async def test_implementations_satisfy_the_protocol(repo: NoteRepository) -> None:
+    assert isinstance(repo, NoteRepository)
+    assert bool(repo)  # an empty repository must not be falsy (`notes or default`)
+
+
+async def test_add_get_round_trip(repo: NoteRepository) -> None:
+    note = KnowledgeNote.create("conclusion", "使用 PostgreSQL", "editor", ["数据库", "pg"])
+    assert await repo.add(note) == note
+    assert await repo.get(note.id) == note
+    assert await repo.get("missing") is None
+    with pytest.raises(DuplicateNoteError):
+        await repo.add(note)
+    assert await repo.count() == 1
+
+
+async def test_update_bumps_version_and_checks_expected_version(repo: NoteRepository) -> None:
+    note = await repo.add(make("a"))
+    updated = await repo.update("a", expected_version=1, content="数据库连接超时", tags=["db"])
+    assert updated.version == 2
+    assert updated.content == "数据库连接超时" and updated.tags == ["db"]
+    assert updated.created_at == note.created_at
+    assert updated.updated_at >= note.updated_at
+    assert await repo.get("a") == updated
+    with pytest.raises(VersionConflictError) as conflict:
+        await repo.update("a", expected_version=1, content="stale write")
+    assert conflict.value.actual == 2
+    with pytest.raises(NoteNotFoundError):
+        await repo.update("missing", content="x")
+    with pytest.raises(ValueError):
+        await repo.update("a", version=9)
+    with pytest.raises(ValidationError):
+        await repo.update("a", content="")
+    assert (await repo.get("a")) == updated  # failed updates change nothing
+
+
+async def test_archive_hides_from_search_but_not_from_get(repo: NoteRepository) -> None:
+    await repo.add(make("a"))
+    await repo.add(make("b"))
+    archived = await repo.archive("a")
+    assert archived.status is NoteStatus.ARCHIVED and archived.version == 2
+    assert (await repo.get("a")) == archived
+    result = await repo.search("database")
+    assert result.ids == ["b"]
+    assert await repo.count(status="archived") == 1
+
+
+async def test_list_filters_and_pages_in_insertion_order(repo: NoteRepository) -> None:
+    for i in range(5):
+        await repo.add(make(f"b{i}", status="approved"))
+        await repo.add(make(f"r{i}", type_="reference", content=f"参考 {i}"))
+    await repo.update("b0", content="moved?")  # an update keeps the note's place
+    assert [n.id for n in await repo.list(limit=3)] == ["b0", "r0", "b1"]
+    assert [n.id for n in await repo.list(type=NoteType.BLOCKER, offset=3)] == ["b3", "b4"]
+    assert [n.id for n in await repo.list(type="reference", limit=2, offset=1)] == ["r1", "r2"]
+    assert await repo.list(status=NoteStatus.PENDING_USER) == []
+    assert await repo.count(type="blocker", status="approved") == 5
+    with pytest.raises(ValueError):
+        await repo.list(limit=-1)
+    with pytest.raises(ValueError):
+        await repo.list(type="nonsense")
+
+
+async def test_search_ranks_limits_and_filters_approved(repo: NoteRepository) -> None:
+    await repo.add(
+        make("c", type_="conclusion", content="database: use PostgreSQL", status="approved")
+    )
+    await repo.add(make("b", content="database connection failed"))
+    await repo.add(make("x", content="学生党平价护肤清单", status="approved", tags=[]))
+    result = await repo.search("database")
+    assert result.ids == ["b", "c"]
+    assert result.scores["b"] == pytest.approx(0.9)
+    assert (await repo.search("database", limit=1)).ids == ["b"]
+    assert (await repo.search("database", only_approved=True)).ids == ["c"]
+    assert (await repo.search("学生党平价护肤")).ids == ["x"]
+
+
+async def test_concurrent_optimistic_updates_let_exactly_one_win(repo: NoteRepository) -> None:
+    await repo.add(make("a"))
+    outcomes = await asyncio.gather(
+        *(repo.update("a", expected_version=1, content=f"写入 {i}") for i in range(5)),
+        return_exceptions=True,
+    )
+    wins = [o for o in outcomes if isinstance(o, KnowledgeNote)]
+    assert len(wins) == 1
+    assert all(isinstance(o, VersionConflictError) for o in outcomes if o not in wins)
+    assert (await repo.get("a")) == wins[0]
+
+
+async def test_sqlite_notes_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    note = KnowledgeNote.create(
+        "blocker", "禁止使用绝对化用语（最、第一、顶级）", "editor", ["合规"]
+    )
+    async with SqliteNoteRepository(path) as first:
+        await first.add(note)
+    async with SqliteNoteRepository(path) as second:
+        assert await second.get(note.id) == note
+        assert (await second.search("绝对化用语")).ids == [note.id]
+
+
+async def test_sqlite_uses_wal_and_requires_open(tmp_path: Path) -> None:
+    repo = SqliteNoteRepository(tmp_path / "wal.db")
+    with pytest.raises(RuntimeError, match="open"):
+        await repo.count()
+    await repo.open()
+    await repo.open()  # idempotent
+    try:
+        async with repo._db.execute("PRAGMA journal_mode") as cursor:
+            row = await cursor.fetchone()
+        assert row is not None and row[0] == "wal"
+    finally:
+        await repo.close()
+        await repo.close()

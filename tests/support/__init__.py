@@ -1,0 +1,1 @@
+"""Shared test utilities (scripted OpenAI-compatible server, etc.)."""
