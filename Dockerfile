@@ -24,8 +24,7 @@ COPY nodes ./nodes
 COPY prompts ./prompts
 COPY knowledge ./knowledge
 COPY providers ./providers
-RUN pip install ".[local]" \
- && apt-get purge -y build-essential cmake && apt-get autoremove -y
+RUN pip install ".[local]"
 
 RUN useradd --create-home --uid 10001 atelier && mkdir -p /data && chown atelier /data
 USER atelier
