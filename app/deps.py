@@ -1,0 +1,48 @@
+"""Annotated dependency aliases shared by every route module.
+
+Long-lived services are created once in the app's lifespan (`app.main`) and kept
+on `app.state` under the names below; routes reach them only through these
+aliases, so a test can build an app with other services and every route follows.
+
+    app.state.settings   Settings           the service's configuration
+    app.state.notes      NoteRepository     the knowledge vault (SQLite in DATA_DIR)
+    app.state.assets     AssetStore         generated and uploaded images
+    app.state.context    AtelierContext     what graph runs get as `context=`
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from core.settings import Settings
+from graphs.context import AtelierContext
+from knowledge.repository import NoteRepository
+from providers.assets import AssetStore
+
+
+def get_settings(request: Request) -> Settings:
+    """Return the app's settings."""
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def get_notes(request: Request) -> NoteRepository:
+    """Return the knowledge vault."""
+    return request.app.state.notes  # type: ignore[no-any-return]
+
+
+def get_assets(request: Request) -> AssetStore:
+    """Return the asset store."""
+    return request.app.state.assets  # type: ignore[no-any-return]
+
+
+def get_context(request: Request) -> AtelierContext:
+    """Return the graph runtime context."""
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+NotesDep = Annotated[NoteRepository, Depends(get_notes)]
+AssetsDep = Annotated[AssetStore, Depends(get_assets)]
+ContextDep = Annotated[AtelierContext, Depends(get_context)]
