@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from pathlib import Path
+
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from core.settings import Settings
 from graphs.context import AtelierContext
@@ -18,6 +22,7 @@ from knowledge.repository import SqliteNoteRepository
 from providers.assets import AssetStore
 
 VERSION = "0.1.0"
+STATIC_DIR = Path(__file__).parent / "static"
 
 
 def database_path(settings: Settings) -> str:
@@ -50,7 +55,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    mount_console(app)
     return app
+
+
+def mount_console(app: FastAPI) -> None:
+    """Serve the console page at `/` and its assets under `/console/` (no build step)."""
+    app.mount("/console", StaticFiles(directory=STATIC_DIR), name="console")
+
+    @app.get("/", include_in_schema=False)
+    async def console() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
 
 
 app = create_app()
