@@ -62,6 +62,10 @@ class NoteRepository(Protocol):
         """Store a new note; raise `DuplicateNoteError` when its id is taken."""
         ...
 
+    async def add_many(self, notes: Iterable[KnowledgeNote]) -> builtins.list[KnowledgeNote]:
+        """Store new notes all at once, or none of them when any id is taken."""
+        ...
+
     async def get(self, note_id: str) -> KnowledgeNote | None:
         """Return the note with this id, or None."""
         ...
@@ -158,6 +162,17 @@ class InMemoryNoteRepository:
         """Store a new note; raise `DuplicateNoteError` when its id is taken."""
         self._insert(note)
         return note
+
+    async def add_many(self, notes: Iterable[KnowledgeNote]) -> builtins.list[KnowledgeNote]:
+        """Store new notes all at once, or none of them when any id is taken (bulk import)."""
+        batch = builtins.list(notes)
+        ids = [note.id for note in batch]
+        taken = [i for i in ids if i in self._notes] or [i for i in ids if ids.count(i) > 1]
+        if taken:
+            raise DuplicateNoteError(f"note {taken[0]!r} already exists")
+        for note in batch:
+            self._insert(note)
+        return batch
 
     async def get(self, note_id: str) -> KnowledgeNote | None:
         """Return the note with this id, or None."""
@@ -318,6 +333,23 @@ class SqliteNoteRepository:
             raise DuplicateNoteError(f"note {note.id!r} already exists") from None
         await self._db.commit()
         return note
+
+    async def add_many(self, notes: Iterable[KnowledgeNote]) -> builtins.list[KnowledgeNote]:
+        """Store new notes in one transaction, or none of them when any id is taken."""
+        batch = builtins.list(notes)
+        try:
+            await self._db.executemany(
+                f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_to_row(note) for note in batch],
+            )
+        except sqlite3.IntegrityError:
+            await self._db.rollback()
+            raise DuplicateNoteError("a note id of the batch already exists") from None
+        except BaseException:
+            await self._db.rollback()
+            raise
+        await self._db.commit()
+        return batch
 
     async def get(self, note_id: str) -> KnowledgeNote | None:
         """Return the note with this id, or None."""

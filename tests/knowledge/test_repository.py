@@ -52,6 +52,18 @@ async def test_add_get_round_trip(repo: NoteRepository) -> None:
     assert await repo.count() == 1
 
 
+async def test_add_many_stores_all_or_none(repo: NoteRepository) -> None:
+    await repo.add(make("taken"))
+    with pytest.raises(DuplicateNoteError):
+        await repo.add_many([make("new1"), make("taken"), make("new2")])
+    with pytest.raises(DuplicateNoteError):
+        await repo.add_many([make("dup"), make("dup")])
+    assert [n.id for n in await repo.list()] == ["taken"]
+    added = await repo.add_many([make("x"), make("y", "reference")])
+    assert [n.id for n in added] == ["x", "y"]
+    assert [n.id for n in await repo.list()] == ["taken", "x", "y"]
+
+
 async def test_update_bumps_version_and_checks_expected_version(repo: NoteRepository) -> None:
     note = await repo.add(make("a"))
     updated = await repo.update("a", expected_version=1, content="数据库连接超时", tags=["db"])
