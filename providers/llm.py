@@ -6,6 +6,8 @@ themselves, so tests swap the whole LLM layer by passing another factory.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from langchain_core.language_models import BaseChatModel
@@ -13,7 +15,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.constants import TAG_NOSTREAM
 
 from core.settings import LLM_ROLES, STREAMING_ROLES, Settings
-from providers.local_llm import LlamaCppChatOpenAI, embedded_model_name
+from providers.local_llm import LlamaCppChatOpenAI, embedded_model_name, serve_embedded_model
 
 
 class ModelFactory(Protocol):
@@ -87,3 +89,18 @@ class OpenAIModelFactory:
             tags=role_tags(role),
             metadata={"role": role},
         )
+
+
+@asynccontextmanager
+async def open_model_factory(settings: Settings) -> AsyncIterator[OpenAIModelFactory]:
+    """Yield the model factory for `settings`, serving the embedded model if needed.
+
+    With `LLM_BASE_URL` set, every role talks to that endpoint. Without it, the
+    embedded llama.cpp server runs for the block's duration and every role talks
+    to it (see `providers.local_llm.serve_embedded_model`).
+    """
+    if settings.llm_base_url:
+        yield OpenAIModelFactory(settings)
+        return
+    async with serve_embedded_model(settings) as base_url:
+        yield OpenAIModelFactory(settings, base_url=base_url, embedded=True)

@@ -1,0 +1,522 @@
+"""The `atelier` command line: serve the service, run the pipeline here, move notes.
+
+    atelier serve [--host H] [--port P] [--reload]
+    atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] [--image-count N] [--platform P]
+    atelier notes import notes.jsonl
+    atelier notes export [notes.jsonl]
+
+`run` builds the pipeline in this process, with the same services the HTTP app
+uses (the SQLite knowledge vault in DATA_DIR, the asset store, the LLM endpoint
+or, without `LLM_BASE_URL`, the embedded model), shows the run's `custom` events
+as they happen and prints the finished post. Exit status: 0 when the run ended
+with a post (outcome completed or exhausted), 1 otherwise.
+
+The notes commands read and write JSON Lines, one `KnowledgeNote` per line, the
+format `export` writes; `import` checks every line first and imports all of them
+or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from pydantic import ValidationError
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.prompt import Prompt
+from rich.table import Table
+from rich.text import Text
+
+from core.settings import Settings
+from graphs.context import AtelierContext
+from knowledge.notes import KnowledgeNote
+
+cli = typer.Typer(
+    name="atelier",
+    help="Atelier, a multi-agent content studio: serve it, run a request, manage notes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+notes_cli = typer.Typer(
+    help="Import and export the knowledge vault as JSON Lines.", no_args_is_help=True
+)
+cli.add_typer(notes_cli, name="notes")
+
+#: Answer to a clarification when nobody can be asked (no TTY, --auto-confirm).
+DEFAULT_CLARIFICATION_ANSWER = "按默认继续"
+
+EventHandler = Callable[[Mapping[str, Any]], None]
+ClarificationHandler = Callable[[Any], Any]
+
+
+def main() -> None:
+    """Run the `atelier` command line (the console script's entry point)."""
+    cli()
+
+
+def _settings() -> Settings:
+    """Read settings, turning a configuration error into a clear message and exit 2."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        Console(stderr=True).print(f"[red]Invalid configuration:[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
+# --------------------------------------------------------------------------- serve
+
+
+@cli.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
+    reload: Annotated[bool, typer.Option(help="Restart on code changes (development).")] = False,
+) -> None:
+    """Serve the HTTP API and the console, and print the console's URL once it is up."""
+    import uvicorn
+
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown_host:
+        shown_host = f"[{shown_host}]"
+    url = f"http://{shown_host}:{port}/"
+    threading.Thread(target=_announce_when_up, args=(url,), daemon=True).start()
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, reload=reload)
+
+
+def _announce_when_up(url: str, interval: float = 0.25) -> None:
+    """Print the console URL as soon as the server answers HTTP (its start-up is done)."""
+    while True:
+        try:
+            httpx.get(url, timeout=2.0)
+        except httpx.HTTPError:
+            time.sleep(interval)
+            continue
+        Console(stderr=True).print(
+            Panel.fit(f"Atelier is up — open the console at [bold link={url}]{url}[/]")
+        )
+        return
+
+
+# --------------------------------------------------------------------------- run
+
+
+async def execute(
+    context: AtelierContext,
+    inputs: Mapping[str, Any],
+    *,
+    on_event: EventHandler,
+    clarify: ClarificationHandler,
+    thread_id: str | None = None,
+) -> dict[str, Any]:
+    """Run the pipeline in this process until it ends, and return its result payload.
+
+    Args:
+        context: The services the run uses (models, vault, assets, limits).
+        inputs: The pipeline input (PRODUCT.md §2.6), `request` at least.
+        on_event: Called with every `custom` stream event, in order.
+        clarify: Called with an interrupt's value (the planner's question); what it
+            returns resumes the run.
+        thread_id: The checkpoint thread (a fresh one when None).
+
+    Returns:
+        The `result` the finalize node wrote.
+
+    Raises:
+        RuntimeError: The pipeline ended without a result.
+    """
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from graphs.pipeline import build_pipeline
+
+    graph = build_pipeline(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": thread_id or f"cli-{uuid.uuid4().hex}"}}
+    payload: Any = dict(inputs)
+    while True:
+        async for _namespace, chunk in graph.astream(
+            payload, config, context=context, stream_mode="custom", subgraphs=True
+        ):
+            if isinstance(chunk, Mapping):
+                on_event(chunk)
+        snapshot = await graph.aget_state(config)
+        if snapshot.interrupts:
+            payload = Command(resume=clarify(snapshot.interrupts[0].value))
+            continue
+        result = snapshot.values.get("result")
+        if not isinstance(result, dict):
+            raise RuntimeError("the pipeline ended without a result")
+        return result
+
+
+async def run_request(
+    settings: Settings,
+    inputs: Mapping[str, Any],
+    *,
+    on_event: EventHandler,
+    clarify: ClarificationHandler,
+) -> dict[str, Any]:
+    """Open the services the app would (vault, models, embedded model) and `execute`."""
+    from app.main import database_path
+    from knowledge.repository import SqliteNoteRepository
+    from providers.llm import open_model_factory
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with (
+        SqliteNoteRepository(database_path(settings)) as notes,
+        open_model_factory(settings) as models,
+    ):
+        context = AtelierContext.from_settings(settings, models=models, notes=notes)
+        return await execute(context, inputs, on_event=on_event, clarify=clarify)
+
+
+class ProgressView:
+    """Render pipeline events as a spinner line plus one printed line per notable event."""
+
+    def __init__(self, console: Console, progress: Progress | None) -> None:
+        """Print through `console`; `progress` (may be None) shows the current stage."""
+        self.console = console
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None) if progress else None
+        self.stage = ""
+        self.attempt = 0
+
+    def _status(self, text: str) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=text)
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        """Show one `custom` event."""
+        kind = event.get("type")
+        line = self.describe(event)
+        if kind == "stage.started":
+            self.stage = str(event.get("stage", ""))
+            self._status(f"{self.stage} (attempt {event.get('attempt', 0)})")
+        elif kind == "attempt.started":
+            self.attempt = int(event.get("attempt") or 0)
+        elif kind == "supervisor.route":
+            self._status(f"executor · {event.get('next_agent')}")
+        if line is not None:
+            self.console.print(line)
+
+    @staticmethod
+    def describe(event: Mapping[str, Any]) -> Text | None:
+        """Return the printed line for an event, or None for events shown only as status."""
+        kind = event.get("type")
+        get = event.get
+        if kind == "stage.completed":
+            seconds = float(get("duration_ms") or 0) / 1000
+            return Text.assemble(("✓ ", "green"), str(get("stage")), (f"  {seconds:.1f} s", "dim"))
+        if kind == "attempt.started":
+            return Text(f"── attempt {get('attempt')}/{get('max_attempts')} ──", style="bold")
+        if kind == "knowledge.injected":
+            notes = get("notes") or []
+            return Text(f"  knowledge: {len(notes)} note(s) injected", style="cyan")
+        if kind == "supervisor.route":
+            guidance = str(get("guidance") or "")
+            short = guidance if len(guidance) <= 60 else guidance[:59] + "…"
+            return Text.assemble(
+                (f"  → step {get('step')}: ", "dim"),
+                (str(get("next_agent")), "bold"),
+                (f"  {short}" if short else "", "dim"),
+            )
+        if kind == "agent.fallback":
+            return Text(
+                f"  ↪ fallback {get('from')} → {get('to')} ({get('reason')}: {get('detail', '')})",
+                style="yellow",
+            )
+        if kind == "knowledge.deviation":
+            ignored = get("ignored_notes")
+            return Text(
+                f"  ⚠ ignored notes {ignored} ({get('severity')}): {get('reason', '')}",
+                style="yellow",
+            )
+        if kind == "critic.verdict":
+            failed = [c.get("name") for c in get("checks") or [] if not c.get("passed")]
+            style = "green" if get("passed") else "red"
+            judge = "" if get("judge", "ok") == "ok" else " (judge unavailable)"
+            text = Text.assemble(
+                ("  critic: ", "bold"),
+                (f"{get('verdict')}", style),
+                f" score {float(get('score') or 0):.2f}/{float(get('threshold') or 0):.2f}{judge}",
+                f" → {get('next')}",
+            )
+            if failed:
+                text.append(f"  failed checks: {', '.join(map(str, failed))}", style="dim")
+            return text
+        if kind == "asset.created":
+            return Text(f"  image {get('slot')}: {get('url')}", style="magenta")
+        return None
+
+
+def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
+    """Render the result payload as the finished post and its quality report."""
+    post = result.get("post") or {}
+    parts: list[Any] = []
+    body = Text()
+    for block in post.get("blocks") or []:
+        if not isinstance(block, Mapping):
+            body.append(f"{block}\n\n")
+            continue
+        text = block.get("text") or block.get("content") or block.get("desc") or ""
+        if block.get("type") == "image":
+            body.append(f"[image {block.get('slot', '')}] {text}\n\n", style="magenta")
+        elif text:
+            body.append(f"{text}\n\n")
+    tags = " ".join(f"#{t}" for t in post.get("tags") or [])
+    if tags:
+        body.append(tags, style="cyan")
+    title = str(post.get("title") or "(no title)")
+    parts.append(Panel(body, title=Text(title, style="bold"), title_align="left"))
+
+    images = result.get("images") or []
+    if images:
+        table = Table("slot", "file", "alt", box=None, title="images", title_justify="left")
+        for image in images:
+            asset_id = str(image.get("asset_id", ""))
+            files = sorted(assets_dir.glob(f"{asset_id}*")) if asset_id else []
+            table.add_row(
+                str(image.get("slot", "")),
+                str(files[0]) if files else str(image.get("url", "")),
+                str(image.get("alt") or ""),
+            )
+        parts.append(table)
+
+    quality = result.get("quality") or {}
+    summary = (
+        f"outcome [bold]{result.get('outcome')}[/]  verdict {quality.get('verdict')}  "
+        f"score {float(quality.get('score') or 0):.2f}  attempts {quality.get('attempts')}"
+        + ("  (retries exhausted)" if quality.get("exhausted") else "")
+    )
+    parts.append(Text.from_markup(summary))
+    return Group(*parts)
+
+
+def _terminal_clarifier(console: Console, interactive: bool) -> ClarificationHandler:
+    """Return a handler that asks the planner's question on the terminal, or answers it."""
+
+    def clarify(value: Any) -> Any:
+        question = value.get("question") if isinstance(value, Mapping) else str(value)
+        options = list(value.get("options") or []) if isinstance(value, Mapping) else []
+        console.print(Panel(str(question or "The planner needs more details."), title="question"))
+        if not interactive:
+            console.print(f"(not interactive: answering {DEFAULT_CLARIFICATION_ANSWER!r})")
+            return DEFAULT_CLARIFICATION_ANSWER
+        for number, option in enumerate(options, 1):
+            label = option.get("label", option) if isinstance(option, Mapping) else option
+            console.print(f"  {number}. {label}")
+        answer = Prompt.ask(
+            "Your answer (an option's number, or details)",
+            console=console,
+            default=DEFAULT_CLARIFICATION_ANSWER,
+        )
+        if answer.isdigit() and 1 <= int(answer) <= len(options):
+            chosen = options[int(answer) - 1]
+            return chosen.get("value", chosen) if isinstance(chosen, Mapping) else chosen
+        return answer
+
+    return clarify
+
+
+@cli.command()
+def run(
+    request: Annotated[str, typer.Argument(help="What to write, e.g. 写一篇小红书笔记：…")],
+    auto_confirm: Annotated[
+        bool, typer.Option("--auto-confirm", help="Never stop to ask; use defaults.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print only the result payload as JSON.")
+    ] = False,
+    image_count: Annotated[
+        int | None, typer.Option(min=1, max=9, help="Images to generate (1-9).")
+    ] = None,
+    platform: Annotated[str | None, typer.Option(help="Target platform.")] = None,
+    image_provider: Annotated[
+        str | None, typer.Option(help="Image provider: local or openai.")
+    ] = None,
+    fast: Annotated[bool, typer.Option("--fast", help="Fast mode (fewer steps).")] = False,
+) -> None:
+    """Run one request through the pipeline here, showing its progress, then print the post."""
+    if not request.strip() or len(request) > 4000:
+        raise typer.BadParameter("must be 1-4000 characters", param_hint="REQUEST")
+    settings = _settings()
+    inputs: dict[str, Any] = {"request": request, "auto_confirm": auto_confirm}
+    optional = {
+        "image_count": image_count,
+        "platform": platform,
+        "image_provider": image_provider,
+        "fast_mode": fast or None,
+    }
+    inputs.update({k: v for k, v in optional.items() if v is not None})
+
+    out = Console()
+    err = Console(stderr=True)
+    shown = err if json_output else out
+    interactive = not auto_confirm and sys.stdin.isatty() and shown.is_terminal
+    clarify = _terminal_clarifier(shown, interactive)
+    started = time.monotonic()
+    try:
+        if json_output:
+            result = asyncio.run(
+                run_request(settings, inputs, on_event=lambda _e: None, clarify=clarify)
+            )
+        else:
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=out,
+                transient=True,
+            ) as progress:
+                view = ProgressView(out, progress)
+                result = asyncio.run(run_request(settings, inputs, on_event=view, clarify=clarify))
+    except KeyboardInterrupt:
+        err.print("[yellow]cancelled[/yellow]")
+        raise typer.Exit(130) from None
+    except Exception as exc:  # one readable line, not a traceback, for a failed run
+        err.print(f"[red]run failed:[/red] {escape(type(exc).__name__)}: {escape(str(exc))}")
+        raise typer.Exit(1) from None
+
+    if json_output:
+        out.print_json(json.dumps(result, ensure_ascii=False, default=str))
+    else:
+        out.print(render_result(result, settings.assets_dir))
+        out.print(f"[dim]finished in {time.monotonic() - started:.1f} s[/dim]")
+    raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
+
+
+# --------------------------------------------------------------------------- notes
+
+
+def parse_notes_jsonl(lines: Sequence[str]) -> tuple[list[tuple[int, KnowledgeNote]], list[str]]:
+    """Validate JSONL lines as notes; return (line number, note) pairs and the errors.
+
+    Blank lines are skipped. An id that appears twice in the file is an error on
+    its second line.
+    """
+    notes: list[tuple[int, KnowledgeNote]] = []
+    errors: list[str] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not JSON ({exc.msg})")
+            continue
+        if not isinstance(data, dict):
+            errors.append(f"line {number}: expected a JSON object")
+            continue
+        try:
+            note = KnowledgeNote.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'note'}: {e['msg']}" for e in exc.errors()
+            )
+            errors.append(f"line {number}: {problems}")
+            continue
+        if note.id in first_line:
+            errors.append(f"line {number}: id {note.id!r} repeats line {first_line[note.id]}")
+            continue
+        first_line[note.id] = number
+        notes.append((number, note))
+    return notes, errors
+
+
+async def import_notes(database: str, lines: Sequence[str]) -> tuple[int, list[str]]:
+    """Import JSONL notes into the vault, all or none; return (imported, errors)."""
+    from knowledge.repository import DuplicateNoteError, SqliteNoteRepository
+
+    numbered, errors = parse_notes_jsonl(lines)
+    async with SqliteNoteRepository(database) as repo:
+        for number, note in numbered:
+            if await repo.get(note.id) is not None:
+                errors.append(f"line {number}: id {note.id!r} is already in the vault")
+        if errors:
+            return 0, sorted(errors, key=_line_number)
+        try:
+            await repo.add_many(note for _, note in numbered)
+        except DuplicateNoteError as exc:  # another writer took an id meanwhile
+            return 0, [str(exc)]
+    return len(numbered), []
+
+
+def _line_number(error: str) -> int:
+    head = error.split(":", 1)[0].removeprefix("line ")
+    return int(head) if head.isdigit() else 0
+
+
+async def export_notes(database: str) -> list[str]:
+    """Return every note of the vault (archived ones too) as JSONL lines, oldest first."""
+    from knowledge.repository import MAX_PAGE, SqliteNoteRepository
+
+    lines: list[str] = []
+    async with SqliteNoteRepository(database) as repo:
+        offset = 0
+        while page := await repo.list(limit=MAX_PAGE, offset=offset):
+            lines += [note.model_dump_json() for note in page]
+            offset += len(page)
+    return lines
+
+
+@notes_cli.command("import")
+def notes_import(
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="JSONL file.")
+    ],
+) -> None:
+    """Import notes from a JSONL file: every line is checked first; all or nothing."""
+    from app.main import database_path
+
+    settings = _settings()
+    err = Console(stderr=True)
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        err.print(f"[red]{escape(str(file))} is not UTF-8 text[/red]")
+        raise typer.Exit(1) from None
+    imported, errors = asyncio.run(import_notes(database_path(settings), lines))
+    if errors:
+        err.print(f"[red]Nothing imported: {len(errors)} bad line(s) in {escape(str(file))}[/red]")
+        for error in errors[:50]:
+            err.print(f"  {escape(error)}")
+        if len(errors) > 50:
+            err.print(f"  … and {len(errors) - 50} more")
+        raise typer.Exit(1)
+    Console().print(f"Imported {imported} note(s) into {escape(database_path(settings))}")
+
+
+@notes_cli.command("export")
+def notes_export(
+    file: Annotated[
+        Path | None, typer.Argument(dir_okay=False, help="Output file (default: stdout).")
+    ] = None,
+) -> None:
+    """Export every note of the vault as JSONL, to a file or stdout."""
+    from app.main import database_path
+
+    settings = _settings()
+    lines = asyncio.run(export_notes(database_path(settings)))
+    text = "".join(f"{line}\n" for line in lines)
+    if file is None:
+        sys.stdout.write(text)
+        return
+    # Written beside the target and renamed, so a failed export leaves no half file.
+    partial = file.with_name(f".{file.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(file)
+    Console(stderr=True).print(f"Exported {len(lines)} note(s) to {escape(str(file))}")

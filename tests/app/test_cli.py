@@ -1,0 +1,217 @@
+"""The `atelier` command line: notes import/export, the progress view, serve, and run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from app.cli import ProgressView, cli, parse_notes_jsonl, render_result
+from core.settings import Settings
+from knowledge.notes import KnowledgeNote
+from knowledge.repository import SqliteNoteRepository
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point DATA_DIR at a fresh directory, away from any .env of the developer."""
+    monkeypatch.chdir(tmp_path)  # no .env here
+    data = tmp_path / "data"
+    monkeypatch.setenv("DATA_DIR", str(data))
+    monkeypatch.delenv("LLM_BASE_URL", raising=False)
+    return data
+
+
+def _note(note_id: str, type_: str = "blocker", content: str = "禁止使用绝对化用语") -> str:
+    return json.dumps({"id": note_id, "type": type_, "content": content}, ensure_ascii=False)
+
+
+def _vault_ids(data_dir: Path) -> list[str]:
+    async def ids() -> list[str]:
+        async with SqliteNoteRepository(data_dir / "atelier.db") as repo:
+            return [n.id for n in await repo.list()]
+
+    return asyncio.run(ids())
+
+
+# --------------------------------------------------------------------------- notes
+
+
+def test_parse_notes_reports_every_bad_line_by_number() -> None:
+    lines = [
+        _note("a"),
+        "",
+        "{not json",
+        json.dumps({"id": "b", "type": "rumour", "content": "x"}),
+        "[1, 2]",
+        _note("a", content="again"),
+        json.dumps({"id": "c", "type": "reference", "content": "   "}),
+        _note("d", "reference"),
+    ]
+    notes, errors = parse_notes_jsonl(lines)
+    assert [(n, note.id) for n, note in notes] == [(1, "a"), (8, "d")]
+    assert [e.split(":")[0] for e in errors] == ["line 3", "line 4", "line 5", "line 6", "line 7"]
+    assert "type" in errors[1] and "repeats line 1" in errors[3] and "content" in errors[4]
+
+
+def test_import_then_export_round_trips_the_vault(data_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "notes.jsonl"
+    source.write_text(
+        "\n".join([_note("rule1"), _note("ref1", "reference", "参考：清单式标题"), ""]),
+        encoding="utf-8",
+    )
+    result = runner.invoke(cli, ["notes", "import", str(source)])
+    assert result.exit_code == 0, result.output
+    assert "Imported 2 note(s)" in result.output
+    assert _vault_ids(data_dir) == ["rule1", "ref1"]
+
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(cli, ["notes", "export", str(out)])
+    assert result.exit_code == 0, result.output
+    exported = [KnowledgeNote.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert [n.id for n in exported] == ["rule1", "ref1"]
+    assert exported[1].content == "参考：清单式标题"
+    assert not list(tmp_path.glob(".*.partial"))
+
+    to_stdout = runner.invoke(cli, ["notes", "export"])
+    assert to_stdout.exit_code == 0
+    assert [json.loads(line)["id"] for line in to_stdout.stdout.splitlines()] == ["rule1", "ref1"]
+
+
+def test_import_with_a_bad_line_imports_nothing(data_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "notes.jsonl"
+    source.write_text("\n".join([_note("ok1"), '{"type": "blocker"}', _note("ok2")]))
+    result = runner.invoke(cli, ["notes", "import", str(source)])
+    assert result.exit_code == 1
+    assert "Nothing imported" in result.output and "line 2: content" in result.output
+    assert _vault_ids(data_dir) == []
+
+
+def test_import_refuses_ids_already_in_the_vault(data_dir: Path, tmp_path: Path) -> None:
+    first = tmp_path / "first.jsonl"
+    first.write_text(_note("keep"))
+    assert runner.invoke(cli, ["notes", "import", str(first)]).exit_code == 0
+    second = tmp_path / "second.jsonl"
+    second.write_text("\n".join([_note("new"), _note("keep", content="changed")]))
+    result = runner.invoke(cli, ["notes", "import", str(second)])
+    assert result.exit_code == 1
+    assert "line 2: id 'keep' is already in the vault" in result.output
+    assert _vault_ids(data_dir) == ["keep"]
+
+
+def test_import_of_a_missing_file_is_a_usage_error(data_dir: Path) -> None:
+    result = runner.invoke(cli, ["notes", "import", "nowhere.jsonl"])
+    assert result.exit_code == 2
+
+
+# --------------------------------------------------------------------------- progress view
+
+
+def _printed(events: list[dict[str, Any]]) -> str:
+    console = Console(record=True, width=120)
+    view = ProgressView(console, None)
+    for event in events:
+        view(event)
+    return console.export_text()
+
+
+def test_progress_view_shows_stages_routes_fallbacks_verdicts_and_images() -> None:
+    text = _printed(
+        [
+            {"type": "stage.started", "stage": "planner", "attempt": 0},
+            {"type": "stage.completed", "stage": "planner", "attempt": 0, "duration_ms": 1234},
+            {"type": "attempt.started", "attempt": 1, "max_attempts": 2},
+            {"type": "supervisor.route", "next_agent": "writer_agent", "guidance": "写", "step": 1},
+            {
+                "type": "agent.fallback",
+                "from": "writer_agent",
+                "to": "brief_compiler_agent",
+                "reason": "precondition",
+                "detail": "no brief",
+            },
+            {
+                "type": "critic.verdict",
+                "verdict": "needs_improvement",
+                "passed": False,
+                "score": 0.4,
+                "threshold": 0.7,
+                "checks": [{"name": "title_length", "passed": False}],
+                "attempt": 1,
+                "max_attempts": 2,
+                "next": "rag",
+            },
+            {"type": "asset.created", "asset_id": "abc", "url": "/assets/abc", "slot": 1},
+            {"type": "something.new"},
+        ]
+    )
+    assert "✓ planner  1.2 s" in text
+    assert "attempt 1/2" in text
+    assert "step 1: writer_agent" in text
+    assert "fallback writer_agent → brief_compiler_agent (precondition: no brief)" in text
+    assert "needs_improvement score 0.40/0.70 → rag" in text and "title_length" in text
+    assert "image 1: /assets/abc" in text
+
+
+def test_render_result_shows_the_post_images_and_quality(tmp_path: Path) -> None:
+    (tmp_path / "abc.png").write_bytes(b"png")
+    result = {
+        "outcome": "exhausted",
+        "post": {
+            "title": "学生党平价护肤",
+            "blocks": [{"type": "text", "text": "第一段"}, {"type": "image", "slot": 1}],
+            "tags": ["护肤", "学生党"],
+        },
+        "images": [{"asset_id": "abc", "url": "/assets/abc", "slot": 1, "alt": "封面"}],
+        "quality": {"verdict": "needs_improvement", "score": 0.5, "exhausted": True, "attempts": 2},
+    }
+    console = Console(record=True, width=100)
+    console.print(render_result(result, tmp_path))
+    text = console.export_text()
+    assert "学生党平价护肤" in text and "第一段" in text and "#护肤 #学生党" in text
+    assert str(tmp_path / "abc.png") in text
+    assert "outcome exhausted" in text and "retries exhausted" in text
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def test_serve_runs_the_app_factory_and_announces_the_console(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    calls: dict[str, Any] = {}
+    announced: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.update(app=app, **kw))
+    monkeypatch.setattr("app.cli._announce_when_up", lambda url, **kw: announced.append(url))
+    result = runner.invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "8123"])
+    assert result.exit_code == 0, result.output
+    assert calls == {
+        "app": "app.main:create_app",
+        "factory": True,
+        "host": "0.0.0.0",
+        "port": 8123,
+        "reload": False,
+    }
+    assert announced == ["http://127.0.0.1:8123/"]
+
+
+def test_announce_waits_for_the_server_to_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import _announce_when_up
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(lambda _r: "unused") as srv:
+        url = f"http://127.0.0.1:{srv.port}/"
+        _announce_when_up(url)
+    assert url in capsys.readouterr().err
+
+
+def test_settings_are_read_from_the_environment(data_dir: Path) -> None:
+    assert Settings().data_dir == data_dir
