@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from pydantic import BaseModel, Field, ValidationError
 
 from core.settings import Settings
-from providers.llm import OpenAIModelFactory
+from providers.llm import OpenAIModelFactory, open_model_factory
 from providers.local_llm import (
     EmbeddedModelError,
     EmbeddedModelServer,
@@ -180,7 +180,27 @@ def test_factory_points_every_role_at_the_embedded_model() -> None:
         OpenAIModelFactory(settings, embedded=True)
 
 
+async def test_open_model_factory_uses_llm_base_url_without_a_child() -> None:
+    settings = _settings(llm_base_url="http://127.0.0.1:9/v1", llm_model="gpt-x")
+    async with open_model_factory(settings) as factory:
+        model = factory("critic")
+        assert not isinstance(model, LlamaCppChatOpenAI)
+        assert factory.model_name("critic") == "gpt-x"
+        assert model.openai_api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+async def test_open_model_factory_serves_the_embedded_model_without_llm_base_url() -> None:
+    settings = _settings(local_model_ctx=1024)
+    async with open_model_factory(settings) as factory:
+        model = factory("review_agent")
+        assert isinstance(model, LlamaCppChatOpenAI)
+        assert factory.model_name("review_agent") == embedded_model_name(settings)
+        reply = await model.ainvoke([HumanMessage("Say hi.")])
+        assert isinstance(reply.content, str)
 
 
 @pytest.mark.slow
