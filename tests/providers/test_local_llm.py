@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def _settings(**overrides: Any) -> Settings:
     """Settings isolated from the developer's environment and .env."""
-    return Settings(_env_file=None, llm_base_url=None, **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **{"llm_base_url": None, **overrides})  # type: ignore[call-arg]
 
 
 def _alive(pid: int) -> bool:
