@@ -44,7 +44,12 @@ class Settings(BaseSettings):
     """Configuration for the service, the graphs and the providers."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        # A bad value must not print the value: it may be a key (AUTH_API_KEYS, LLM_API_KEY).
+        hide_input_in_errors=True,
     )
 
     # --- LLM -------------------------------------------------------------------
@@ -79,9 +84,63 @@ class Settings(BaseSettings):
         default=None, ge=16, le=32768, description="Max tokens per completion (unset: server default)."
     )
 
+    # --- HTTP service: security and limits (app/security.py) ---------------------
+    auth_api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="API keys accepted as `Authorization: Bearer <key>` or `X-Api-Key`: "
+        'comma-separated or a JSON array, each 16-256 printable characters. Unset: the '
+        "service runs open (and says so at start-up and in /info).",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins allowed to call the API from a browser (comma-separated or a "
+        'JSON array, e.g. "https://studio.example.com"); "*" allows any. Unset: no CORS.',
+        examples=[["https://studio.example.com"]],
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Largest request body accepted, counted on the bytes received (413 past it).",
+    )
+    max_upload_bytes: int = Field(
+        default=10 * 1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Largest reference image accepted by POST /assets, in decoded bytes.",
+    )
+
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(
         default=Path("./data"), description="Directory holding the SQLite database and assets."
+    )
+
+    # --- runs and streams (app/runs) ---------------------------------------------
+    run_timeout: float = Field(
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="Seconds one run may execute before it ends with status `timeout`.",
+    )
+    run_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Attempts per run, the first included: a run left pending/running by a "
+        "stopped server resumes from its last checkpoint at start-up until this many.",
+    )
+    sse_heartbeat_interval: float = Field(
+        default=15.0,
+        ge=0.05,
+        le=300,
+        description="Seconds of silence after which an SSE stream gets a `: heartbeat` comment.",
+    )
+    event_retention_hours: float = Field(
+        default=168.0,
+        ge=0,
+        le=87600,
+        description="Hours a finished run keeps its full event log; older logs keep only their "
+        "last frames and a rejoin gets a `gap` event (0 keeps every log forever).",
     )
 
     # --- images ----------------------------------------------------------------
@@ -226,6 +285,55 @@ class Settings(BaseSettings):
                 raise ValueError(f"LOCAL_MODEL_MAX_TOKENS[{role!r}] must be 16-32768")
         return value
 
+    @field_validator("auth_api_keys", "cors_origins", mode="before")
+    @classmethod
+    def _parse_list(cls, value: object) -> object:
+        """Accept a list setting as a JSON array or a comma-separated string."""
+        if isinstance(value, str):
+            import json
+
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"must be a JSON array or comma-separated: {exc.msg}"
+                    ) from None
+            return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    @field_validator("auth_api_keys")
+    @classmethod
+    def _strong_keys(cls, value: list[SecretStr]) -> list[SecretStr]:
+        """Refuse keys too short to resist guessing or unusable in a header; drop repeats."""
+        unique: dict[str, SecretStr] = {}
+        for index, key in enumerate(value):
+            secret = key.get_secret_value()
+            if not 16 <= len(secret) <= 256:
+                raise ValueError(f"AUTH_API_KEYS[{index}] must be 16-256 characters long")
+            if not all(33 <= ord(char) <= 126 for char in secret) or "," in secret:
+                raise ValueError(
+                    f"AUTH_API_KEYS[{index}] must be printable ASCII without spaces or commas"
+                )
+            unique.setdefault(secret, key)
+        return list(unique.values())
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        """Require `*` or bare origins (scheme://host[:port]) so a typo cannot open CORS wider."""
+        import re
+
+        origin = re.compile(r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:\d{1,5})?")
+        for item in value:
+            if item != "*" and not origin.fullmatch(item):
+                raise ValueError(
+                    f"CORS_ORIGINS entry {item!r} must be '*' or scheme://host[:port] "
+                    "(no path, no trailing slash)"
+                )
+        return value
+
     @field_validator("llm_base_url", "image_api_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -247,6 +355,11 @@ class Settings(BaseSettings):
         """Return the embedded model's completion budget for a role."""
         table = self.local_model_max_tokens
         return table.get(role) or table.get("default") or LOCAL_MODEL_MAX_TOKENS["default"]
+
+    @property
+    def database_path(self) -> Path:
+        """The service's one SQLite database file (threads, runs, events, notes, checkpoints)."""
+        return self.data_dir / "atelier.db"
 
     @property
     def assets_dir(self) -> Path:
