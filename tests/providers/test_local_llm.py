@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from core.settings import Settings
 from providers.llm import OpenAIModelFactory, open_model_factory
 from providers.local_llm import (
+    GRAMMAR_MAX_REPEAT,
     EmbeddedModelError,
     EmbeddedModelServer,
     LlamaCppChatOpenAI,
@@ -58,6 +59,13 @@ def _wait_gone(pid: int, seconds: float) -> bool:
             return True
         time.sleep(0.05)
     return not _alive(pid)
+
+
+class LongAnswer(BaseModel):
+    """Write a note (bounds like the supervisor's guidance, which once crashed the server)."""
+
+    note: str = Field(description="The note.", max_length=4000)
+    points: list[str] = Field(default_factory=list, max_length=5000)
 
 
 class CityAnswer(BaseModel):
@@ -167,6 +175,16 @@ def test_llama_cpp_client_sends_max_tokens_and_string_content() -> None:
     assert assistant["tool_calls"][0]["function"]["name"] == "knowledge_search"
 
 
+def test_llama_cpp_client_lowers_repetition_bounds_that_crash_the_server() -> None:
+    model = LlamaCppChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key="x")  # type: ignore[arg-type]
+    bound = model.bind_tools([LongAnswer], tool_choice="LongAnswer")
+    payload = model._get_request_payload([HumanMessage("hi")], **bound.kwargs)  # type: ignore[attr-defined]
+    params = payload["tools"][0]["function"]["parameters"]
+    assert params["properties"]["note"]["maxLength"] == GRAMMAR_MAX_REPEAT
+    assert params["properties"]["points"]["maxItems"] == GRAMMAR_MAX_REPEAT
+    assert LongAnswer.model_json_schema()["properties"]["note"]["maxLength"] == 4000  # untouched
+
+
 def test_factory_points_every_role_at_the_embedded_model() -> None:
     settings = _settings(local_model_max_tokens='{"default": 111, "writer_agent": 999}')
     factory = OpenAIModelFactory(settings, base_url="http://127.0.0.1:9/v1", embedded=True)
@@ -242,6 +260,39 @@ async def test_embedded_model_answers_forced_tool_calls_and_streams() -> None:
         )
         assert isinstance(followup.content, str)
     assert server.pid is None
+
+
+@pytest.mark.slow
+async def test_long_max_length_schema_no_longer_crashes_the_server() -> None:
+    settings = _settings(local_model_ctx=1024, local_model_max_tokens="64")
+    async with open_model_factory(settings) as factory:
+        structured = factory("supervisor").with_structured_output(
+            LongAnswer, method="function_calling", include_raw=True
+        )
+        for _ in range(2):  # the second call proves the server survived the first
+            result: Any = await structured.ainvoke([HumanMessage("Write a short note.")])
+            assert result["raw"].tool_calls or result["raw"].invalid_tool_calls
+
+
+@pytest.mark.slow
+async def test_a_crashed_child_is_restarted_on_the_same_url() -> None:
+    server = EmbeddedModelServer(_settings(local_model_ctx=1024))
+    base_url = await server.start()
+    try:
+        first = server.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        for _ in range(200):  # up to 20 s
+            if server.restarts and server.pid not in (None, first):
+                break
+            await asyncio.sleep(0.1)
+        assert server.restarts == 1 and server.pid not in (None, first)
+        model = LlamaCppChatOpenAI(model="m", base_url=base_url, api_key="x", max_tokens=4)  # type: ignore[arg-type,call-arg]
+        assert isinstance((await model.ainvoke("hi")).content, str)
+        second = server.pid
+    finally:
+        await server.stop()
+    assert second is not None and not _alive(second)
 
 
 @pytest.mark.slow
