@@ -170,13 +170,12 @@ async def run_request(
     clarify: ClarificationHandler,
 ) -> dict[str, Any]:
     """Open the services the app would (vault, models, embedded model) and `execute`."""
-    from app.main import database_path
     from knowledge.repository import SqliteNoteRepository
     from providers.llm import open_model_factory
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with (
-        SqliteNoteRepository(database_path(settings)) as notes,
+        SqliteNoteRepository(settings.database_path) as notes,
         open_model_factory(settings) as models,
     ):
         context = AtelierContext.from_settings(settings, models=models, notes=notes)
@@ -480,7 +479,6 @@ def notes_import(
     ],
 ) -> None:
     """Import notes from a JSONL file: every line is checked first; all or nothing."""
-    from app.main import database_path
 
     settings = _settings()
     err = Console(stderr=True)
@@ -489,7 +487,7 @@ def notes_import(
     except UnicodeDecodeError:
         err.print(f"[red]{escape(str(file))} is not UTF-8 text[/red]")
         raise typer.Exit(1) from None
-    imported, errors = asyncio.run(import_notes(database_path(settings), lines))
+    imported, errors = asyncio.run(import_notes(str(settings.database_path), lines))
     if errors:
         err.print(f"[red]Nothing imported: {len(errors)} bad line(s) in {escape(str(file))}[/red]")
         for error in errors[:50]:
@@ -497,7 +495,7 @@ def notes_import(
         if len(errors) > 50:
             err.print(f"  … and {len(errors) - 50} more")
         raise typer.Exit(1)
-    Console().print(f"Imported {imported} note(s) into {escape(database_path(settings))}")
+    Console().print(f"Imported {imported} note(s) into {escape(str(settings.database_path))}")
 
 
 @notes_cli.command("export")
@@ -507,10 +505,9 @@ def notes_export(
     ] = None,
 ) -> None:
     """Export every note of the vault as JSONL, to a file or stdout."""
-    from app.main import database_path
 
     settings = _settings()
-    lines = asyncio.run(export_notes(database_path(settings)))
+    lines = asyncio.run(export_notes(str(settings.database_path)))
     text = "".join(f"{line}\n" for line in lines)
     if file is None:
         sys.stdout.write(text)
