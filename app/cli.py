@@ -56,8 +56,8 @@ notes_cli = typer.Typer(
 )
 cli.add_typer(notes_cli, name="notes")
 
-#: Answer to a clarification when nobody can be asked (no TTY, --auto-confirm).
-DEFAULT_CLARIFICATION_ANSWER = "按默认继续"
+#: Answer to a clarification when nobody can be asked (no TTY) or nothing was typed.
+DEFAULTS_ANSWER: dict[str, str] = {"action": "defaults"}
 
 EventHandler = Callable[[Mapping[str, Any]], None]
 ClarificationHandler = Callable[[Any], Any]
@@ -305,27 +305,34 @@ def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
 
 
 def _terminal_clarifier(console: Console, interactive: bool) -> ClarificationHandler:
-    """Return a handler that asks the planner's question on the terminal, or answers it."""
+    """Return a handler that asks the planner's question on the terminal, or answers it.
+
+    The planner's interrupt value is ``{"question": str, "options": [{"id", "label"}]}``
+    and it resumes with ``{"action": "defaults"}`` or ``{"action": "details",
+    "details": text}`` (see `nodes.planner.parse_resume`).
+    """
 
     def clarify(value: Any) -> Any:
-        question = value.get("question") if isinstance(value, Mapping) else str(value)
-        options = list(value.get("options") or []) if isinstance(value, Mapping) else []
+        question = value.get("question") if isinstance(value, Mapping) else value
+        options = value.get("options") or [] if isinstance(value, Mapping) else []
         console.print(Panel(str(question or "The planner needs more details."), title="question"))
         if not interactive:
-            console.print(f"(not interactive: answering {DEFAULT_CLARIFICATION_ANSWER!r})")
-            return DEFAULT_CLARIFICATION_ANSWER
+            console.print("[dim](not interactive: continuing with defaults)[/dim]")
+            return DEFAULTS_ANSWER
         for number, option in enumerate(options, 1):
             label = option.get("label", option) if isinstance(option, Mapping) else option
             console.print(f"  {number}. {label}")
         answer = Prompt.ask(
-            "Your answer (an option's number, or details)",
-            console=console,
-            default=DEFAULT_CLARIFICATION_ANSWER,
-        )
+            "Choose an option's number, or type the details", console=console, default="1"
+        ).strip()
         if answer.isdigit() and 1 <= int(answer) <= len(options):
-            chosen = options[int(answer) - 1]
-            return chosen.get("value", chosen) if isinstance(chosen, Mapping) else chosen
-        return answer
+            option = options[int(answer) - 1]
+            if not isinstance(option, Mapping) or option.get("id") != "details":
+                return DEFAULTS_ANSWER
+            answer = Prompt.ask("Details", console=console, default="").strip()
+        if not answer:
+            return DEFAULTS_ANSWER
+        return {"action": "details", "details": answer}
 
     return clarify
 

@@ -215,3 +215,42 @@ def test_announce_waits_for_the_server_to_answer(capsys: pytest.CaptureFixture[s
 
 def test_settings_are_read_from_the_environment(data_dir: Path) -> None:
     assert Settings().data_dir == data_dir
+
+
+# --------------------------------------------------------------------------- clarification
+
+QUESTION = {
+    "type": "clarification",
+    "question": "请补充：受众、目标",
+    "options": [{"id": "defaults", "label": "按默认继续"}, {"id": "details", "label": "补充细节"}],
+}
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        (["1"], {"action": "defaults"}),
+        (["2", "给大学生看"], {"action": "details", "details": "给大学生看"}),
+        (["2", ""], {"action": "defaults"}),
+        (["面向新手妈妈"], {"action": "details", "details": "面向新手妈妈"}),
+    ],
+)
+def test_clarification_is_asked_on_the_terminal(
+    monkeypatch: pytest.MonkeyPatch, typed: list[str], expected: dict[str, str]
+) -> None:
+    from app.cli import _terminal_clarifier
+
+    answers = iter(typed)
+    monkeypatch.setattr("app.cli.Prompt.ask", lambda *a, **kw: next(answers))
+    console = Console(record=True, width=100)
+    assert _terminal_clarifier(console, interactive=True)(QUESTION) == expected
+    text = console.export_text()
+    assert "请补充：受众、目标" in text and "2. 补充细节" in text
+
+
+def test_clarification_without_a_terminal_continues_with_defaults() -> None:
+    from app.cli import _terminal_clarifier
+
+    console = Console(record=True, width=100)
+    assert _terminal_clarifier(console, interactive=False)(QUESTION) == {"action": "defaults"}
+    assert "continuing with defaults" in console.export_text()
