@@ -57,6 +57,11 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   lowers such bounds in the tool schemas it sends to `GRAMMAR_MAX_REPEAT` (1000):
   the model may write less than Pydantic allows, never more, and the server lives.
   Should the child die anyway, `EmbeddedModelServer` restarts it on the same port.
+* **Numeric bounds are not in the grammar** (`minimum`/`maximum` are ignored), so
+  SmolLM2 answers `image_max: 24` where at most 9 is allowed and the reply fails
+  validation (1 planner call in 5 in a probe). `LlamaCppChatOpenAI` turns bounded
+  integers (up to 1000 values) and bounded numbers (21 steps) into enums, which
+  the grammar does enforce.
 * `response_format` `{"type": "json_object", "schema": ...}` is grammar-constrained
   too; `{"type": "json_schema"}` is rejected. Streaming text works. Requests are
   served one at a time (`--interrupt_requests False` keeps a second request from
@@ -420,12 +425,12 @@ async def serve_embedded_model(settings: Settings) -> AsyncIterator[str]:
 class LlamaCppChatOpenAI(ChatOpenAI):
     """`ChatOpenAI` adjusted to the request dialect of llama-cpp-python's server.
 
-    Three deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
+    Deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
     the completion budget goes out as `max_tokens`, which the server reads, instead
     of `max_completion_tokens`, which it ignores; a tool-call-only assistant turn
     carries `""` instead of `null` content, which the server would reject; and tool
-    schemas carry `maxLength`/`maxItems` of at most `GRAMMAR_MAX_REPEAT`, since larger
-    ones crash it.
+    schemas go through `grammar_safe_schema`, so their bounds neither crash the
+    server nor go unenforced.
     """
 
     def _get_request_payload(
@@ -449,10 +454,16 @@ class LlamaCppChatOpenAI(ChatOpenAI):
 
 
 def grammar_safe_schema(schema: Any) -> Any:
-    """Return a copy of a JSON schema with repetition bounds llama.cpp can compile.
+    """Return a copy of a JSON schema that llama.cpp compiles into a grammar that holds.
 
-    `maxLength`/`maxItems` above `GRAMMAR_MAX_REPEAT` are lowered to it (and a
-    `minLength`/`minItems` above it too, so the bounds stay consistent).
+    * `maxLength`/`maxItems` above `GRAMMAR_MAX_REPEAT` are lowered to it (and a
+      `minLength`/`minItems` above it too, so the bounds stay consistent): larger
+      ones crash the server.
+    * Bounded numbers become enums, because the grammar ignores `minimum`/`maximum`
+      and a small model happily writes a score of 7 where 0-1 is allowed: an
+      integer range of at most `GRAMMAR_MAX_REPEAT` values lists every value; a
+      `number` range is offered in `_NUMBER_STEPS` equal steps (0, 0.05, … 1 for a
+      score). Wider integer ranges stay unbounded in the grammar.
     """
     if isinstance(schema, list):
         return [grammar_safe_schema(item) for item in schema]
@@ -463,4 +474,25 @@ def grammar_safe_schema(schema: Any) -> Any:
         value = safe.get(key)
         if isinstance(value, int) and value > GRAMMAR_MAX_REPEAT:
             safe[key] = GRAMMAR_MAX_REPEAT
+    values = _bounded_number_values(safe)
+    if values is not None:
+        safe["enum"] = values
     return safe
+
+
+_NUMBER_STEPS = 20
+
+
+def _bounded_number_values(schema: dict[str, Any]) -> list[int | float] | None:
+    """Return the values a bounded integer/number schema may take, or None."""
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if "enum" in schema or "const" in schema or low is None or high is None or high < low:
+        return None
+    if "exclusiveMinimum" in schema or "exclusiveMaximum" in schema:
+        return None
+    if schema.get("type") == "integer" and isinstance(low, int) and isinstance(high, int):
+        return list(range(low, high + 1)) if high - low < GRAMMAR_MAX_REPEAT else None
+    if schema.get("type") == "number":
+        step = (high - low) / _NUMBER_STEPS
+        return sorted({round(low + i * step, 4) for i in range(_NUMBER_STEPS + 1)})
+    return None

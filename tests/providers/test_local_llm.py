@@ -30,6 +30,7 @@ from providers.local_llm import (
     LlamaCppChatOpenAI,
     default_model_path,
     embedded_model_name,
+    grammar_safe_schema,
     model_path,
     serve_embedded_model,
     server_command,
@@ -183,6 +184,25 @@ def test_llama_cpp_client_lowers_repetition_bounds_that_crash_the_server() -> No
     assert params["properties"]["note"]["maxLength"] == GRAMMAR_MAX_REPEAT
     assert params["properties"]["points"]["maxItems"] == GRAMMAR_MAX_REPEAT
     assert LongAnswer.model_json_schema()["properties"]["note"]["maxLength"] == 4000  # untouched
+
+
+class Scored(BaseModel):
+    score: float = Field(ge=0, le=1)
+    images: int | None = Field(default=None, ge=0, le=9)
+    body_max: int = Field(default=0, ge=0, le=100_000)
+    free: float = 0.0
+
+
+def test_bounded_numbers_become_enums_the_grammar_enforces() -> None:
+    """Regression: SmolLM2 wrote image_max 24 (allowed 0-9); the grammar ignores maximum."""
+    props = grammar_safe_schema(Scored.model_json_schema())["properties"]
+    assert props["score"]["enum"][:3] == [0.0, 0.05, 0.1] and props["score"]["enum"][-1] == 1.0
+    assert len(props["score"]["enum"]) == 21
+    assert props["images"]["anyOf"][0]["enum"] == list(range(10))
+    assert "enum" not in props["body_max"]  # too wide to list; stays a plain integer
+    assert "enum" not in props["free"]
+    for value in props["score"]["enum"]:
+        Scored(score=value)
 
 
 def test_factory_points_every_role_at_the_embedded_model() -> None:
