@@ -16,6 +16,9 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.metrics import install_metrics
+from app.routes import assets, knowledge, ops
+from app.security import install_security
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import SqliteNoteRepository
@@ -55,6 +58,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    install_metrics(app)
+    install_security(app, settings)
+    app.include_router(ops.router)
+    app.include_router(knowledge.router)
+    app.include_router(assets.router)
     mount_console(app)
     return app
 

@@ -1,0 +1,343 @@
+"""Prometheus metrics of one app: runs, nodes, LLM calls, SSE subscribers, retries.
+
+Each app owns an `AtelierMetrics` with its own `CollectorRegistry` (kept as
+`app.state.metrics`; routes reach it with `MetricsDep`), so two apps in one process,
+as in tests, never share counters. `GET /metrics` (app/routes/ops.py) serves it in
+the Prometheus text format.
+
+What the run manager calls (every method is cheap and never raises on a
+well-formed call):
+
+    metrics.run_started()                      a run was accepted (active runs +1)
+    metrics.run_finished(status, seconds)      it ended: success, error, timeout or
+                                               interrupted (active runs -1); seconds
+                                               from start to end
+    metrics.node_finished(node, seconds)       a graph node ran (only for nodes the
+                                               callback handler cannot see)
+    metrics.retry(kind)                        a retry happened: "critic", "replan", "llm"
+    metrics.observe_event(event)               every `custom`-mode pipeline event: a
+                                               critic.verdict sending the run back to
+                                               rag / planner counts as a critic retry /
+                                               replan
+    metrics.sse_subscribed() / sse_unsubscribed()
+    with metrics.sse_subscription(): ...       the same as a context manager
+    config["callbacks"] = [metrics.callback]   per run: LLM calls, tokens and
+                                               durations by role, LLM retries that
+                                               LangChain sees, and node durations
+
+`metrics.callback` is one `MetricsCallbackHandler` shared by every run (it keys what
+it tracks by LangChain run id). It learns a call's role from `metadata["role"]` or
+a `role:<name>` tag, both set by `providers.llm.OpenAIModelFactory`; a model built
+elsewhere counts as role "unknown". Token counts come from the message's
+`usage_metadata` (the factory asks for `stream_usage`), else from the provider's
+`token_usage`. Retries made inside the OpenAI client (`LLM_MAX_RETRIES`) are not
+visible to LangChain callbacks and are not counted; retries through LangChain's
+`with_retry` are.
+
+Node durations are measured by the same handler from LangGraph's own callbacks: a
+chain whose run name equals its `langgraph_node` metadata is a node's task, so
+every node of the pipeline and of the team subgraph is timed (label `node`). Do
+not also call `node_finished` for those, or they count twice.
+
+Label values are bounded: statuses, retry kinds and roles come from fixed sets
+(anything else becomes "other"); node names come from the compiled graphs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import Depends, FastAPI, Request
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import LLMResult
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from core.settings import LLM_ROLES
+
+RUN_STATUSES: tuple[str, ...] = ("pending", "running", "success", "error", "timeout", "interrupted")
+RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
+UNKNOWN_ROLE = "unknown"
+OTHER = "other"
+MAX_NODE_LABEL_CHARS = 64
+MAX_TRACKED_CALLS = 10_000  # in-flight calls/nodes remembered; a call that never ends is dropped
+
+_RUN_BUCKETS = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+_NODE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+
+
+class AtelierMetrics:
+    """The service's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Create every metric in `registry` (a new one by default)."""
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs_started = Counter("atelier_runs_started", "Runs accepted.", registry=r)
+        self.runs = Counter(
+            "atelier_runs", "Runs finished, by final status.", ["status"], registry=r
+        )
+        self.active_runs = Gauge("atelier_active_runs", "Runs pending or running.", registry=r)
+        self.run_duration = Histogram(
+            "atelier_run_duration_seconds",
+            "Wall time of a run from start to end, by final status.",
+            ["status"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.node_duration = Histogram(
+            "atelier_node_duration_seconds",
+            "Wall time of one graph node's task, by node.",
+            ["node"],
+            buckets=_NODE_BUCKETS,
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            "atelier_llm_calls",
+            "LLM calls by role and outcome (ok, error).",
+            ["role", "outcome"],
+            registry=r,
+        )
+        self.llm_tokens = Counter(
+            "atelier_llm_tokens",
+            "LLM tokens by role and direction (input, output).",
+            ["role", "direction"],
+            registry=r,
+        )
+        self.llm_duration = Histogram(
+            "atelier_llm_call_duration_seconds",
+            "Wall time of one LLM call, by role.",
+            ["role"],
+            buckets=_LLM_BUCKETS,
+            registry=r,
+        )
+        self.sse_subscribers = Gauge(
+            "atelier_sse_subscribers", "Open SSE streams of run events.", registry=r
+        )
+        self.retries = Counter(
+            "atelier_retries",
+            "Retries by kind: critic (back to rag), replan (back to planner), llm.",
+            ["kind"],
+            registry=r,
+        )
+        # Every label value shows from the start, so a dashboard sees zeros, not gaps.
+        for status in RUN_STATUSES:
+            self.runs.labels(status=status)
+        for kind in RETRY_KINDS:
+            self.retries.labels(kind=kind)
+        self.callback = MetricsCallbackHandler(self)
+
+    # --- runs -----------------------------------------------------------------
+
+    def run_started(self) -> None:
+        """Count a run accepted by the run manager; it is active until `run_finished`."""
+        self.runs_started.inc()
+        self.active_runs.inc()
+
+    def run_finished(self, status: str, seconds: float) -> None:
+        """Count a run that ended with `status`, after `seconds` of wall time."""
+        label = status if status in RUN_STATUSES else OTHER
+        self.runs.labels(status=label).inc()
+        self.active_runs.dec()
+        self.run_duration.labels(status=label).observe(max(0.0, seconds))
+
+    def node_finished(self, node: str, seconds: float) -> None:
+        """Record the wall time of one node's task."""
+        self.node_duration.labels(node=_node_label(node)).observe(max(0.0, seconds))
+
+    def retry(self, kind: str) -> None:
+        """Count a retry of a kind in `RETRY_KINDS` ("critic", "replan", "llm")."""
+        self.retries.labels(kind=kind if kind in RETRY_KINDS else OTHER).inc()
+
+    def observe_event(self, event: Mapping[str, Any]) -> None:
+        """Learn from a pipeline event (custom stream mode): critic retries and replans."""
+        if event.get("type") != "critic.verdict":
+            return
+        next_step = event.get("next")
+        if next_step == "rag":
+            self.retry("critic")
+        elif next_step == "planner":
+            self.retry("replan")
+
+    # --- SSE ------------------------------------------------------------------
+
+    def sse_subscribed(self) -> None:
+        """Count an SSE stream that started sending a run's events."""
+        self.sse_subscribers.inc()
+
+    def sse_unsubscribed(self) -> None:
+        """Count an SSE stream that ended (finished, disconnected or cancelled)."""
+        self.sse_subscribers.dec()
+
+    @contextmanager
+    def sse_subscription(self) -> Iterator[None]:
+        """Count an SSE subscriber for the duration of the block."""
+        self.sse_subscribed()
+        try:
+            yield
+        finally:
+            self.sse_unsubscribed()
+
+    # --- exposition -------------------------------------------------------------
+
+    def render(self) -> tuple[bytes, str]:
+        """Return the metrics in the Prometheus text format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsCallbackHandler(BaseCallbackHandler):
+    """Count LLM calls, tokens and retries by role, and time graph nodes, from callbacks.
+
+    A synchronous handler run inline: it only updates counters, so it never blocks the
+    event loop, and it works the same under `invoke` and `ainvoke`.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self, metrics: AtelierMetrics) -> None:
+        """Report into `metrics`."""
+        self._metrics = metrics
+        self._llm_runs: dict[UUID, tuple[str, float]] = {}  # run id → (role, start)
+        self._node_runs: dict[UUID, tuple[str, float]] = {}  # run id → (node, start)
+
+    # --- LLM calls --------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember the role and start time of a chat model call."""
+        _remember(self._llm_runs, run_id, role_of(metadata, tags))
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember the role and start time of a completion model call."""
+        _remember(self._llm_runs, run_id, role_of(metadata, tags))
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        """Count a finished call, its tokens and its duration."""
+        role, started = self._llm_runs.pop(run_id, (UNKNOWN_ROLE, None))
+        m = self._metrics
+        m.llm_calls.labels(role=role, outcome="ok").inc()
+        if started is not None:
+            m.llm_duration.labels(role=role).observe(time.perf_counter() - started)
+        input_tokens, output_tokens = token_usage(response)
+        if input_tokens:
+            m.llm_tokens.labels(role=role, direction="input").inc(input_tokens)
+        if output_tokens:
+            m.llm_tokens.labels(role=role, direction="output").inc(output_tokens)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Count a failed (or cancelled) call."""
+        role, started = self._llm_runs.pop(run_id, (UNKNOWN_ROLE, None))
+        self._metrics.llm_calls.labels(role=role, outcome="error").inc()
+        if started is not None:
+            self._metrics.llm_duration.labels(role=role).observe(time.perf_counter() - started)
+
+    def on_retry(self, retry_state: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Count a retry made by LangChain's `with_retry`."""
+        self._metrics.retry("llm")
+
+    # --- graph nodes --------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Start timing a chain that is a LangGraph node's task."""
+        node = (metadata or {}).get("langgraph_node")
+        if isinstance(node, str) and kwargs.get("name") == node and not node.startswith("__"):
+            _remember(self._node_runs, run_id, node)
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record a node's duration when its task ends."""
+        self._end_node(run_id)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record a node's duration when its task fails, is interrupted or cancelled."""
+        self._end_node(run_id)
+
+    def _end_node(self, run_id: UUID) -> None:
+        entry = self._node_runs.pop(run_id, None)
+        if entry is not None:
+            node, started = entry
+            self._metrics.node_finished(node, time.perf_counter() - started)
+
+
+def _remember(table: dict[UUID, tuple[str, float]], run_id: UUID, label: str) -> None:
+    """Record a start time, forgetting the oldest entry when too many never ended."""
+    if len(table) >= MAX_TRACKED_CALLS:
+        table.pop(next(iter(table)))
+    table[run_id] = (label, time.perf_counter())
+
+
+def role_of(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) -> str:
+    """Return the LLM role of a call from its metadata or `role:<name>` tag."""
+    role = (metadata or {}).get("role")
+    if not isinstance(role, str):
+        role = next((t[5:] for t in tags or () if t.startswith("role:")), None)
+    if role is None:
+        return UNKNOWN_ROLE
+    return role if role in LLM_ROLES else OTHER
+
+
+def token_usage(response: LLMResult) -> tuple[int, int]:
+    """Return (input, output) tokens of a call: message usage metadata, else token_usage."""
+    input_tokens = output_tokens = 0
+    found = False
+    for generations in response.generations:
+        for generation in generations:
+            usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
+            if usage:
+                found = True
+                input_tokens += int(usage.get("input_tokens", 0) or 0)
+                output_tokens += int(usage.get("output_tokens", 0) or 0)
+    if not found:
+        usage = (response.llm_output or {}).get("token_usage") or {}
+        input_tokens = int(usage.get("prompt_tokens", 0) or 0)
+        output_tokens = int(usage.get("completion_tokens", 0) or 0)
+    return input_tokens, output_tokens
+
+
+def _node_label(node: str) -> str:
+    return node[:MAX_NODE_LABEL_CHARS] if node else OTHER
+
+
+def install_metrics(app: FastAPI) -> AtelierMetrics:
+    """Give `app` its metrics (as `app.state.metrics`) and return them."""
+    metrics = AtelierMetrics()
+    app.state.metrics = metrics
+    return metrics
+
+
+def get_metrics(request: Request) -> AtelierMetrics:
+    """Return the app's metrics."""
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+MetricsDep = Annotated[AtelierMetrics, Depends(get_metrics)]

@@ -1,0 +1,507 @@
+"""Who may call the service, how much they may send, and what errors tell them.
+
+`install_security(app, settings)` wires four things into the app, outermost first:
+
+1. **CORS** (Starlette's `CORSMiddleware`), only for the `CORS_ORIGINS` allowlist;
+   none by default. Preflights are answered before authentication, as browsers
+   send them without credentials.
+2. **API keys** (`AuthMiddleware`): every request outside `PUBLIC_PATHS` must carry
+   one of `AUTH_API_KEYS` as `Authorization: Bearer <key>` or `X-Api-Key: <key>`,
+   or it gets 401 before any route runs. It is a middleware rather than a route
+   dependency so that a route nobody remembered to protect is protected anyway
+   (fail closed). A presented key is hashed and compared with `secrets.compare_digest`
+   against every configured key's hash, without stopping at a match, so neither the
+   keys' contents nor their lengths nor which one matched show in the timing. With no
+   key configured the service runs open: a warning is logged at start-up and /info
+   reports `"auth": "open"`.
+3. **Body limit** (`BodyLimitMiddleware`): a pure ASGI middleware counting the body
+   bytes actually received, so a chunked body or a lying `Content-Length` cannot get
+   past `MAX_BODY_BYTES` (POST /assets gets room for `MAX_UPLOAD_BYTES` as base64).
+   Past the limit the client gets 413 and the route's response, if any, is dropped.
+   Starlette's own `RequestBodyLimitMiddleware` does the counting the same way but
+   answers a bare "Content Too Large" and knows one limit per route at import time;
+   ours names the limit and takes it from settings.
+4. **Error bodies**: every error the service produces is JSON of one shape,
+   `{"detail": ..., "error": "<code>", "message": "<one sentence>"}`. `detail` is
+   what FastAPI and LangGraph Platform clients read (a string, or the list of field
+   errors for a 422); `message` is always a string, and the first key
+   `langgraph-sdk` reads for its exception text. An unexpected exception becomes a
+   500 with an error id that is also in the server log; no traceback, exception
+   text or submitted value reaches a client.
+
+Routes learn the caller through `PrincipalDep`, the caller's owner id: `key_` and
+24 hex characters of an HMAC-SHA256 of the key (stable across restarts and key
+reordering, not reversible to the key), or `anonymous` when the service is open.
+Threads and runs store it so another key cannot see them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Request, Security
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import SecretStr
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+"""Owner id of every caller when the service runs open (no `AUTH_API_KEYS`)."""
+
+PRINCIPAL_STATE_KEY = "principal"
+"""Key under `request.state` (the ASGI scope's "state") holding the caller's owner id."""
+
+#: Paths anyone may call: probes, the API's own description and the console page
+#: (which asks for a key before it calls anything else).
+PUBLIC_PATHS: frozenset[str] = frozenset(
+    {"/", "/ok", "/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+PUBLIC_PREFIXES: tuple[str, ...] = ("/console/",)
+
+#: Routes whose body may be larger than MAX_BODY_BYTES (see `upload_body_limit`).
+UPLOAD_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/assets")})
+
+#: Headers longer than this cannot hold a key (keys are at most 256 characters).
+_MAX_CREDENTIAL_CHARS = 1024
+_OWNER_ID_SALT = b"atelier.owner-id.v1"
+
+ERROR_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+_UNAUTHORIZED = (
+    "A valid API key is required: send it as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'."
+)
+
+
+def error_body(status_code: int, message: str, detail: Any = None) -> dict[str, Any]:
+    """Return the service's JSON error body for a status and a client-safe message."""
+    return {
+        "detail": message if detail is None else detail,
+        "error": ERROR_CODES.get(status_code, f"http_{status_code}"),
+        "message": message,
+    }
+
+
+def error_response(
+    status_code: int,
+    message: str,
+    detail: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """Return a JSON error response in the service's error shape."""
+    return JSONResponse(
+        error_body(status_code, message, detail), status_code=status_code, headers=headers
+    )
+
+
+# --- API keys ---------------------------------------------------------------------
+
+
+def owner_id_for(key: str) -> str:
+    """Return the stable, non-reversible owner id of an API key."""
+    digest = hmac.new(_OWNER_ID_SALT, key.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"key_{digest[:24]}"
+
+
+class ApiKeys:
+    """The configured API keys, kept only as hashes, and the check of a presented key."""
+
+    def __init__(self, keys: Iterable[SecretStr | str]) -> None:
+        """Hash every key once; the plain keys are not kept."""
+        self._entries: list[tuple[bytes, str]] = []
+        for key in keys:
+            plain = key.get_secret_value() if isinstance(key, SecretStr) else key
+            self._entries.append((_digest(plain), owner_id_for(plain)))
+
+    @property
+    def open(self) -> bool:
+        """Whether no key is configured, so every caller is let in as anonymous."""
+        return not self._entries
+
+    def identify(self, presented: str | None) -> str | None:
+        """Return the owner id of a presented key, or None when it matches no key.
+
+        The presented key's hash is compared with every configured key's hash in
+        constant time, and the loop never stops early.
+        """
+        if not presented or len(presented) > _MAX_CREDENTIAL_CHARS:
+            return None
+        candidate = _digest(presented)
+        owner: str | None = None
+        for digest, entry_owner in self._entries:
+            if secrets.compare_digest(candidate, digest):
+                owner = entry_owner
+        return owner
+
+    def authenticate(self, headers: Headers) -> str | None:
+        """Return the caller's owner id from request headers, or None when refused."""
+        if self.open:
+            return ANONYMOUS
+        for presented in presented_keys(headers):
+            owner = self.identify(presented)
+            if owner is not None:
+                return owner
+        return None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def presented_keys(headers: Headers) -> list[str]:
+    """Return the keys a request presents: its bearer token, then its X-Api-Key."""
+    keys: list[str] = []
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        keys.append(token.strip())
+    api_key = headers.get("x-api-key", "").strip()
+    if api_key:
+        keys.append(api_key)
+    return keys
+
+
+def is_public(path: str) -> bool:
+    """Return whether a path is served without an API key."""
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+class AuthMiddleware:
+    """Refuse requests without a valid API key (401) and record the caller's owner id."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        """Wrap `app`, checking requests against `keys`."""
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate an HTTP request, then pass it on or answer 401."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        owner = self.keys.authenticate(Headers(scope=scope))
+        if owner is None and not is_public(scope["path"]):
+            response = error_response(
+                401, _UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
+            )
+            await response(scope, receive, send)
+            return
+        if owner is not None:
+            scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = owner
+        await self.app(scope, receive, send)
+
+
+# Declared for the OpenAPI document only (Swagger's and Apifox's "Authorize" button);
+# `AuthMiddleware` has already checked the key by the time these run.
+_bearer_scheme = HTTPBearer(
+    auto_error=False, scheme_name="bearer", description="An AUTH_API_KEYS key as a bearer token."
+)
+_api_key_scheme = APIKeyHeader(
+    name="X-Api-Key", auto_error=False, scheme_name="apiKey", description="An AUTH_API_KEYS key."
+)
+
+
+async def get_principal(
+    request: Request,
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
+    _api_key: Annotated[str | None, Security(_api_key_scheme)],
+) -> str:
+    """Return the caller's owner id (see the module docstring).
+
+    Falls back to checking the key itself when `AuthMiddleware` did not run (an
+    app built without `install_security`), so a route using this never runs for
+    an unauthenticated caller.
+    """
+    owner = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+    if owner is None:
+        keys = getattr(request.app.state, "api_keys", None)
+        if keys is None:
+            keys = ApiKeys(request.app.state.settings.auth_api_keys)
+        owner = keys.authenticate(request.headers)
+    if owner is None:
+        raise StarletteHTTPException(
+            401, _UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
+        )
+    return str(owner)
+
+
+PrincipalDep = Annotated[str, Security(get_principal)]
+"""The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
+
+
+# --- body limit ---------------------------------------------------------------------
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised from `receive` when the body passes the limit; ends the route's body read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large_message(limit))
+        self.limit = limit
+
+
+def too_large_message(limit: int) -> str:
+    """Return the 413 message for a limit in bytes."""
+    return f"Request body is larger than the limit of {limit} bytes."
+
+
+def upload_body_limit(settings: Settings) -> int:
+    """Return the body limit of an upload: the image as base64 in JSON, plus room for fields."""
+    as_base64 = -(-settings.max_upload_bytes // 3) * 4
+    return max(settings.max_body_bytes, as_base64 + 64 * 1024)
+
+
+class BodyLimitMiddleware:
+    """Answer 413 to requests whose body is larger than the limit, counting received bytes.
+
+    A declared `Content-Length` over the limit is refused before the app runs. Else the
+    chunks are counted as the app reads them: past the limit, `receive` raises, the
+    app's own response (an error page for the failed read) is discarded, and the
+    client gets this middleware's 413. The route's handler never runs for a JSON or
+    form body, as FastAPI reads those before calling it.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        route_limits: Mapping[tuple[str, str], int] | None = None,
+    ) -> None:
+        """Wrap `app` with a default limit and per-(method, path) limits."""
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.route_limits = dict(route_limits or {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Count the request body and answer 413 past the limit."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.route_limits.get((scope["method"], scope["path"]), self.max_body_bytes)
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await error_response(413, too_large_message(limit))(scope, receive, send)
+            return
+
+        received = 0
+        exceeded = False
+        response_started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, exceeded
+            if exceeded:
+                raise _BodyTooLarge(limit)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    exceeded = True
+                    raise _BodyTooLarge(limit)
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal response_started
+            if exceeded and not response_started:
+                return  # the app's answer to a failed read; ours is sent below
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not exceeded or response_started:
+                raise
+        if exceeded and not response_started:
+            await error_response(413, too_large_message(limit))(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = Headers(scope=scope).get("content-length")
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+# --- error bodies -----------------------------------------------------------------
+
+
+async def _http_exception_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Render an HTTPException in the service's error shape, keeping its detail."""
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail
+    if isinstance(detail, str):
+        message = detail
+    elif isinstance(detail, Mapping) and isinstance(detail.get("message"), str):
+        message = detail["message"]
+    else:
+        message = _status_phrase(exc.status_code)
+    return error_response(exc.status_code, message, detail, headers=exc.headers)
+
+
+async def _validation_exception_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Render a 422 that names each field and rule, without echoing the submitted values."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [_safe_error(error) for error in exc.errors()]
+    return error_response(422, validation_message(errors), errors)
+
+
+async def _unhandled_exception_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Log an unexpected exception under an error id and tell the client only that id."""
+    error_id = secrets.token_hex(6)
+    log.error(
+        "unhandled error %s on %s %s",
+        error_id,
+        request.method,
+        request.url.path,
+        exc_info=(type(exc), exc, exc.__traceback__),
+    )
+    return error_response(
+        500, f"The server hit an unexpected error (error id {error_id}); it has been logged."
+    )
+
+
+def _safe_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep an error's location, type, message and JSON-safe rule values; drop its input."""
+    safe: dict[str, Any] = {
+        "type": str(error.get("type", "value_error")),
+        "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
+        "msg": str(error.get("msg", "")),
+    }
+    ctx = {
+        key: value
+        for key, value in (error.get("ctx") or {}).items()
+        if isinstance(value, str | int | float | bool) and key != "error"
+    }
+    if error.get("type") == "json_invalid":
+        ctx["error"] = str((error.get("ctx") or {}).get("error", ""))[:200]
+    if ctx:
+        safe["ctx"] = jsonable_encoder(ctx)
+    return safe
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """Return one sentence naming every invalid field and the rule it broke."""
+    parts = []
+    for error in errors[:10]:
+        loc = ".".join(str(part) for part in error.get("loc", ())) or "request"
+        if error.get("type") == "json_invalid":
+            reason = (error.get("ctx") or {}).get("error") or "JSON decode error"
+            position = next((p for p in error.get("loc", ()) if isinstance(p, int)), None)
+            where = f" at character {position}" if position is not None else ""
+            parts.append(f"body: the body is not valid JSON{where} ({reason})")
+        else:
+            parts.append(f"{loc}: {error.get('msg', 'invalid value')}")
+    more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+    return "Invalid request: " + "; ".join(parts) + more
+
+
+def _status_phrase(status_code: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status_code).phrase
+    except ValueError:
+        return f"HTTP {status_code}"
+
+
+# --- installation -----------------------------------------------------------------
+
+
+def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
+    """Install CORS, API keys, the body limit and the error handlers on `app`.
+
+    Call it once in `create_app`, before the app serves. Returns the key ring, which is
+    also kept as `app.state.api_keys`.
+    """
+    keys = ApiKeys(settings.auth_api_keys)
+    app.state.api_keys = keys
+
+    app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
+    app.add_exception_handler(RequestValidationError, _validation_exception_handler)
+    app.add_exception_handler(Exception, _unhandled_exception_handler)
+
+    # add_middleware wraps what is there: the last one added runs first.
+    upload_limit = upload_body_limit(settings)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        route_limits=dict.fromkeys(UPLOAD_ROUTES, upload_limit),
+    )
+    app.add_middleware(AuthMiddleware, keys=keys)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "HEAD", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
+            allow_headers=[
+                "Authorization",
+                "X-Api-Key",
+                "Content-Type",
+                "Last-Event-ID",
+                "Idempotency-Key",
+            ],
+            expose_headers=["Content-Location", "Location", "ETag"],
+            allow_credentials=False,  # keys travel in headers, never in cookies
+            max_age=600,
+        )
+
+    if keys.open:
+        log.warning(OPEN_WARNING)
+    else:
+        log.info("API keys required: %d key(s) configured", len(settings.auth_api_keys))
+    return keys
+
+
+OPEN_WARNING = (
+    "AUTH_API_KEYS is not set: this service is OPEN and anyone who can reach it can "
+    "start runs, read every thread and change the knowledge vault. Set AUTH_API_KEYS "
+    "before exposing it beyond localhost."
+)
+
+
+def auth_mode(settings: Settings) -> str:
+    """Return "open" when no API key is configured, else "api_key"."""
+    return "api_key" if settings.auth_api_keys else "open"
+
+
+__all__ = [
+    "ANONYMOUS",
+    "OPEN_WARNING",
+    "ApiKeys",
+    "AuthMiddleware",
+    "BodyLimitMiddleware",
+    "PrincipalDep",
+    "auth_mode",
+    "error_body",
+    "error_response",
+    "get_principal",
+    "install_security",
+    "owner_id_for",
+]
