@@ -30,9 +30,10 @@ it tracks by LangChain run id). It learns a call's role from `metadata["role"]` 
 a `role:<name>` tag, both set by `providers.llm.OpenAIModelFactory`; a model built
 elsewhere counts as role "unknown". Token counts come from the message's
 `usage_metadata` (the factory asks for `stream_usage`), else from the provider's
-`token_usage`. Retries made inside the OpenAI client (`LLM_MAX_RETRIES`) are not
-visible to LangChain callbacks and are not counted; retries through LangChain's
-`with_retry` are.
+`token_usage`. LLM retries are counted where LangChain shows them: a model call
+tagged `retry:attempt:N` by `with_retry` (not one merely inside a retried chain), and
+the `on_retry` callback of legacy LLM wrappers. Retries made inside the OpenAI client
+(`LLM_MAX_RETRIES`) never reach LangChain callbacks and are not counted.
 
 Node durations are measured by the same handler from LangGraph's own callbacks: a
 chain whose run name equals its `langgraph_node` metadata is a node's task, so
@@ -65,6 +66,8 @@ UNKNOWN_ROLE = "unknown"
 OTHER = "other"
 MAX_NODE_LABEL_CHARS = 64
 MAX_TRACKED_CALLS = 10_000  # in-flight calls/nodes remembered; a call that never ends is dropped
+
+_RETRY_TAG = "retry:attempt:"  # what `Runnable.with_retry` tags attempts after the first with
 
 _RUN_BUCKETS = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 _NODE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -205,6 +208,7 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         self._metrics = metrics
         self._llm_runs: dict[UUID, tuple[str, float]] = {}  # run id → (role, start)
         self._node_runs: dict[UUID, tuple[str, float]] = {}  # run id → (node, start)
+        self._retried_chains: dict[UUID, tuple[str, float]] = {}  # chains in a retry attempt
 
     # --- LLM calls --------------------------------------------------------------
 
@@ -220,6 +224,7 @@ class MetricsCallbackHandler(BaseCallbackHandler):
     ) -> None:
         """Remember the role and start time of a chat model call."""
         _remember(self._llm_runs, run_id, role_of(metadata, tags))
+        self._count_llm_retry(tags, kwargs.get("parent_run_id"))
 
     def on_llm_start(
         self,
@@ -233,6 +238,7 @@ class MetricsCallbackHandler(BaseCallbackHandler):
     ) -> None:
         """Remember the role and start time of a completion model call."""
         _remember(self._llm_runs, run_id, role_of(metadata, tags))
+        self._count_llm_retry(tags, kwargs.get("parent_run_id"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """Count a finished call, its tokens and its duration."""
@@ -255,8 +261,15 @@ class MetricsCallbackHandler(BaseCallbackHandler):
             self._metrics.llm_duration.labels(role=role).observe(time.perf_counter() - started)
 
     def on_retry(self, retry_state: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Count a retry made by LangChain's `with_retry`."""
+        """Count a retry reported by a legacy LLM wrapper's retry decorator."""
         self._metrics.retry("llm")
+
+    def _count_llm_retry(self, tags: Sequence[str] | None, parent_run_id: UUID | None) -> None:
+        """Count a model call that is a `with_retry` attempt after the first."""
+        if parent_run_id in self._retried_chains:
+            return  # the whole chain around the call is being retried, not the call
+        if any(tag.startswith(_RETRY_TAG) for tag in tags or ()):
+            self._metrics.retry("llm")
 
     # --- graph nodes --------------------------------------------------------------
 
@@ -270,6 +283,10 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Start timing a chain that is a LangGraph node's task."""
+        tags = kwargs.get("tags") or ()
+        parent = kwargs.get("parent_run_id")
+        if parent in self._retried_chains or any(t.startswith(_RETRY_TAG) for t in tags):
+            _remember(self._retried_chains, run_id, "")
         node = (metadata or {}).get("langgraph_node")
         if isinstance(node, str) and kwargs.get("name") == node and not node.startswith("__"):
             _remember(self._node_runs, run_id, node)
@@ -283,6 +300,7 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         self._end_node(run_id)
 
     def _end_node(self, run_id: UUID) -> None:
+        self._retried_chains.pop(run_id, None)
         entry = self._node_runs.pop(run_id, None)
         if entry is not None:
             node, started = entry

@@ -123,9 +123,9 @@ def _not_found() -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, "Asset not found.")
 
 
-@router.api_route(
+@router.head("/{asset_id}", include_in_schema=False)
+@router.get(
     "/{asset_id}",
-    methods=["GET", "HEAD"],
     summary="Get an image",
     response_class=FileResponse,
     responses={
