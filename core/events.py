@@ -7,7 +7,10 @@ OpenAPI document, so clients see exactly what the stream carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -120,9 +123,17 @@ class CriticVerdict(_Event):
     checks: list[CheckReport] = Field(default_factory=list)
     feedback: str = ""
     suggestions: list[str] = Field(default_factory=list)
-    judge: Literal["ok", "unavailable"] = "ok"
+    dimensions: dict[str, float] = Field(
+        default_factory=dict, description="The judge's per-dimension scores (0–1)."
+    )
+    judge: Literal["ok", "unavailable", "skipped"] = Field(
+        default="ok",
+        description="ok: the LLM judge answered; unavailable: it failed or timed out and the "
+        "verdict rests on the code checks; skipped: there was nothing to judge.",
+    )
     attempt: int = Field(ge=1)
     max_attempts: int = Field(ge=1)
+    exhausted: bool = Field(default=False, description="No attempts are left after this one.")
     next: Literal["finalize", "rag", "planner"]
 
 
@@ -156,3 +167,25 @@ def emit(writer: StreamWriter | None, event: _Event) -> None:
     """Write an event's JSON form to a LangGraph stream writer (no-op without one)."""
     if writer is not None:
         writer(event.model_dump(mode="json", by_alias=True))
+
+
+@dataclass
+class StageClock:
+    """The running stage of `stage_events`; a node may correct the attempt it reports."""
+
+    attempt: int
+
+
+@contextmanager
+def stage_events(writer: StreamWriter | None, stage: str, attempt: int) -> Iterator[StageClock]:
+    """Emit `stage.started` now and `stage.completed` with the duration when the body ends.
+
+    Nothing is emitted on the way out when the body raises (an error, or a LangGraph
+    interrupt that re-runs the node on resume): the stage did not complete.
+    """
+    emit(writer, StageStarted(stage=stage, attempt=attempt))
+    clock = StageClock(attempt)
+    started = time.perf_counter()
+    yield clock
+    duration = round((time.perf_counter() - started) * 1000, 3)
+    emit(writer, StageCompleted(stage=stage, attempt=clock.attempt, duration_ms=duration))

@@ -7,7 +7,7 @@ owns the loop and read by the router of that loop under the same name.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -132,3 +132,58 @@ class TeamState(TeamInput, TeamOutput, total=False):
     image_tool_rounds: int  # image_agent → should_continue_image
     images_complete: bool  # image_agent → should_continue_image
     agent_errors: NotRequired[list[str]]  # agents whose output could not be parsed, for the prompt
+
+
+# ---------------------------------------------------------------------------
+# Pipeline (PRODUCT.md §1.1): planner → rag → executor → critic → finalize
+# ---------------------------------------------------------------------------
+
+Outcome = Literal["completed", "exhausted", "needs_clarification", "failed"]
+
+
+class PipelineInput(TypedDict, total=False):
+    """What a client passes in (PRODUCT.md §2.6); read-only once the run starts.
+
+    `fast_mode` trades quality for time: one attempt (no critic retries) and a
+    smaller team budget (at most 12 supervisor decisions, one research tool round,
+    no supervisor look-ups). The critic still judges the single attempt.
+    """
+
+    request: Required[str]  # the user's request (1–4000 chars); planner, rag, executor, critic
+    platform: str  # target platform, default "xiaohongshu"; planner → intent, team
+    audience: str | None  # who the post is for, if the user said; planner, clarity score
+    constraints: dict[str, Any]  # user's verifiable constraints (`Constraints` fields); planner
+    reference_images: list[str]  # uploaded asset ids; executor → reference_intelligence_agent
+    reference_texts: list[str]  # example posts to imitate; executor → reference agent
+    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]  # executor → layout
+    image_provider: str  # "local" | "openai"; executor → image tool
+    image_count: int  # images wanted (1–9); planner merges it into the constraints
+    fast_mode: bool  # one attempt and a smaller team budget (see above); planner
+    auto_confirm: bool  # never ask a clarification question; planner
+
+
+class PipelineOutput(TypedDict, total=False):
+    """What crosses back to the client: the result payload of PRODUCT.md §2.5."""
+
+    result: dict[str, Any]  # finalize → the caller (see nodes.finalize for the shape)
+
+
+class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
+    """Working state of the pipeline; the TeamOutput fields hold the latest attempt."""
+
+    session_id: str  # planner: thread id (or a run-scoped id) → rag, critic (coordinator key)
+    clarity: dict[str, Any] | None  # planner: {score, dimensions, missing} → finalize, events
+    clarification: dict[str, Any] | None  # planner after a question: {choice, details} → planner
+    intent: dict[str, Any] | None  # planner: action, topic, …, constraints → rag, executor, critic
+    max_attempts: int  # planner (1 + MAX_RETRY_COUNT, 1 in fast mode) → critic, route_from_critic
+    team_limits: TeamLimits  # planner: the team's loop bounds → executor
+    replan_notes: list[dict[str, Any]]  # critic: ignored blocker notes → planner's context
+    knowledge_query: str  # rag: the retrieval query of this attempt → events, finalize
+    knowledge_notes: list[dict[str, Any]]  # rag → executor (team), critic (deviation check)
+    style_references: list[str]  # rag: reference notes' content → executor (reference_texts)
+    retry_context: dict[str, Any] | None  # critic: the previous verdict → rag query, executor
+    failure: dict[str, Any] | None  # planner/executor: {stage, message} → routers, finalize
+    attempt: int  # critic: attempts judged so far → route_from_critic, rag, executor, finalize
+    replans: int  # critic: critic → planner loops so far → critic, route_from_critic
+    verdict: dict[str, Any] | None  # critic: the latest verdict → route_from_critic, finalize
+    attempts: list[dict[str, Any]]  # critic: every judged attempt with its post → finalize

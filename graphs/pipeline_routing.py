@@ -1,0 +1,53 @@
+"""Pure routing functions of the pipeline (PRODUCT.md §1.1).
+
+Like `graphs.routing` for the team, these are functions of the state alone, so
+each rule is unit-tested table by table, and the critic calls `route_from_critic`
+on its own update to announce in `critic.verdict` exactly where the graph goes.
+
+Counters are written by the node that owns the loop and read here under the
+same name: `attempt` (critic: attempts judged so far) against `max_attempts`
+(planner: 1 + MAX_RETRY_COUNT). Replans are bounded by the critic, which only
+sets `verdict["replan"]` while replans are left (`replans` < `max_replans`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+PLANNED_ACTIONS = ("create_post", "revise_post")
+
+
+def route_after_planner(state: Mapping[str, Any]) -> Literal["rag", "finalize"]:
+    """Go to retrieval when the planner has a usable intent, else straight to finalize.
+
+    Finalize explains why: `failure` set (the planner's LLM failed) → outcome
+    failed; intent action `unknown` (or missing) → outcome needs_clarification.
+    """
+    if state.get("failure"):
+        return "finalize"
+    intent = state.get("intent") or {}
+    return "rag" if intent.get("action") in PLANNED_ACTIONS else "finalize"
+
+
+def attempts_left(state: Mapping[str, Any]) -> int:
+    """Return how many attempts remain after the ones already judged."""
+    return max(0, int(state.get("max_attempts") or 1) - int(state.get("attempt") or 0))
+
+
+def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "planner"]:
+    """Decide where the run goes after the critic's verdict.
+
+    In order: a failed executor or a passing verdict → finalize; no attempts
+    left → finalize (exhausted: the best attempt is published); an ignored
+    blocker note with a replan left (`verdict["replan"]`) → planner; otherwise
+    → rag, for another attempt with the verdict as feedback.
+    """
+    verdict = state.get("verdict") or {}
+    if state.get("failure") or verdict.get("passed"):
+        return "finalize"
+    if attempts_left(state) == 0:
+        return "finalize"
+    if verdict.get("replan"):
+        return "planner"
+    return "rag"

@@ -1,0 +1,214 @@
+"""Finalize (GenUI): assemble the result payload a frontend renders (PRODUCT.md §2.5).
+
+Every run ends here — after a passing attempt, when retries are exhausted, when
+the planner could not tell what was wanted, and when an LLM failed — and
+`result` always says which:
+
+```
+{
+  "outcome": "completed" | "exhausted" | "needs_clarification" | "failed",
+  "message": str,                     # one line for the user: what happened, what to do
+  "post": {"title": str, "blocks": [{"type": "heading"|"text"|"list_item", "text": str}],
+           "tags": [str]},            # empty when no attempt produced a post
+  "images": [{"asset_id", "url", "slot", "alt"}],
+  "quality": {"verdict", "score", "threshold", "judge", "dimensions", "checks",
+              "exhausted", "attempts"},   # of the published attempt; attempts = how many ran
+  "attempts": [{"attempt", "verdict", "score", "feedback"}],
+  "ui": [{"component": name, "props": {...}}, ...],
+}
+```
+
+Which attempt is published: completed → the attempt that passed; exhausted →
+the best one (`nodes.critic.best_attempt`: fewest failing checks, then highest
+score); failed → the best earlier attempt if there was one, else none.
+
+`ui` lists components in display order, each `{"component": name, "props":
+{...}}`, so a frontend maps names to widgets without knowing the graph:
+
+- ``PostCard`` — props ``{title, blocks, tags, platform, cover}`` (cover: the
+  first image or None); present when there is a post;
+- ``ImageGallery`` — props ``{images}``; present when there are images;
+- ``QualityReport`` — props ``{verdict, score, threshold, judge, exhausted,
+  dimensions, checks, attempts}`` (attempts: the per-attempt list); present
+  when at least one attempt was judged;
+- ``ActionPanel`` — props ``{outcome, message, actions: [{id, label}]}``;
+  always present, last. Action ids: copy, regenerate, accept, retry,
+  edit_request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from core.events import stage_events
+from graphs.context import AtelierContext, context_of
+from graphs.state import Outcome, PipelineState
+from nodes.critic import best_attempt
+
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
+_BOLD_LINE = re.compile(r"^\s*\*\*(.+)\*\*\s*$")
+
+ACTIONS: dict[str, list[dict[str, str]]] = {
+    "completed": [
+        {"id": "copy", "label": "复制全文"},
+        {"id": "regenerate", "label": "重新生成"},
+    ],
+    "exhausted": [
+        {"id": "accept", "label": "就用这一版"},
+        {"id": "retry", "label": "再试一次"},
+        {"id": "edit_request", "label": "修改需求"},
+    ],
+    "needs_clarification": [{"id": "edit_request", "label": "补充需求后重试"}],
+    "failed": [{"id": "retry", "label": "重试"}],
+}
+UNKNOWN_INTENT_MESSAGE = "没能理解你想要什么内容。请说明主题、写给谁看、想达到什么目的后再试。"
+
+
+def post_blocks(body: str) -> list[dict[str, str]]:
+    """Split a post body into display blocks: headings, list items and text paragraphs."""
+    blocks: list[dict[str, str]] = []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if _HEADING.match(line) or _BOLD_LINE.match(line):
+            text = line.lstrip("#").strip().strip("【】*").strip()
+            blocks.append({"type": "heading", "text": text})
+        elif _LIST_ITEM.match(line):
+            blocks.append({"type": "list_item", "text": _LIST_ITEM.sub("", line, count=1)})
+        else:
+            blocks.append({"type": "text", "text": line})
+    return blocks
+
+
+def _image(image: Mapping[str, Any]) -> dict[str, Any]:
+    asset_id = str(image.get("asset_id") or "")
+    return {
+        "asset_id": asset_id,
+        "url": image.get("url") or f"/assets/{asset_id}",
+        "slot": image.get("slot"),
+        "alt": image.get("alt") or "",
+    }
+
+
+def _outcome(state: Mapping[str, Any]) -> Outcome:
+    if state.get("failure"):
+        return "failed"
+    intent = state.get("intent") or {}
+    if intent.get("action") not in ("create_post", "revise_post"):
+        return "needs_clarification"
+    verdict = state.get("verdict") or {}
+    return "completed" if verdict.get("passed") else "exhausted"
+
+
+def _published(state: Mapping[str, Any], outcome: Outcome) -> Mapping[str, Any] | None:
+    attempts = list(state.get("attempts") or [])
+    if outcome == "completed":
+        return attempts[-1] if attempts else None
+    if outcome in ("exhausted", "failed"):
+        return best_attempt(attempts)
+    return None
+
+
+def _message(
+    state: Mapping[str, Any], outcome: Outcome, chosen: Mapping[str, Any] | None, threshold: float
+) -> str:
+    ran = len(state.get("attempts") or [])
+    if outcome == "failed":
+        return str((state.get("failure") or {}).get("message") or "生成失败，请重试。")
+    if outcome == "needs_clarification":
+        return str((state.get("intent") or {}).get("message") or "") or UNKNOWN_INTENT_MESSAGE
+    assert chosen is not None
+    score = float(chosen.get("score") or 0.0)
+    if outcome == "completed":
+        return f"已完成：第 {chosen['attempt']} 次尝试通过质检（得分 {score:.2f}）。"
+    return (
+        f"尝试了 {ran} 次仍未达到质检标准（阈值 {threshold:.2f}）。"
+        f"下面是最好的一版（第 {chosen['attempt']} 次，得分 {score:.2f}），请确认后使用。"
+    )
+
+
+def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
+    """Assemble the §2.5 payload from the pipeline state (see the module docstring)."""
+    outcome = _outcome(state)
+    chosen = _published(state, outcome)
+    if outcome == "exhausted" and chosen is None:
+        # No attempt produced a post at all: nothing to publish, say so plainly.
+        outcome = "failed"
+    attempts = list(state.get("attempts") or [])
+    post_source = (chosen or {}).get("post") or {}
+    post = {
+        "title": str(post_source.get("title") or ""),
+        "blocks": post_blocks(str(post_source.get("body") or "")),
+        "tags": [str(t) for t in post_source.get("tags") or []],
+    }
+    images = [_image(img) for img in (chosen or {}).get("images") or []]
+    exhausted = outcome == "exhausted"
+    quality = {
+        "verdict": (chosen or {}).get("verdict"),
+        "score": (chosen or {}).get("score"),
+        "threshold": threshold,
+        "judge": (chosen or {}).get("judge"),
+        "dimensions": dict((chosen or {}).get("dimensions") or {}),
+        "checks": list((chosen or {}).get("checks") or []),
+        "exhausted": exhausted,
+        "attempts": len(attempts),
+    }
+    history = [
+        {
+            "attempt": a["attempt"],
+            "verdict": a.get("verdict"),
+            "score": a.get("score"),
+            "feedback": a.get("feedback") or "",
+        }
+        for a in attempts
+    ]
+    message = _message(state, outcome, chosen, threshold)
+    if outcome == "failed" and chosen is not None:
+        message += f"（下面是此前最好的一版：第 {chosen['attempt']} 次。）"
+
+    ui: list[dict[str, Any]] = []
+    if post["title"] or post["blocks"]:
+        platform = (state.get("intent") or {}).get("platform") or state.get("platform")
+        ui.append(
+            {
+                "component": "PostCard",
+                "props": {**post, "platform": platform, "cover": images[0] if images else None},
+            }
+        )
+    if images:
+        ui.append({"component": "ImageGallery", "props": {"images": images}})
+    if attempts:
+        ui.append(
+            {
+                "component": "QualityReport",
+                "props": {**quality, "attempts": history},
+            }
+        )
+    ui.append(
+        {
+            "component": "ActionPanel",
+            "props": {"outcome": outcome, "message": message, "actions": ACTIONS[outcome]},
+        }
+    )
+    return {
+        "outcome": outcome,
+        "message": message,
+        "post": post,
+        "images": images,
+        "quality": quality,
+        "attempts": history,
+        "ui": ui,
+    }
+
+
+async def finalize(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Write the run's result payload."""
+    ctx = context_of(runtime)
+    with stage_events(runtime.stream_writer, "finalize", int(state.get("attempt") or 0)):
+        return {"result": build_result(state, ctx.critic_pass_threshold)}

@@ -1,0 +1,312 @@
+"""The critic: its three layers, its decision and what it tells the next attempt."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from langgraph.runtime import Runtime
+from PIL import Image
+
+from graphs.pipeline_routing import route_from_critic
+from nodes.critic import best_attempt, code_checks, critic, team_actions
+from tests.support.fake_models import FakeModels, fake_context, tool_call
+
+BODY = "预算有限也能把皮肤照顾好。早晚用氨基酸洁面，白天认真防晒，保湿选含甘油的乳液就够了。"
+BLOCKER = {
+    "id": "rule-absolute",
+    "type": "blocker",
+    "content": "禁止使用绝对化用语（最、第一、顶级）",
+    "tags": [],
+    "score": 1.0,
+}
+
+
+def judge(verdict: str = "passed", score: float = 0.9, feedback: str = "不错") -> Any:
+    return tool_call(
+        "JudgeVerdict",
+        verdict=verdict,
+        score=score,
+        feedback=feedback,
+        suggestions=["加一个使用场景"],
+        dimensions={"infoDensity": 0.8, "readability": 0.9},
+    )
+
+
+def attempt_state(title: str = "学生党平价护肤指南", **overrides: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "request": "写一篇小红书笔记：平价护肤，学生党友好",
+        "session_id": "thread-critic",
+        "max_attempts": 4,
+        "attempt": 0,
+        "replans": 0,
+        "attempts": [],
+        "intent": {"action": "create_post", "topic": "平价护肤", "constraints": {}},
+        "generated_content": {"title": title, "body": BODY, "tags": ["护肤", "学生党"]},
+        "knowledge_notes": [],
+        "team_log": [],
+    }
+    state.update(overrides)
+    return state
+
+
+async def run_critic(
+    state: dict[str, Any], ctx: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    update = await critic(state, Runtime(context=ctx, stream_writer=events.append))
+    return update, events
+
+
+def verdict_event(events: list[dict[str, Any]]) -> dict[str, Any]:
+    (event,) = [e for e in events if e["type"] == "critic.verdict"]
+    return event
+
+
+def check(events_or_verdict: dict[str, Any], name: str) -> dict[str, Any]:
+    (row,) = [c for c in events_or_verdict["checks"] if c["name"] == name]
+    return row
+
+
+# --- layer 1: a 15-character title, whatever the judge says ---------------------------
+
+TITLE_15 = "学生党平价护肤成分全解析三步走"  # 15 characters
+TITLE_14 = "学生党平价护肤成分全解析三步"  # 14 characters
+
+
+@pytest.mark.parametrize(
+    ("title", "judge_reply", "title_passes", "passed"),
+    [
+        (TITLE_14, judge("passed", 0.95), False, False),
+        (TITLE_14, judge("failed", 0.1), False, False),
+        (TITLE_15, judge("failed", 0.1), True, False),
+        (TITLE_15, judge("passed", 0.95), True, True),
+    ],
+)
+async def test_a_15_character_title_constraint(
+    tmp_path: Path, title: str, judge_reply: Any, title_passes: bool, passed: bool
+) -> None:
+    ctx = fake_context(FakeModels({"critic": judge_reply}), tmp_path)
+    constraints = {"title_min": 15, "title_max": 15}
+    state = attempt_state(title, intent={"action": "create_post", "constraints": constraints})
+    update, events = await run_critic(state, ctx)
+    row = check(verdict_event(events), "title_length")
+    assert row["passed"] is title_passes
+    assert row["measured"] == (15 if title_passes else 14)
+    assert row["expected"] == "15"
+    assert update["verdict"]["passed"] is passed
+
+
+# --- layer 1: image files ----------------------------------------------------------
+
+
+async def test_missing_image_files_fail_and_are_reported_by_asset_id(tmp_path: Path) -> None:
+    ctx = fake_context(FakeModels({"critic": judge()}), tmp_path)
+    buffer = tmp_path / "card.png"
+    Image.new("RGB", (30, 40), "white").save(buffer)
+    stored = ctx.assets.put(buffer.read_bytes()).asset_id
+    missing = "0" * 32
+    state = attempt_state(
+        generated_image_asset_ids=[stored, missing],
+        intent={"action": "create_post", "constraints": {"image_min": 2, "image_max": 2}},
+    )
+    results = {r.name: r for r in code_checks(state, ctx)}
+    assert results["image_count"].passed and results["image_count"].measured == 2
+    assert not results["image_files"].passed
+    assert results["image_files"].measured == [missing]
+    assert str(tmp_path) not in results["image_files"].detail  # no server paths
+
+    state["generated_image_asset_ids"] = [stored]
+    state["intent"]["constraints"] = {"image_min": 1, "image_max": 1}
+    results = {r.name: r for r in code_checks(state, ctx)}
+    assert results["image_files"].passed
+
+
+# --- layer 3: the judge ------------------------------------------------------------
+
+
+async def test_the_judge_is_told_todays_date(tmp_path: Path) -> None:
+    models = FakeModels({"critic": judge()})
+    ctx = fake_context(models, tmp_path, today=lambda: date(2031, 5, 17))
+    await run_critic(attempt_state(), ctx)
+    (call,) = models.calls_for("critic")
+    assert "2031-05-17" in call.prompt
+    assert call.forced_tool == "JudgeVerdict"
+
+
+async def test_a_failing_judge_leaves_the_verdict_to_the_code_checks(tmp_path: Path) -> None:
+    def down(_messages: list[BaseMessage]) -> Any:
+        raise ConnectionError("judge at 10.1.2.3 down, key sk-live-123")
+
+    ctx = fake_context(FakeModels({"critic": down}), tmp_path)
+    update, events = await run_critic(attempt_state(), ctx)
+    event = verdict_event(events)
+    assert event["judge"] == "unavailable"
+    assert event["passed"] is True  # every code check passed, and the verdict says how
+    assert "sk-live-123" not in str(event) and "10.1.2.3" not in str(update)
+
+    # …but never a silent pass over a failing check.
+    constraints = {"title_max": 3}
+    state = attempt_state(intent={"action": "create_post", "constraints": constraints})
+    update, events = await run_critic(state, ctx)
+    event = verdict_event(events)
+    assert event["judge"] == "unavailable" and event["passed"] is False
+    assert event["next"] == "rag"
+
+
+class SlowChat(BaseChatModel):
+    """A chat model that answers after `delay` seconds (asynchronously)."""
+
+    delay: float = 30.0
+
+    @property
+    def _llm_type(self) -> str:
+        return "slow"
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        return self.bind(tool_choice=tool_choice, **kwargs)
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:  # pragma: no cover
+        raise NotImplementedError
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        await asyncio.sleep(self.delay)
+        raise AssertionError("the judge should have been cancelled")
+
+
+async def test_a_slow_judge_times_out(tmp_path: Path) -> None:
+    ctx = fake_context(FakeModels(), tmp_path, critic_timeout=0.05)
+    ctx.models = lambda role: SlowChat()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    update, events = await run_critic(attempt_state(), ctx)
+    assert loop.time() - started < 5
+    assert verdict_event(events)["judge"] == "unavailable"
+    assert "judge unavailable" in update["verdict"]["reasons"][-1]
+
+
+# --- layer 2: deviation ------------------------------------------------------------
+
+
+async def test_an_ignored_blocker_sends_the_run_back_to_the_planner_once(tmp_path: Path) -> None:
+    ctx = fake_context(FakeModels({"critic": judge("passed", 0.95)}), tmp_path)
+    state = attempt_state(knowledge_notes=[BLOCKER])
+    update, events = await run_critic(state, ctx)
+
+    (deviation,) = [e for e in events if e["type"] == "knowledge.deviation"]
+    assert deviation["alert_type"] == "replan_required" and deviation["severity"] == "high"
+    assert deviation["ignored_notes"] == ["rule-absolute"]
+    assert update["verdict"]["passed"] is False  # even though the judge liked it
+    assert update["verdict"]["replan"] is True
+    assert verdict_event(events)["next"] == "planner"
+    assert update["replans"] == 1
+    assert update["replan_notes"] == [
+        {"id": "rule-absolute", "type": "blocker", "content": BLOCKER["content"]}
+    ]
+
+    # The replan is spent: the same deviation now retries from rag.
+    again, events = await run_critic({**state, **update}, ctx)
+    assert again["verdict"]["replan"] is False and verdict_event(events)["next"] == "rag"
+    assert again["replans"] == 1
+
+
+async def test_a_brief_that_carries_the_rule_raises_no_alert(tmp_path: Path) -> None:
+    ctx = fake_context(FakeModels({"critic": judge()}), tmp_path)
+    brief = {"topic": "平价护肤", "constraints": ["避免绝对化用语"]}
+    state = attempt_state(knowledge_notes=[BLOCKER], creative_brief=brief)
+    update, events = await run_critic(state, ctx)
+    assert not [e for e in events if e["type"] == "knowledge.deviation"]
+    assert update["verdict"]["passed"] is True
+
+
+def test_team_actions_are_guidance_focus_brief_and_post() -> None:
+    state = attempt_state(
+        creative_brief={"topic": "护肤"},
+        team_log=[
+            {"step": 1, "guidance": "先写简报", "focus_areas": ["合规"]},
+            {"step": 2, "guidance": "", "focus_areas": []},
+        ],
+    )
+    kinds = [a["type"] for a in team_actions(state)]
+    assert kinds == ["supervisor_guidance", "focus_areas", "creative_brief", "generated_content"]
+
+
+# --- decision ----------------------------------------------------------------------
+
+
+async def test_a_rejection_feeds_the_next_attempt(tmp_path: Path) -> None:
+    ctx = fake_context(
+        FakeModels({"critic": judge("needs_improvement", 0.6, "缺少价格")}), tmp_path
+    )
+    update, events = await run_critic(attempt_state(), ctx)
+    assert update["attempt"] == 1
+    assert route_from_critic({**attempt_state(), **update}) == "rag"
+    retry = update["retry_context"]
+    assert set(retry) == {
+        "review_verdict",
+        "review_feedback",
+        "review_reason",
+        "verified_items",
+        "previous_attempt_summary",
+    }
+    assert retry["review_verdict"] == "needs_improvement"
+    assert "缺少价格" in retry["review_feedback"] and "加一个使用场景" in retry["review_feedback"]
+    assert "0.60 < threshold 0.70" in retry["review_reason"]
+    assert any(item.startswith("answer_length") for item in retry["verified_items"])
+    assert "学生党平价护肤指南" in retry["previous_attempt_summary"]
+    types = [e["type"] for e in events]
+    assert types == [
+        "stage.started",
+        "critic.verdict",
+        "attempt.completed",
+        "stage.completed",
+    ]
+    event = verdict_event(events)
+    assert event["threshold"] == 0.7 and event["attempt"] == 1 and event["max_attempts"] == 4
+    assert event["dimensions"] == {"infoDensity": 0.8, "readability": 0.9}
+
+
+async def test_the_last_failed_attempt_is_exhausted(tmp_path: Path) -> None:
+    ctx = fake_context(FakeModels({"critic": judge("needs_improvement", 0.6)}), tmp_path)
+    state = attempt_state(attempt=3)
+    update, events = await run_critic(state, ctx)
+    event = verdict_event(events)
+    assert event["attempt"] == 4 and event["exhausted"] is True and event["next"] == "finalize"
+    assert update["verdict"]["exhausted"] is True and len(update["attempts"]) == 1
+
+
+async def test_a_failed_team_is_judged_failed_without_the_judge(tmp_path: Path) -> None:
+    models = FakeModels({"critic": judge()})
+    ctx = fake_context(models, tmp_path)
+    state = attempt_state(generated_content=None, failure={"stage": "executor", "message": "m"})
+    _, events = await run_critic(state, ctx)
+    event = verdict_event(events)
+    assert event["verdict"] == "failed" and event["judge"] == "skipped"
+    assert event["next"] == "finalize"
+    assert models.count("critic") == 0
+
+
+async def test_an_empty_body_fails_without_paying_the_judge(tmp_path: Path) -> None:
+    models = FakeModels({"critic": judge()})
+    ctx = fake_context(models, tmp_path)
+    state = attempt_state(generated_content={"title": "t", "body": "", "tags": []})
+    update, _ = await run_critic(state, ctx)
+    assert update["verdict"]["verdict"] == "failed" and models.count("critic") == 0
+
+
+def test_best_attempt_prefers_fewer_failing_checks_then_score_then_earliest() -> None:
+    post = {"title": "t", "body": "b", "tags": []}
+    attempts = [
+        {"attempt": 1, "score": 0.95, "failing_checks": 1, "post": post},
+        {"attempt": 2, "score": 0.8, "failing_checks": 0, "post": post},
+        {"attempt": 3, "score": 0.8, "failing_checks": 0, "post": post},
+        {"attempt": 4, "score": 0.99, "failing_checks": 0, "post": None},
+    ]
+    assert best_attempt(attempts)["attempt"] == 2  # type: ignore[index]
+    assert best_attempt([]) is None
