@@ -126,7 +126,9 @@ def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) ->
     return None
 
 
-def quality_fallback(scores: Mapping[str, float] | None, threshold: float = 0.6) -> AgentName | None:
+def quality_fallback(
+    scores: Mapping[str, float] | None, threshold: float = 0.6
+) -> AgentName | None:
     """Return the agent that fixes the first failing quality dimension, or None if all pass.
 
     Dimensions are checked in the fixed order infoDensity, textImageAlignment,
@@ -170,8 +172,8 @@ def check_basic_preconditions(target: str, state: Mapping[str, Any]) -> str:
     while target in _PRECONDITIONS and target not in seen:
         seen.add(target)
         field, provider = _PRECONDITIONS[target]
-        present = bool(_body(state)) if field == "generated_content.body" else bool(
-            state.get(field)
+        present = (
+            bool(_body(state)) if field == "generated_content.body" else bool(state.get(field))
         )
         if present:
             break
@@ -252,17 +254,25 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
             return Route("supervisor", requested, "precondition", "END refused: no body yet")
         if not stage_done("review_agent", state):
             return Route(
-                "supervisor", requested, "precondition", "END refused: the draft changed since its review"
+                "supervisor",
+                requested,
+                "precondition",
+                "END refused: the draft changed since its review",
             )
         fix = quality_fallback(state.get("quality_scores"), limits["quality_threshold"])
         if fix is not None:
-            return Route(fix, requested, "quality", "END refused: a quality score is below threshold")
+            return Route(
+                fix, requested, "quality", "END refused: a quality score is below threshold"
+            )
         return Route("supervisor", requested, "precondition", "END refused: review not approved")
 
     target = check_basic_preconditions(requested, state)
     if target != requested:
         return Route(
-            cast(SupervisorTarget, target), requested, "precondition", f"{requested} needs {target} first"
+            cast(SupervisorTarget, target),
+            requested,
+            "precondition",
+            f"{requested} needs {target} first",
         )
 
     if _repeats_without_progress(target, state) >= limits["max_same_agent_repeats"]:
@@ -278,9 +288,12 @@ def route_from_supervisor(state: Mapping[str, Any]) -> SupervisorTarget:
 
 
 def _has_tool_calls(message: Any) -> bool:
-    calls = message.get("tool_calls") if isinstance(message, Mapping) else getattr(
-        message, "tool_calls", None
-    )
+    """Tell whether a message asks for tools: a message object or its `message_to_dict` form."""
+    if isinstance(message, Mapping):
+        data = message.get("data")
+        calls = data.get("tool_calls") if isinstance(data, Mapping) else message.get("tool_calls")
+    else:
+        calls = getattr(message, "tool_calls", None)
     return bool(calls)
 
 

@@ -7,10 +7,10 @@ owns the loop and read by the router of that loop under the same name.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, Required
 
-from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+# typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
+from typing_extensions import TypedDict
 
 AgentName = Literal[
     "brief_compiler_agent",
@@ -118,18 +118,33 @@ class TeamOutput(TypedDict, total=False):
     team_log: list[TeamLogEntry]  # supervisor → routers (repeat cap), critic (deviation)
 
 
+def transcript(
+    left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Reduce a tool loop's transcript: append the new entries; None clears it.
+
+    Entries are messages in `langchain_core.messages.message_to_dict` form, not
+    message objects: LangGraph's `messages` stream mode emits every message a
+    node returns, and the tool loops' turns are internal — only the writer's
+    tokens belong on that stream (PRODUCT.md §2.3).
+    """
+    if right is None:
+        return []
+    return [*(left or []), *right]
+
+
 class TeamState(TeamInput, TeamOutput, total=False):
     """Working state of the team subgraph."""
 
     supervisor_decision: dict[str, Any] | None  # supervisor → route_from_supervisor
     team_step: int  # supervisor decisions made so far; supervisor → router (step cap)
     invalid_decisions: int  # consecutive unparsable decisions; supervisor → router
-    supervisor_messages: Annotated[list[AnyMessage], add_messages]  # this turn's look-ups
+    supervisor_messages: Annotated[list[dict[str, Any]], transcript]  # this turn's look-ups
     supervisor_tool_rounds: int  # supervisor → should_continue_supervisor
-    research_messages: Annotated[list[AnyMessage], add_messages]  # research tool loop
-    research_tool_rounds: int  # research_evidence_tools → should_continue_research
-    image_messages: Annotated[list[AnyMessage], add_messages]  # image tool loop
-    image_tool_rounds: int  # image_agent → should_continue_image
+    research_messages: Annotated[list[dict[str, Any]], transcript]  # research tool loop
+    research_tool_rounds: int  # rounds asked; research_evidence_agent → should_continue_research
+    image_messages: Annotated[list[dict[str, Any]], transcript]  # image tool loop
+    image_tool_rounds: int  # rounds asked for; image_agent → should_continue_image
     images_complete: bool  # image_agent → should_continue_image
     agent_errors: NotRequired[list[str]]  # agents whose output could not be parsed, for the prompt
 

@@ -8,14 +8,29 @@ a run goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, ValidationError
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
+from graphs.state import DEFAULT_LIMITS, TeamLimits
+from nodes.checks import Constraints
+from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
+
+if TYPE_CHECKING:
+    from graphs.context import AtelierContext
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +108,7 @@ def _section_value(name: str, state: Mapping[str, Any]) -> Any:
         case "content":
             return state.get("generated_content")
         case "images":
-            return [
-                {"slot": i.get("slot"), "alt": i.get("alt")} for i in state.get("images") or []
-            ]
+            return [{"slot": i.get("slot"), "alt": i.get("alt")} for i in state.get("images") or []]
         case "review":
             review = state.get("review_feedback")
             if not review:
@@ -132,6 +145,9 @@ def guidance_for(agent: str, state: Mapping[str, Any]) -> str:
     lines = []
     if entry.get("guidance"):
         lines.append(data_block("主管指示", entry["guidance"]))
+    previous = (state.get("supervisor_decision") or {}).get("context_from_previous")
+    if previous:
+        lines.append(data_block("上一步结论", previous))
     if entry.get("focus_areas"):
         lines.append(data_block("重点关注", entry["focus_areas"]))
     return "\n".join(lines)
@@ -140,10 +156,15 @@ def guidance_for(agent: str, state: Mapping[str, Any]) -> str:
 def build_messages(
     role_text: str, state: Mapping[str, Any], sections: Iterable[str], agent: str, task: str = ""
 ) -> list[BaseMessage]:
-    """Build an agent's prompt: system rules, then its context blocks, guidance and task."""
-    human = "\n\n".join(
-        part for part in (render_context(state, sections), guidance_for(agent, state), task) if part
-    )
+    """Build an agent's prompt: system rules, context blocks, constraints, guidance and task.
+
+    When the "constraints" section is asked for, the verifiable constraints are
+    also spelled out as rules (`describe_constraints`), not only shown as data.
+    """
+    sections = tuple(sections)
+    rules = describe_constraints(state.get("constraints")) if "constraints" in sections else ""
+    parts = (render_context(state, sections), rules, guidance_for(agent, state), task)
+    human = "\n\n".join(part for part in parts if part)
     return [SystemMessage(system_prompt(role_text)), HumanMessage(human or "开始。")]
 
 
@@ -178,3 +199,165 @@ def parse_tool_call(calls: Sequence[Mapping[str, Any]], schema: type[M]) -> M | 
             except ValidationError as exc:
                 log.warning("invalid %s arguments: %s", schema.__name__, exc.errors()[:3])
     return None
+
+
+# --- tool loops ---------------------------------------------------------------------
+
+
+def to_transcript(messages: Iterable[BaseMessage]) -> list[dict[str, Any]]:
+    """Return messages in the form a tool-loop transcript stores (see `graphs.state.transcript`)."""
+    return messages_to_dict(list(messages))
+
+
+def from_transcript(entries: Iterable[Any] | None) -> list[BaseMessage]:
+    """Return a transcript's messages (message objects pass through unchanged)."""
+    items = list(entries or [])
+    return [m if isinstance(m, BaseMessage) else messages_from_dict([m])[0] for m in items]
+
+
+def tool_loop_node(
+    tools: Sequence[BaseTool], transcript_key: str
+) -> Callable[[Mapping[str, Any], RunnableConfig], Awaitable[dict[str, Any]]]:
+    """Return a graph node that runs the tool calls of a loop's last message.
+
+    A `ToolNode` does the work — injecting `ToolRuntime` (context, state, stream
+    writer) and running the calls of one message concurrently — on the
+    transcript turned back into messages; its results are stored as transcript
+    entries, so they stay off the `messages` stream.
+    """
+    runner = ToolNode(tools, messages_key=transcript_key)
+
+    async def run_tools(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        messages = from_transcript(state.get(transcript_key))
+        result = await runner.ainvoke({**state, transcript_key: messages}, config)
+        return {transcript_key: to_transcript(result[transcript_key])}
+
+    return run_tools
+
+
+# --- limits, errors and constraints ------------------------------------------------
+
+
+def team_limits(state: Mapping[str, Any], ctx: AtelierContext) -> TeamLimits:
+    """Return the run's loop bounds: defaults, then the context's, then the state's."""
+    return cast(TeamLimits, {**DEFAULT_LIMITS, **ctx.limits, **(state.get("limits") or {})})
+
+
+#: How many unparsable-output notes the state keeps (newest last).
+MAX_AGENT_ERRORS = 8
+
+
+def agent_error(state: Mapping[str, Any], agent: str, detail: str) -> dict[str, Any]:
+    """Return the update recording that `agent` produced nothing usable, and why.
+
+    The run goes on: the supervisor sees the note in its prompt and routing's
+    no-progress cap keeps it from asking the same agent forever.
+    """
+    log.warning("%s produced no usable output: %s", agent, detail)
+    errors = [*(state.get("agent_errors") or []), f"{agent}: {detail}"]
+    return {"agent_errors": errors[-MAX_AGENT_ERRORS:]}
+
+
+def clear_agent_error(state: Mapping[str, Any], agent: str) -> dict[str, Any]:
+    """Return the update dropping `agent`'s error notes once it succeeded (empty if none)."""
+    errors = state.get("agent_errors") or []
+    kept = [e for e in errors if not e.startswith(f"{agent}: ")]
+    return {"agent_errors": kept} if len(kept) != len(errors) else {}
+
+
+def parse_constraints(raw: Mapping[str, Any] | None) -> Constraints:
+    """Return the planner's constraints as a model; an invalid dict counts as none."""
+    try:
+        return Constraints.model_validate(raw or {})
+    except ValidationError:
+        log.warning("ignoring invalid constraints: %s", raw)
+        return Constraints()
+
+
+def _range_text(low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return str(low) if low == high else f"{low}–{high}"
+    return f"至少 {low}" if low is not None else f"最多 {high}"
+
+
+def describe_constraints(raw: Mapping[str, Any] | None) -> str:
+    """Spell the verifiable constraints out as prompt rules ("" when there are none)."""
+    rules = parse_constraints(raw)
+    lines = []
+    for name, template in prompt_text.CONSTRAINT_RANGE.items():
+        low, high = getattr(rules, f"{name}_min"), getattr(rules, f"{name}_max")
+        if low is not None or high is not None:
+            lines.append(template.format(range=_range_text(low, high)))
+    if rules.must_include:
+        lines.append(prompt_text.CONSTRAINT_INCLUDE.format(terms="、".join(rules.must_include)))
+    if rules.must_avoid:
+        lines.append(prompt_text.CONSTRAINT_AVOID.format(terms="、".join(rules.must_avoid)))
+    if not lines:
+        return ""
+    return "\n".join([prompt_text.CONSTRAINT_HEADER, *(f"- {line}" for line in lines)])
+
+
+#: Images a post gets when neither the request nor the constraints say how many.
+DEFAULT_IMAGE_COUNT = 3
+MAX_IMAGE_COUNT = 9
+
+
+def wanted_images(state: Mapping[str, Any], *, use_layout: bool = True) -> int:
+    """Return how many images the post needs.
+
+    The request's `image_count` wins, then the layout's `total_images`, then
+    `DEFAULT_IMAGE_COUNT`; the result is kept inside the constraints' image
+    range and 1–9.
+    """
+    layout = state.get("layout_spec") or {}
+    count = state.get("image_count") or (use_layout and layout.get("total_images"))
+    try:
+        wanted = int(count) if count else DEFAULT_IMAGE_COUNT
+    except (TypeError, ValueError):
+        wanted = DEFAULT_IMAGE_COUNT
+    rules = parse_constraints(state.get("constraints"))
+    if rules.image_min is not None:
+        wanted = max(wanted, rules.image_min)
+    if rules.image_max is not None:
+        wanted = min(wanted, rules.image_max)
+    return min(max(wanted, 1), MAX_IMAGE_COUNT)
+
+
+# --- lenient structured outputs ---------------------------------------------------
+
+
+def clipped(limit: int) -> BeforeValidator:
+    """Return a validator cutting a string or list to `limit` before its bound is checked.
+
+    Used with `Field(max_length=limit)`: the JSON schema still tells the model the
+    bound (grammar-constrained servers honour it), and an over-long answer from a
+    model that ignores it is shortened instead of throwing the whole output away.
+    """
+
+    def clip(value: Any) -> Any:
+        if isinstance(value, str | list):
+            return value[:limit]
+        return value
+
+    return BeforeValidator(clip)
+
+
+def _unit_score(value: Any) -> Any:
+    """Read a 0–1 score leniently: 0–10 and 0–100 scales are rescaled, the rest clamped."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip().rstrip("%"))
+        except ValueError:
+            return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        score = float(value)
+        if 1 < score <= 10:
+            score /= 10
+        elif 10 < score <= 100:
+            score /= 100
+        return min(max(score, 0.0), 1.0)
+    return value
+
+
+#: Validator for 0–1 scores: `Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]`.
+UNIT_SCORE = BeforeValidator(_unit_score)

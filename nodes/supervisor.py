@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from core.events import AgentFallback, SupervisorRoute, emit
 from graphs.context import AtelierContext, context_of
 from graphs.routing import artefact_digest, resolve_route, stage_done
-from graphs.state import AGENTS, DEFAULT_LIMITS, TeamLogEntry, TeamState
-from nodes.common import parse_tool_call, render_context
+from graphs.state import AGENTS, TeamLogEntry, TeamState
+from nodes.common import (
+    from_transcript,
+    parse_tool_call,
+    render_context,
+    team_limits,
+    to_transcript,
+)
 from nodes.tools import search_knowledge
 from prompts import supervisor as prompt
 from prompts.common import system_prompt
@@ -72,14 +77,16 @@ def _notice(state: TeamState) -> str:
     return f"注意：上一次的决定没有被执行（{last['detail']}）。请给出有效的决定。"
 
 
-def _limits(state: TeamState, ctx: AtelierContext) -> dict[str, Any]:
-    return {**DEFAULT_LIMITS, **ctx.limits, **(state.get("limits") or {})}
+def _errors(state: TeamState) -> str:
+    """List the agents whose last output could not be used, if any."""
+    errors = state.get("agent_errors") or []
+    return prompt.ERRORS.format(errors="；".join(errors[-4:])) if errors else ""
 
 
 async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Ask the supervisor LLM for the next agent and record where routing sends the run."""
     ctx = context_of(runtime)
-    limits = _limits(state, ctx)
+    limits = team_limits(state, ctx)
     step = int(state.get("team_step") or 0) + 1
     tool_rounds = int(state.get("supervisor_tool_rounds") or 0)
     log = state.get("team_log") or []
@@ -90,12 +97,13 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         stage_status=stage_status(state),
         last_guidance=(log[-1]["guidance"] if log else "") or "（无）",
         notice=_notice(state),
+        errors=_errors(state),
         context=render_context(state, ("request", "constraints", "notes", "retry", "brief")),
     )
     messages = [
         SystemMessage(system_prompt(prompt.SYSTEM)),
         HumanMessage(turn),
-        *state.get("supervisor_messages", []),
+        *from_transcript(state.get("supervisor_messages")),
     ]
     # After an unparsable answer, or once look-ups are used up, force the decision tool.
     may_look_up = tool_rounds < limits["max_supervisor_tool_rounds"] and not state.get(
@@ -113,17 +121,21 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     lookups = [c for c in calls if c.get("name") == search_knowledge.name]
     if decision is None and lookups and may_look_up:
         message = AIMessage(content=reply.content or "", tool_calls=lookups, id=reply.id)
-        return {"supervisor_messages": [message], "supervisor_tool_rounds": tool_rounds + 1}
+        return {
+            "supervisor_messages": to_transcript([message]),
+            "supervisor_tool_rounds": tool_rounds + 1,
+        }
 
     valid = decision is not None and decision.next_agent in (*AGENTS, "END")
     update: dict[str, Any] = {
         "supervisor_decision": decision.model_dump() if decision else None,
         "team_step": step,
         "invalid_decisions": 0 if valid else int(state.get("invalid_decisions") or 0) + 1,
-        "supervisor_messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
+        "supervisor_messages": None,
         "supervisor_tool_rounds": 0,
     }
-    if state.get("limits") is None:
+    if state.get("limits") != limits:
+        # Routers read the bounds from state; keep the merged ones there.
         update["limits"] = limits
     merged = {**state, **update, "limits": limits}
     route = resolve_route(merged)
@@ -163,4 +175,3 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     }
     update["team_log"] = [*log, entry]
     return update
-

@@ -33,3 +33,15 @@ def data_block(label: str, content: Any) -> str:
 def system_prompt(role_text: str) -> str:
     """Compose a system prompt: the role's own text, then the shared rules."""
     return f"{role_text.strip()}\n\n{LANGUAGE_RULE}\n{DATA_RULE}"
+
+
+#: How each verifiable constraint (nodes.checks.Constraints) reads in a prompt.
+CONSTRAINT_RANGE = {
+    "title": "标题长度：{range} 个字符",
+    "body": "正文长度：{range} 个字符",
+    "tag": "标签数量：{range} 个",
+    "image": "图片数量：{range} 张",
+}
+CONSTRAINT_INCLUDE = "必须出现的词：{terms}"
+CONSTRAINT_AVOID = "绝对不能出现的词：{terms}"
+CONSTRAINT_HEADER = "硬性约束（由代码逐项核对；字符数不含空白）："

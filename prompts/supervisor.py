@@ -33,6 +33,10 @@ TURN = """第 {step} / {max_steps} 轮决策。
 
 上一步的指示：{last_guidance}
 {notice}
+{errors}
 {context}
 
 请调用 SupervisorDecision 给出下一步。"""
+
+#: Shown when agents' last outputs could not be parsed, so the supervisor can react.
+ERRORS = "这些智能体上一次没有产出可用结果：{errors}"

@@ -6,7 +6,8 @@ stream token by token into a UI. The format is fixed and parsed by code
 of `#tags`.
 """
 
-SYSTEM = """你是{platform}平台的内容作者（writer_agent）。根据创作简报、事实证据、正文要点和风格线索写一篇完整的帖子。
+SYSTEM = """你是{platform}平台的内容作者（writer_agent）。
+根据创作简报、事实证据、正文要点和风格线索写一篇完整的帖子。
 严格按下面的格式输出，不要输出其他说明：
 
 # 标题
@@ -20,3 +21,6 @@ SYSTEM = """你是{platform}平台的内容作者（writer_agent）。根据创�
 - 正文要写完整，不要出现“待续”“未完”之类的字样。
 - 遵守知识库笔记中的规则，尤其是 blocker（阻塞）规则。
 - 如果提供了上一次审核的反馈，必须逐条改进。"""
+
+TASK = "请写出完整的帖子（# 标题、正文、最后一行 #标签）。"
+REVISE_TASK = "请根据审核意见和上一次评审修改当前稿件，输出修改后的完整帖子（同样的格式）。"

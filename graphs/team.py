@@ -1,0 +1,147 @@
+"""The executor team (PRODUCT.md §1.2): a supervisor routing eight agents until the post is done.
+
+```
+START → supervisor ─┬─ look-ups ──→ supervisor_tools ──→ supervisor
+                    ├─ (invalid) ─→ supervisor
+                    ├─ END ───────→ END
+                    └─ agent ─────→ <agent> ──→ supervisor
+research_evidence_agent ⇄ research_evidence_tools   (search_knowledge, ≤ 3 rounds)
+image_agent ⇄ image_tools                            (generate_image, < 10 rounds)
+review_agent ─┬─ approved and every score passes → END
+              └─ otherwise → supervisor
+```
+
+Every rule of the supervisor's edge lives in `graphs.routing` (pure functions);
+the supervisor node applies the same rules to emit `supervisor.route` and
+`agent.fallback` events, so the stream explains every turn.
+
+Recursion limit: loops are bounded by counters in state (`team_step` against
+`max_team_steps`, the tool-round counters against their caps), never by
+LangGraph's `recursion_limit`. The limit only has to be high enough for the
+longest legal run; `team_recursion_limit(limits)` computes it (557 with the
+default limits: 24 decisions of up to 5 supersteps each — the decision and two
+look-up rounds — plus 23 agent turns of up to 19 supersteps each — the image
+agent's 9 tool rounds — plus the one LangGraph needs to finish). The compiled
+graph carries it as its default config. A parent graph that mounts the team
+(calling it from a node or as a subgraph node) passes *its own*
+`recursion_limit` down, which overrides that default: it must be at least
+`team_recursion_limit(limits)` (the team counts its supersteps separately from
+the parent's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from graphs.context import AtelierContext
+from graphs.routing import (
+    SupervisorTarget,
+    limits_of,
+    route_from_supervisor,
+    should_continue_image,
+    should_continue_research,
+    should_continue_review,
+    should_continue_supervisor,
+)
+from graphs.state import AGENTS, TeamInput, TeamLimits, TeamOutput, TeamState
+from nodes.brief_compiler_agent import brief_compiler_agent
+from nodes.common import tool_loop_node
+from nodes.image_agent import image_agent
+from nodes.image_planner_agent import image_planner_agent
+from nodes.layout_planner_agent import layout_planner_agent
+from nodes.reference_intelligence_agent import reference_intelligence_agent
+from nodes.research_evidence_agent import research_evidence_agent
+from nodes.review_agent import review_agent
+from nodes.supervisor import supervisor
+from nodes.tools import generate_image, search_knowledge
+from nodes.writer_agent import writer_agent
+
+#: Agents whose turn is one node that hands straight back to the supervisor.
+_SIMPLE_AGENTS = {
+    "brief_compiler_agent": brief_compiler_agent,
+    "reference_intelligence_agent": reference_intelligence_agent,
+    "layout_planner_agent": layout_planner_agent,
+    "image_planner_agent": image_planner_agent,
+    "writer_agent": writer_agent,
+}
+
+
+def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -> int:
+    """Return the smallest `recursion_limit` the longest legal team run needs.
+
+    Each supervisor decision takes at most 1 + 2 × `max_supervisor_tool_rounds`
+    supersteps; each agent turn after a decision at most 1 + 2 × the larger tool
+    cap (research or image); there are at most `max_team_steps` decisions, and
+    the last one ends the run. LangGraph needs one superstep more than the run
+    executes.
+    """
+    bounds = limits_of({"limits": dict(limits or {})})
+    decision = 1 + 2 * bounds["max_supervisor_tool_rounds"]
+    tool_rounds = max(bounds["max_research_tool_rounds"], bounds["max_image_tool_rounds"])
+    agent_turn = 1 + 2 * tool_rounds
+    steps = bounds["max_team_steps"]
+    return steps * decision + (steps - 1) * agent_turn + 1
+
+
+def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
+    """Run the supervisor's look-ups if it asked for some, else route its decision."""
+    if should_continue_supervisor(state) == "supervisor_tools":
+        return "supervisor_tools"
+    return route_from_supervisor(state)
+
+
+def build_team(*, limits: TeamLimits | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Build and compile the executor team graph (named "team").
+
+    Args:
+        limits: Loop bounds the run will use, only to size the default
+            `recursion_limit` (`team_recursion_limit`); the bounds themselves
+            come from the input's `limits` and the run's `AtelierContext`.
+
+    Returns:
+        The compiled graph: input `TeamInput`, output `TeamOutput`, context
+        `AtelierContext`.
+    """
+    builder = StateGraph(
+        TeamState,
+        context_schema=AtelierContext,
+        input_schema=TeamInput,
+        output_schema=TeamOutput,
+    )
+    builder.add_node("supervisor", supervisor)
+    builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
+    for name, node in _SIMPLE_AGENTS.items():
+        builder.add_node(name, node)
+    builder.add_node("research_evidence_agent", research_evidence_agent)
+    builder.add_node(
+        "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
+    )
+    builder.add_node("image_agent", image_agent)
+    builder.add_node("image_tools", tool_loop_node([generate_image], "image_messages"))
+    builder.add_node("review_agent", review_agent)
+
+    builder.add_edge(START, "supervisor")
+    builder.add_conditional_edges(
+        "supervisor", route_after_supervisor, ["supervisor_tools", "supervisor", *AGENTS, END]
+    )
+    builder.add_edge("supervisor_tools", "supervisor")
+    for name in _SIMPLE_AGENTS:
+        builder.add_edge(name, "supervisor")
+    builder.add_conditional_edges(
+        "research_evidence_agent",
+        should_continue_research,
+        ["research_evidence_tools", "supervisor"],
+    )
+    builder.add_edge("research_evidence_tools", "research_evidence_agent")
+    builder.add_conditional_edges(
+        "image_agent", should_continue_image, ["image_tools", "supervisor"]
+    )
+    builder.add_edge("image_tools", "image_agent")
+    builder.add_conditional_edges("review_agent", should_continue_review, [END, "supervisor"])
+
+    graph = builder.compile(name="team")
+    return graph.with_config(recursion_limit=team_recursion_limit(limits))

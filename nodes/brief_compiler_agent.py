@@ -1,0 +1,80 @@
+"""The brief compiler: turns the request into the creative brief every other agent works from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from graphs.context import AtelierContext, context_of
+from graphs.state import TeamState
+from nodes.common import (
+    agent_error,
+    build_messages,
+    clear_agent_error,
+    clipped,
+    parse_constraints,
+    structured_call,
+)
+from prompts import brief_compiler as prompt
+
+AGENT = "brief_compiler_agent"
+SECTIONS = ("request", "intent", "constraints", "notes", "retry")
+
+
+class CreativeBrief(BaseModel):
+    """Return the creative brief of the post."""
+
+    topic: Annotated[str, clipped(200)] = Field(
+        default="", max_length=200, description="Topic, one sentence."
+    )
+    audience: Annotated[str, clipped(200)] = Field(
+        default="", max_length=200, description="Target audience."
+    )
+    goal: Annotated[str, clipped(300)] = Field(
+        default="", max_length=300, description="What the post should achieve."
+    )
+    constraints: Annotated[list[str], clipped(12)] = Field(
+        default_factory=list, max_length=12, description="Rules the post must follow."
+    )
+    keywords: Annotated[list[str], clipped(8)] = Field(
+        default_factory=list, max_length=8, description="3–8 keywords."
+    )
+
+
+def house_rules(state: TeamState) -> list[str]:
+    """Return the rules a brief must carry whatever the model wrote.
+
+    Blocker notes from the vault and the planner's must-include / must-avoid
+    terms are binding on the whole team, so they are copied into the brief by
+    code rather than left to the model to remember.
+    """
+    rules = [
+        str(note.get("content", "")).strip()
+        for note in state.get("knowledge_notes") or []
+        if note.get("type") == "blocker" and note.get("content")
+    ]
+    constraints = parse_constraints(state.get("constraints"))
+    if constraints.must_include:
+        rules.append("必须包含：" + "、".join(constraints.must_include))
+    if constraints.must_avoid:
+        rules.append("不能出现：" + "、".join(constraints.must_avoid))
+    return rules
+
+
+async def brief_compiler_agent(
+    state: TeamState, runtime: Runtime[AtelierContext]
+) -> dict[str, Any]:
+    """Write `creative_brief` {topic, audience, goal, constraints, keywords}."""
+    ctx = context_of(runtime)
+    messages = build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=prompt.TASK)
+    brief = await structured_call(ctx.models(AGENT), CreativeBrief, messages)
+    if brief is None or not brief.topic.strip():
+        return agent_error(state, AGENT, "no CreativeBrief with a topic")
+    data = brief.model_dump()
+    data["audience"] = data["audience"] or state.get("audience") or ""
+    written = [c.strip() for c in data["constraints"] if c.strip()]
+    data["constraints"] = [*written, *(r for r in house_rules(state) if r not in written)]
+    data["keywords"] = [k.strip() for k in data["keywords"] if k.strip()]
+    return {"creative_brief": data, **clear_agent_error(state, AGENT)}

@@ -1,0 +1,120 @@
+"""The review agent: judges the draft on five quality dimensions before the team may end.
+
+The model's judgement is combined with facts code can check: the draft is
+measured against the planner's constraints (`nodes.checks.check_constraints`),
+the failures are shown to the model and added to the issues, and the review is
+approved only if the model approves, no constraint fails and every dimension
+it scored reaches the quality threshold.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from graphs.context import AtelierContext, context_of
+from graphs.routing import draft_digest, quality_fallback
+from graphs.state import QUALITY_DIMENSIONS, TeamState
+from nodes.checks import CheckResult, check_constraints
+from nodes.common import (
+    UNIT_SCORE,
+    agent_error,
+    build_messages,
+    clear_agent_error,
+    clipped,
+    parse_constraints,
+    structured_call,
+    team_limits,
+)
+from prompts import review as prompt
+from prompts.common import data_block
+
+AGENT = "review_agent"
+SECTIONS = (
+    "request",
+    "constraints",
+    "notes",
+    "retry",
+    "brief",
+    "evidence",
+    "references",
+    "layout",
+    "plans",
+    "content",
+    "images",
+)
+
+Score = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]
+
+
+class QualityDimensions(BaseModel):
+    """Scores 0–1 per dimension; a dimension left out was not judged."""
+
+    infoDensity: Score | None = Field(default=None, description="Information density.")
+    textImageAlignment: Score | None = Field(default=None, description="Text-image match.")
+    styleConsistency: Score | None = Field(default=None, description="Style consistency.")
+    readability: Score | None = Field(default=None, description="Readability.")
+    platformFit: Score | None = Field(default=None, description="Platform fit.")
+
+
+class ReviewResult(BaseModel):
+    """Return the review of the draft."""
+
+    approved: bool = Field(default=False, description="Whether the post can be published.")
+    score: Score = Field(default=0.0, description="Overall score 0–1.")
+    issues: Annotated[list[str], clipped(10)] = Field(
+        default_factory=list, max_length=10, description="Problems found."
+    )
+    suggestions: Annotated[list[str], clipped(10)] = Field(
+        default_factory=list, max_length=10, description="Concrete fixes."
+    )
+    dimensions: QualityDimensions = Field(
+        default_factory=QualityDimensions, description="Per-dimension scores 0–1."
+    )
+
+
+def constraint_failures(state: TeamState) -> list[CheckResult]:
+    """Return the constraints the draft breaks (text only: images are drawn later or elsewhere)."""
+    rules = parse_constraints(state.get("constraints"))
+    text_rules = rules.model_copy(update={"image_min": None, "image_max": None})
+    results = check_constraints(state.get("generated_content") or {}, text_rules)
+    return [r for r in results if not r.passed]
+
+
+def _failure_text(result: CheckResult) -> str:
+    return f"{result.name}: 实测 {result.measured}，要求 {result.expected}".strip()
+
+
+async def review_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Write `review_feedback`, `quality_scores` and `reviewed_digest` (the draft it judged)."""
+    ctx = context_of(runtime)
+    threshold = team_limits(state, ctx)["quality_threshold"]
+    failures = constraint_failures(state)
+    checks = [_failure_text(f) for f in failures]
+    task = "\n\n".join([data_block(prompt.CHECKS_LABEL, checks or ["全部通过"]), prompt.TASK])
+    system = prompt.SYSTEM.format(threshold=threshold)
+    messages = build_messages(system, state, SECTIONS, AGENT, task=task)
+    result = await structured_call(ctx.models(AGENT), ReviewResult, messages)
+    if result is None:
+        return agent_error(state, AGENT, "no ReviewResult")
+
+    scores = {
+        name: value
+        for name in QUALITY_DIMENSIONS
+        if (value := getattr(result.dimensions, name)) is not None
+    }
+    approved = result.approved and not failures and quality_fallback(scores, threshold) is None
+    feedback = {
+        "approved": approved,
+        "score": result.score,
+        "issues": [*checks, *(i for i in result.issues if i not in checks)],
+        "suggestions": result.suggestions,
+    }
+    return {
+        "review_feedback": feedback,
+        "quality_scores": scores,
+        "reviewed_digest": draft_digest(state),
+        **clear_agent_error(state, AGENT),
+    }

@@ -1,0 +1,116 @@
+"""The writer: writes the post in plain Markdown, the one agent whose tokens stream to users.
+
+A tool call would hide the text until it is complete, so the writer answers in
+a fixed plain-text format (see `prompts.writer`) that streams token by token in
+LangGraph's `messages` mode, and `parse_post` turns it into {title, body, tags}.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from graphs.context import AtelierContext, context_of
+from graphs.state import TeamState
+from nodes.checks import normalize_tags
+from nodes.common import agent_error, build_messages, clear_agent_error, parse_constraints
+from prompts import writer as prompt
+
+AGENT = "writer_agent"
+SECTIONS = (
+    "request",
+    "intent",
+    "constraints",
+    "notes",
+    "retry",
+    "brief",
+    "evidence",
+    "references",
+    "layout",
+    "content",
+    "review",
+)
+#: Platforms whose names the prompt shows in Chinese.
+PLATFORM_NAMES = {
+    "xiaohongshu": "小红书",
+    "weibo": "微博",
+    "douyin": "抖音",
+    "wechat": "微信公众号",
+}
+
+_FENCE = re.compile(r"^\s*```[\w-]*\s*$")
+_TITLE = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$")
+_TAG_LINE = re.compile(r"^\s*(?:[#＃][^\s#＃]+[#＃]?[\s,，、]*)+$")
+_LABEL = re.compile(r"^\s*(?:\*\*)?(?:标题|title)(?:\*\*)?\s*[:：]\s*", re.IGNORECASE)
+
+
+class Post(BaseModel):
+    """A post as the writer wrote it."""
+
+    title: str = Field(default="", description="The title line, without its # mark.")
+    body: str = Field(default="", description="Everything between the title and the tags.")
+    tags: list[str] = Field(default_factory=list, description="Tags without # marks.")
+
+
+def parse_post(text: str) -> Post:
+    """Split the writer's Markdown into title, body and tags.
+
+    The expected format is a `# ` title line, the body, and a last line of
+    `#tags`. Lenient on purpose, since small models drift: code fences are
+    dropped, a "标题：" label is read as the title, a missing `# ` title takes the
+    first line, and every trailing line made only of #tags counts as tags.
+    Markdown headings inside the body (`## 小标题`) are kept as body text.
+    """
+    lines = [line for line in text.replace("\r\n", "\n").split("\n") if not _FENCE.match(line)]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    tags: list[str] = []
+    while lines and (_TAG_LINE.match(lines[-1]) or not lines[-1].strip()):
+        tags[:0] = re.findall(r"[#＃]([^\s#＃,，、]+)", lines.pop())
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    title = ""
+    if lines:
+        first = lines[0]
+        match = _TITLE.match(first)
+        if match:
+            title = match.group(1)
+        elif _LABEL.match(first):
+            title = _LABEL.sub("", first)
+        elif len(lines) > 1:
+            title = first.strip().strip("*").strip()
+        if title:
+            lines.pop(0)
+    return Post(title=title.strip(), body="\n".join(lines).strip(), tags=normalize_tags(tags))
+
+
+def _platform(state: TeamState) -> str:
+    platform = state.get("platform") or "xiaohongshu"
+    return PLATFORM_NAMES.get(platform, platform)
+
+
+async def writer_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Write `generated_content` {title, body, tags}; streams its tokens.
+
+    Tags the model left out are taken from the brief's keywords, and tags over
+    the constraints' `tag_max` are dropped (the last ones): counting is code's
+    job, not the model's.
+    """
+    ctx = context_of(runtime)
+    revising = bool(state.get("generated_content") or state.get("retry_context"))
+    task = prompt.REVISE_TASK if revising else prompt.TASK
+    system = prompt.SYSTEM.format(platform=_platform(state))
+    messages = build_messages(system, state, SECTIONS, AGENT, task=task)
+    reply = await ctx.models(AGENT).ainvoke(messages)
+    post = parse_post(str(reply.text))
+    if not post.body:
+        return agent_error(state, AGENT, "the reply had no body")
+    tags = post.tags or normalize_tags((state.get("creative_brief") or {}).get("keywords"))
+    tag_max = parse_constraints(state.get("constraints")).tag_max
+    if tag_max is not None:
+        tags = tags[:tag_max]
+    content = {"title": post.title, "body": post.body, "tags": tags}
+    return {"generated_content": content, **clear_agent_error(state, AGENT)}
