@@ -42,6 +42,8 @@ READY_TIMEOUT_S = 2.0
 
 router = APIRouter(tags=["operations"])
 
+CheckOutcome = Literal["ok", "failed", "timeout"]
+
 
 class OkResponse(BaseModel):
     """LangGraph Platform's liveness answer."""
@@ -59,7 +61,7 @@ class ReadyResponse(BaseModel):
     """Readiness: whether the service can do its work, check by check."""
 
     ready: bool = Field(description="True when every check passed.", examples=[True])
-    checks: dict[str, Literal["ok", "failed", "timeout"]] = Field(
+    checks: dict[str, CheckOutcome] = Field(
         description="Outcome of each check, by name.", examples=[{"database": "ok"}]
     )
 
@@ -145,7 +147,7 @@ async def ready(request: Request, settings: SettingsDep) -> Response:
     return JSONResponse(body, status_code=503)
 
 
-async def _run_check(name: str, check: Callable[[], Awaitable[Any]]) -> str:
+async def _run_check(name: str, check: Callable[[], Awaitable[Any]]) -> CheckOutcome:
     """Run one readiness check and return ok, failed or timeout (details go to the log)."""
     try:
         await asyncio.wait_for(check(), READY_TIMEOUT_S)

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,21 @@ def test_weak_or_unusable_keys_stop_start_up_without_printing_them(bad: str) -> 
     assert bad not in str(error.value) and KEY not in str(error.value)
 
 
+async def test_langgraph_sdk_surfaces_the_401_message_and_sends_the_key(tmp_path: Path) -> None:
+    from langgraph_sdk import get_client
+    from langgraph_sdk.errors import AuthenticationError
+
+    with serving(create_app(settings_for(tmp_path, auth_api_keys=[KEY]))) as port:
+        url = f"http://127.0.0.1:{port}"
+        with pytest.raises(AuthenticationError) as refused:
+            await get_client(url=url, api_key=WRONG_KEY).http.get("/info")
+        info = await get_client(url=url, api_key=KEY).http.get("/info")
+
+    assert refused.value.status_code == 401
+    assert "A valid API key is required" in refused.value.message
+    assert info["auth"] == "api_key"
+
+
 # --- CORS -----------------------------------------------------------------------
 
 
@@ -278,10 +294,9 @@ def test_a_body_under_the_limit_passes(tmp_path: Path) -> None:
     assert response.status_code == 201
 
 
-@pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[int]:
-    """Serve an app with a 4 KiB body limit on a real uvicorn (h11) on 127.0.0.1."""
-    app = create_app(settings_for(tmp_path, max_body_bytes=4096))
+@contextmanager
+def serving(app: FastAPI) -> Iterator[int]:
+    """Serve an app on a real uvicorn (h11) on 127.0.0.1 and yield its port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, http="h11", log_level="warning"))
@@ -297,6 +312,13 @@ def live_server(tmp_path: Path) -> Iterator[int]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[int]:
+    """A real server with a 4 KiB body limit."""
+    with serving(create_app(settings_for(tmp_path, max_body_bytes=4096))) as port:
+        yield port
 
 
 def _raw_request(port: int, head: str, body_chunks: list[bytes]) -> bytes:
