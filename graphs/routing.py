@@ -39,6 +39,9 @@ SupervisorTarget = Literal[
 ]
 FallbackReason = Literal["precondition", "quality", "cap", "invalid_decision"]
 
+#: LangGraph's END, typed as the literal node name the routers return.
+_END = cast(Literal["__end__"], END)
+
 #: Which agent fixes a failing quality dimension, in priority order (first failing wins).
 QUALITY_FALLBACK: dict[str, AgentName] = {
     "infoDensity": "research_evidence_agent",
@@ -215,11 +218,11 @@ def _unstick(state: Mapping[str, Any], exclude: str | None = None) -> Supervisor
     if missing is not None:
         return cast(SupervisorTarget, check_basic_preconditions(missing, state))
     if end_allowed(state):
-        return END
+        return _END
     fix = quality_fallback(state.get("quality_scores"), limits_of(state)["quality_threshold"])
     if fix is not None and fix != exclude:
         return fix
-    return END
+    return _END
 
 
 def resolve_route(state: Mapping[str, Any]) -> Route:
@@ -238,7 +241,7 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
     step = int(state.get("team_step") or 0)
 
     if step >= limits["max_team_steps"] and not (requested == "END" and end_allowed(state)):
-        return Route(END, requested, "cap", f"max_team_steps ({limits['max_team_steps']}) reached")
+        return Route(_END, requested, "cap", f"max_team_steps ({limits['max_team_steps']}) reached")
 
     if requested != "END" and requested not in AGENTS:
         what = f"unknown agent {requested!r}" if requested else "no parsable decision"
@@ -249,7 +252,7 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
 
     if requested == "END":
         if end_allowed(state):
-            return Route(END, requested)
+            return Route(_END, requested)
         if not _body(state):
             return Route("supervisor", requested, "precondition", "END refused: no body yet")
         if not stage_done("review_agent", state):
@@ -266,10 +269,10 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
             )
         return Route("supervisor", requested, "precondition", "END refused: review not approved")
 
-    target = check_basic_preconditions(requested, state)
+    target = cast(SupervisorTarget, check_basic_preconditions(requested, state))
     if target != requested:
         return Route(
-            cast(SupervisorTarget, target),
+            target,
             requested,
             "precondition",
             f"{requested} needs {target} first",
@@ -338,4 +341,4 @@ def should_continue_image(state: Mapping[str, Any]) -> Literal["image_tools", "s
 
 def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supervisor"]:
     """End the team when the review approves and every quality score passes."""
-    return END if review_passes(state) else "supervisor"
+    return _END if review_passes(state) else "supervisor"

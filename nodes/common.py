@@ -8,8 +8,8 @@ a run goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
-from graphs.state import DEFAULT_LIMITS, TeamLimits
+from graphs.state import DEFAULT_LIMITS, TeamLimits, TeamState
 from nodes.checks import Constraints
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
@@ -215,9 +215,15 @@ def from_transcript(entries: Iterable[Any] | None) -> list[BaseMessage]:
     return [m if isinstance(m, BaseMessage) else messages_from_dict([m])[0] for m in items]
 
 
-def tool_loop_node(
-    tools: Sequence[BaseTool], transcript_key: str
-) -> Callable[[Mapping[str, Any], RunnableConfig], Awaitable[dict[str, Any]]]:
+class ToolLoopNode(Protocol):
+    """A graph node taking the state and the run's config (what `tool_loop_node` returns)."""
+
+    def __call__(self, state: TeamState, config: RunnableConfig) -> Awaitable[dict[str, Any]]:
+        """Run the tool calls of the loop's last message."""
+        ...
+
+
+def tool_loop_node(tools: Sequence[BaseTool], transcript_key: str) -> ToolLoopNode:
     """Return a graph node that runs the tool calls of a loop's last message.
 
     A `ToolNode` does the work — injecting `ToolRuntime` (context, state, stream
@@ -227,8 +233,8 @@ def tool_loop_node(
     """
     runner = ToolNode(tools, messages_key=transcript_key)
 
-    async def run_tools(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        messages = from_transcript(state.get(transcript_key))
+    async def run_tools(state: TeamState, config: RunnableConfig) -> dict[str, Any]:
+        messages = from_transcript(cast(Mapping[str, Any], state).get(transcript_key))
         result = await runner.ainvoke({**state, transcript_key: messages}, config)
         return {transcript_key: to_transcript(result[transcript_key])}
 

@@ -62,7 +62,9 @@ def _calls_for(
     for call in reply.tool_calls:
         args = call.get("args") or {}
         slot = args.get("slot")
-        if call.get("name") != generate_image.name or slot not in wanted or slot in calls:
+        if call.get("name") != generate_image.name or not isinstance(slot, int):
+            continue
+        if slot not in wanted or slot in calls:
             continue
         text = str(args.get("prompt") or wanted[slot].get("prompt") or "")
         calls[slot] = {

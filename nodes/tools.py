@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 import httpx
 from langchain_core.tools import tool
@@ -63,7 +63,8 @@ def post_sections(state: Mapping[str, Any]) -> list[tuple[str, str]]:
         return [(str(b.get("heading") or ""), str(b.get("text") or "")) for b in blocks]
     body = str((state.get("generated_content") or {}).get("body") or "")
     sections: list[tuple[str, str]] = []
-    heading, lines = "", []
+    heading = ""
+    lines: list[str] = []
     for line in [*body.split("\n"), ""]:
         match = _HEADING.match(line)
         if match or not line.strip():
@@ -87,7 +88,11 @@ def image_request(
     the plan's description.
     """
     slot = int(plan["slot"])
-    kind = plan.get("type") if plan.get("type") in ("cover", "content", "detail") else "content"
+    planned = plan.get("type")
+    kind = cast(
+        Literal["cover", "content", "detail"],
+        planned if planned in ("cover", "content", "detail") else "content",
+    )
     desc = str(plan.get("desc") or "")
     brief = state.get("creative_brief") or {}
     if kind == "cover":

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import StreamMode
 
 from graphs.context import AtelierContext
 from graphs.team import build_team
@@ -59,11 +63,14 @@ async def run_team(
     """Run the team on `team_input` (request defaults to `REQUEST`, 3 images) and collect it all."""
     context = ctx or fake_context(models, root)
     payload = {"request": REQUEST, "image_count": 3, **team_input}
-    modes = ["custom", "values", *(["messages"] if stream_tokens else [])]
+    modes: list[StreamMode] = ["custom", "values"]
+    if stream_tokens:
+        modes.append("messages")
     run = TeamRun(state={}, events=[], ctx=context)
-    async for mode, chunk in build_team().astream(
-        payload, context=context, config=config, stream_mode=modes
-    ):
+    stream: AsyncIterator[Any] = build_team().astream(
+        payload, context=context, config=cast(RunnableConfig, config), stream_mode=modes
+    )
+    async for mode, chunk in stream:
         if mode == "custom":
             run.events.append(chunk)
         elif mode == "values":

@@ -351,7 +351,7 @@ def test_recursion_limit_formula() -> None:
     assert team_recursion_limit({"max_team_steps": 5, "max_supervisor_tool_rounds": 0}) == (
         5 * 1 + 4 * 19 + 1
     )
-    assert build_team().config["recursion_limit"] == team_recursion_limit()
+    assert (build_team().config or {}).get("recursion_limit") == team_recursion_limit()
 
 
 # --- (f) the graph as Studio sees it ----------------------------------------------

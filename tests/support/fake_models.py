@@ -566,8 +566,8 @@ def happy_team(
 # --------------------------------------------------------------------------- context
 
 
-def fake_context(models: FakeModels, root: Path, **overrides: Any) -> Any:
-    """Return an `AtelierContext` using `models`, assets under `root`, an empty vault.
+def fake_context(models: Any, root: Path, **overrides: Any) -> Any:
+    """Return an `AtelierContext` using `models` (any model factory), assets under `root`, no notes.
 
     Image providers default to the real local card renderer. Keyword arguments
     override context fields (e.g. ``notes=``, ``image_providers=``, ``limits=``).

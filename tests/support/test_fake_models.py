@@ -103,11 +103,8 @@ async def test_writer_tokens_stream_in_messages_mode() -> None:
         return {"text": str(reply.content) + str(judged.content)}
 
     graph = StateGraph(_State).add_node("write", write).add_edge(START, "write").compile()
-    tokens = [
-        chunk.content
-        async for chunk, _meta in graph.astream({"text": ""}, stream_mode="messages")
-        if chunk.content
-    ]
+    stream: Any = graph.astream({"text": ""}, stream_mode="messages")
+    tokens = [chunk.content async for chunk, _meta in stream if chunk.content]
     assert tokens == ["一二三", "四五六", "七八九", "十"]  # the nostream critic stays off
     assert models.calls_for("writer_agent")[0].streamed is True
 
@@ -135,6 +132,8 @@ def test_happy_research_searches_until_it_has_a_result() -> None:
     research = happy_team()["research_evidence_agent"]
     assert callable(research)
     first = research([HumanMessage("研究")])
+    assert isinstance(first, AIMessage)
     assert first.tool_calls[0]["name"] == "search_knowledge"
     second = research([HumanMessage("研究"), first, ToolMessage("笔记", tool_call_id="c1")])
+    assert isinstance(second, AIMessage)
     assert second.tool_calls[0]["name"] == "EvidencePack"
