@@ -8,6 +8,7 @@ aliases, so a test can build an app with other services and every route follows.
     app.state.notes      NoteRepository     the knowledge vault (SQLite in DATA_DIR)
     app.state.assets     AssetStore         generated and uploaded images
     app.state.context    AtelierContext     what graph runs get as `context=`
+    app.state.runs       RunManager         threads, runs, event logs (app/runs)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.runs.manager import RunManager
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import NoteRepository
@@ -46,3 +48,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 NotesDep = Annotated[NoteRepository, Depends(get_notes)]
 AssetsDep = Annotated[AssetStore, Depends(get_assets)]
 ContextDep = Annotated[AtelierContext, Depends(get_context)]
+
+
+def get_runs(request: Request) -> RunManager:
+    """Return the run manager (threads, runs and their streams)."""
+    return request.app.state.runs  # type: ignore[no-any-return]
+
+
+RunsDep = Annotated[RunManager, Depends(get_runs)]

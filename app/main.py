@@ -8,21 +8,28 @@ module only reads settings.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.metrics import install_metrics
-from app.routes import assets, knowledge, ops
+from app.openapi import install_openapi
+from app.routes import assets, assistants, knowledge, ops, runs, threads
+from app.routes.runs import runs_error_handler
+from app.runs.assistants import AssistantFactory, default_assistants
+from app.runs.hub import Hub
+from app.runs.manager import RunManager, RunsError
+from app.runs.store import RunStore
 from app.security import install_security
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import SqliteNoteRepository
 from providers.assets import AssetStore
+from providers.llm import open_model_factory
 
 VERSION = "0.1.0"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -30,26 +37,64 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 def database_path(settings: Settings) -> str:
     """Return the path of the service's one SQLite database file."""
-    return str(settings.data_dir / "atelier.db")
+    return str(settings.database_path)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Open the service's resources for the app's lifetime and close them after."""
+    """Open the service's resources for the app's lifetime and close them after.
+
+    Everything persistent lives in `DATA_DIR/atelier.db` (WAL): the knowledge notes,
+    LangGraph's checkpoints (`AsyncSqliteSaver`), and the run store's threads, runs
+    and event logs. Without `LLM_BASE_URL` the embedded model is served for the
+    app's lifetime (`providers.llm.open_model_factory`); if it cannot start, start-up
+    fails with its error.
+    """
     settings: Settings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    notes = await SqliteNoteRepository(database_path(settings)).open()
-    try:
+    db = database_path(settings)
+    async with AsyncExitStack() as stack:
+        notes = await stack.enter_async_context(SqliteNoteRepository(db))
+        models = await stack.enter_async_context(open_model_factory(settings))
         app.state.notes = notes
         app.state.assets = AssetStore(settings.assets_dir)
-        app.state.context = AtelierContext.from_settings(settings, notes=notes)
+        context = AtelierContext.from_settings(settings, models=models, notes=notes)
+        app.state.context = context
+
+        checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
+        await checkpointer.setup()
+        graphs = dict(app.state.assistant_factory(checkpointer))
+        app.state.graphs = sorted(graphs)
+        hub = Hub()
+        store = await stack.enter_async_context(RunStore(db, publish=hub.publish))
+        metrics = app.state.metrics
+        manager = RunManager(
+            store=store,
+            hub=hub,
+            assistants=graphs,
+            context=context,
+            checkpointer=checkpointer,
+            run_timeout=settings.run_timeout,
+            max_attempts=settings.run_max_attempts,
+            event_retention_hours=settings.event_retention_hours,
+            metrics=metrics,
+            callbacks=[metrics.callback],
+        )
+        app.state.runs = await stack.enter_async_context(manager)
+        app.state.ready_checks = {**getattr(app.state, "ready_checks", {}), "runs": store.ping}
         yield
-    finally:
-        await notes.close()
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the Atelier ASGI app for `settings` (read from the environment when None)."""
+def create_app(
+    settings: Settings | None = None, *, assistant_factory: AssistantFactory | None = None
+) -> FastAPI:
+    """Build the Atelier ASGI app for `settings` (read from the environment when None).
+
+    Args:
+        settings: The configuration.
+        assistant_factory: Builds the graphs served, given the checkpointer (default:
+            `atelier`); tests serve small graphs through it.
+    """
     settings = settings or Settings()
     app = FastAPI(
         title="Atelier",
@@ -58,11 +103,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.assistant_factory = assistant_factory or default_assistants
     install_metrics(app)
     install_security(app, settings)
     app.include_router(ops.router)
     app.include_router(knowledge.router)
     app.include_router(assets.router)
+    app.include_router(assistants.router)
+    app.include_router(threads.router)
+    app.include_router(runs.router)
+    app.add_exception_handler(RunsError, runs_error_handler)
+    install_openapi(app)
     mount_console(app)
     return app
 

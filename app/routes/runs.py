@@ -1,0 +1,541 @@
+"""Runs: create (background, streamed, waited), list, get, join, stream, cancel.
+
+    POST /threads/{t}/runs            background run → the run record
+    POST /threads/{t}/runs/stream     run and stream it (SSE)
+    POST /threads/{t}/runs/wait       run and answer its final values
+    POST /runs, /runs/stream, /runs/wait        the same on a new thread
+    GET  /threads/{t}/runs            the thread's runs, newest first
+    GET  /threads/{t}/runs/{r}        one run
+    DELETE /threads/{t}/runs/{r}      delete a finished run and its log
+    GET  /threads/{t}/runs/{r}/stream join the stream (replay after a cursor, then live)
+    GET  /threads/{t}/runs/{r}/join   wait for the run and answer its final values
+    POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
+
+Handlers only validate, record and subscribe: the run executes in the run
+manager's task (app/runs/manager.py) and every stream response follows its event
+log (app/sse.py). A request is checked completely — assistant, input, command,
+options, Idempotency-Key — before anything is written, so a refused request
+leaves no thread or run behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from app.deps import RunsDep, SettingsDep
+from app.runs.frames import STREAM_MODES
+from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
+from app.runs.serde import dumps
+from app.runs.store import RunRecord
+from app.schemas import ID_PATTERN, IDEMPOTENCY_KEY_RE, STREAM_EXAMPLE, RunCreate, RunOut
+from app.security import PrincipalDep, error_response
+from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
+
+router = APIRouter(tags=["runs"])
+
+ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
+RunId = Annotated[str, Path(pattern=ID_PATTERN, description="Run id.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="A retried POST with the same key returns the same run (1-255 "
+        "printable ASCII characters).",
+    ),
+]
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        max_length=20,
+        description="Id of the last frame the client has; the stream resumes after it.",
+    ),
+]
+
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `id:` (per-run sequence number), `event:` and "
+        "JSON `data:` per frame; `metadata` first, `end` last (after `error` on failure), "
+        "`: heartbeat` comments while idle. `custom` frames carry the pipeline events "
+        "(`PipelineEvent`).",
+        "content": {
+            "text/event-stream": {
+                "schema": {"$ref": "#/components/schemas/StreamFrame"},
+                "example": STREAM_EXAMPLE,
+            }
+        },
+        "headers": {
+            "Content-Location": {
+                "description": "The run: /threads/{thread_id}/runs/{run_id}.",
+                "schema": {"type": "string"},
+            },
+            "Location": {
+                "description": "Where to rejoin (with Last-Event-ID), when stream_resumable.",
+                "schema": {"type": "string"},
+            },
+        },
+    }
+}
+WAIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The thread's values after the run (blank lines may precede the "
+        'JSON while the run is going); `{"__error__": {"error", "message"}}` when it '
+        "failed, `__interrupt__` when it paused for an answer.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+def runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    """Render a `RunsError` in the service's error shape (422s name the field)."""
+    assert isinstance(exc, RunsError)
+    detail = None
+    if exc.status == 422 and exc.field:
+        where, _, name = exc.field.rpartition(":")
+        loc = [where or "body", *name.split(".")]
+        detail = [{"type": "value_error", "loc": loc, "msg": exc.message}]
+    return error_response(exc.status, exc.message, detail)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _validation_error(error: ValidationError, prefix: tuple[str, ...]) -> RequestValidationError:
+    """Re-home a nested model's errors under the request body's field path."""
+    errors = []
+    for item in error.errors(include_url=False):
+        errors.append({**item, "loc": (*prefix, *item["loc"])})
+    return RequestValidationError(errors)
+
+
+async def _create(
+    manager: RunManager,
+    owner: str,
+    thread_id: str | None,
+    body: RunCreate,
+    idempotency_key: str | None,
+) -> tuple[RunRecord, bool]:
+    """Validate a run request against its assistant, then record and start the run."""
+    if idempotency_key is not None and not IDEMPOTENCY_KEY_RE.match(idempotency_key):
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("header", "Idempotency-Key"),
+                    "msg": "Idempotency-Key must be 1-255 printable ASCII characters",
+                }
+            ]
+        )
+    assistant = manager.assistant(body.assistant_id)
+    graph_input: dict[str, Any] | None = None
+    if body.input is not None:
+        if assistant.input_model is not None:
+            try:
+                graph_input = assistant.input_model.model_validate(body.input).model_dump(
+                    mode="json", exclude_unset=True
+                )
+            except ValidationError as exc:
+                raise _validation_error(exc, ("body", "input")) from None
+        else:
+            graph_input = body.input
+    kwargs: dict[str, Any] = {
+        "input": graph_input,
+        "command": body.command.model_dump(exclude_none=True) if body.command else None,
+        "stream_mode": body.modes,
+        "stream_subgraphs": body.stream_subgraphs,
+        "stream_resumable": body.stream_resumable,
+        "on_disconnect": body.on_disconnect,
+        "config": body.config.model_dump(exclude_defaults=True) if body.config else {},
+    }
+    fingerprint = None
+    if idempotency_key is not None:
+        fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))
+    return await manager.create(
+        owner=owner,
+        thread_id=thread_id,
+        assistant=assistant,
+        kwargs=kwargs,
+        metadata=body.metadata or {},
+        multitask_strategy=body.multitask_strategy,
+        if_not_exists=body.if_not_exists,
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+    )
+
+
+def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:
+    path = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    headers = {"Content-Location": path}
+    if resumable:
+        headers["Location"] = f"{path}/stream"
+    return headers
+
+
+def _stream_response(
+    request: Request,
+    manager: RunManager,
+    run: RunRecord,
+    *,
+    after: int,
+    modes: list[str] | None,
+    heartbeat: float,
+    cancel_on_disconnect: bool,
+) -> DisconnectAwareResponse:
+    metrics = getattr(request.app.state, "metrics", None)
+    body = follow_run(
+        manager.store,
+        manager.hub,
+        run.run_id,
+        run.thread_id,
+        after=after,
+        modes=modes,
+        heartbeat=heartbeat,
+        on_open=metrics.sse_subscribed if metrics else None,
+        on_close=metrics.sse_unsubscribed if metrics else None,
+    )
+    run_id = run.run_id
+    return DisconnectAwareResponse(
+        body,
+        media_type="text/event-stream",
+        headers={
+            **SSE_HEADERS,
+            **_run_headers(run, resumable=bool(run.kwargs.get("stream_resumable"))),
+        },
+        on_disconnect=(lambda: manager.cancel_soon(run_id)) if cancel_on_disconnect else None,
+    )
+
+
+async def _result_body(manager: RunManager, run_id: str, heartbeat: float) -> AsyncIterator[bytes]:
+    """Yield blank lines while the run goes on, then its result as JSON."""
+    waiting = asyncio.ensure_future(manager.wait(run_id))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=heartbeat)
+            if done:
+                break
+            yield b"\n"  # JSON allows leading whitespace; keeps proxies from timing out
+        run = waiting.result()
+        yield dumps(await manager.result(run) if run else {}).encode()
+    finally:
+        waiting.cancel()
+
+
+def _wait_response(
+    manager: RunManager, run: RunRecord, heartbeat: float, *, cancel_on_disconnect: bool
+) -> DisconnectAwareResponse:
+    run_id = run.run_id
+    return DisconnectAwareResponse(
+        _result_body(manager, run_id, heartbeat),
+        media_type="application/json",
+        headers=_run_headers(run, resumable=False),
+        on_disconnect=(lambda: manager.cancel_soon(run_id)) if cancel_on_disconnect else None,
+    )
+
+
+async def _owned_run(manager: RunManager, owner: str, thread_id: str, run_id: str) -> RunRecord:
+    run = await manager.store.find_run(owner, thread_id, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
+    return run
+
+
+# --------------------------------------------------------------------------- create
+
+
+@router.post("/threads/{thread_id}/runs", response_model=RunOut, summary="Start a background run")
+async def create_run(
+    thread_id: ThreadId,
+    body: RunCreate,
+    manager: RunsDep,
+    owner: PrincipalDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Start a run on a thread and answer its record at once."""
+    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    response.headers.update(_run_headers(run, resumable=body.stream_resumable))
+    return run.to_json()
+
+
+@router.post("/runs", response_model=RunOut, summary="Start a background run on a new thread")
+async def create_threadless_run(
+    body: RunCreate,
+    manager: RunsDep,
+    owner: PrincipalDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Start a run on a new thread and answer its record at once."""
+    run, _ = await _create(manager, owner, None, body, idempotency_key)
+    response.headers.update(_run_headers(run, resumable=body.stream_resumable))
+    return run.to_json()
+
+
+async def _stream_new_run(
+    request: Request,
+    manager: RunManager,
+    settings: Any,
+    owner: str,
+    thread_id: str | None,
+    body: RunCreate,
+    idempotency_key: str | None,
+    last_event_id: str | None,
+) -> DisconnectAwareResponse:
+    try:
+        after = parse_cursor(last_event_id, None)
+    except ValueError as exc:
+        raise _header_error("Last-Event-ID", str(exc)) from None
+    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    return _stream_response(
+        request,
+        manager,
+        run,
+        after=after,
+        modes=None,
+        heartbeat=settings.sse_heartbeat_interval,
+        cancel_on_disconnect=run.kwargs.get("on_disconnect") == "cancel",
+    )
+
+
+@router.post(
+    "/threads/{thread_id}/runs/stream",
+    summary="Start a run and stream it",
+    response_class=DisconnectAwareResponse,
+    responses=STREAM_RESPONSES,
+)
+async def stream_run(
+    request: Request,
+    thread_id: ThreadId,
+    body: RunCreate,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+    last_event_id: LastEventId = None,
+) -> DisconnectAwareResponse:
+    """Start a run on a thread and stream its frames (the main call)."""
+    return await _stream_new_run(
+        request, manager, settings, owner, thread_id, body, idempotency_key, last_event_id
+    )
+
+
+@router.post(
+    "/runs/stream",
+    summary="Start a run on a new thread and stream it",
+    response_class=DisconnectAwareResponse,
+    responses=STREAM_RESPONSES,
+)
+async def stream_threadless_run(
+    request: Request,
+    body: RunCreate,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+    last_event_id: LastEventId = None,
+) -> DisconnectAwareResponse:
+    """Start a run on a new thread and stream its frames."""
+    return await _stream_new_run(
+        request, manager, settings, owner, None, body, idempotency_key, last_event_id
+    )
+
+
+@router.post(
+    "/threads/{thread_id}/runs/wait",
+    summary="Run and wait for the result",
+    response_class=DisconnectAwareResponse,
+    responses=WAIT_RESPONSES,
+)
+async def wait_run(
+    thread_id: ThreadId,
+    body: RunCreate,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+) -> DisconnectAwareResponse:
+    """Start a run on a thread and answer the thread's values once it ends."""
+    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    return _wait_response(
+        manager,
+        run,
+        settings.sse_heartbeat_interval,
+        cancel_on_disconnect=body.on_disconnect == "cancel",
+    )
+
+
+@router.post(
+    "/runs/wait",
+    summary="Run on a new thread and wait for the result",
+    response_class=DisconnectAwareResponse,
+    responses=WAIT_RESPONSES,
+)
+async def wait_threadless_run(
+    body: RunCreate,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+) -> DisconnectAwareResponse:
+    """Start a run on a new thread and answer its values once it ends."""
+    run, _ = await _create(manager, owner, None, body, idempotency_key)
+    return _wait_response(
+        manager,
+        run,
+        settings.sse_heartbeat_interval,
+        cancel_on_disconnect=body.on_disconnect == "cancel",
+    )
+
+
+# --------------------------------------------------------------------------- read
+
+
+@router.get("/threads/{thread_id}/runs", response_model=list[RunOut], summary="List runs")
+async def list_runs(
+    thread_id: ThreadId,
+    manager: RunsDep,
+    owner: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
+    | None = None,
+) -> list[dict[str, Any]]:
+    """List a thread's runs, newest first."""
+    if await manager.store.get_thread(owner, thread_id) is None:
+        raise NotFound(f"thread {thread_id!r} not found")
+    runs = await manager.store.list_runs(thread_id, limit=limit, offset=offset, status=status)
+    return [run.to_json() for run in runs]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}", response_model=RunOut, summary="Get a run")
+async def get_run(
+    thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Return one run record."""
+    return (await _owned_run(manager, owner, thread_id, run_id)).to_json()
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")
+async def delete_run(
+    thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
+) -> Response:
+    """Delete a finished run and its event log (cancel an active one first)."""
+    run = await _owned_run(manager, owner, thread_id, run_id)
+    if run.active:
+        raise Conflict(f"run {run_id!r} is {run.status}; cancel it first")
+    await manager.store.delete_run(run_id)
+    return Response(status_code=204)
+
+
+def _header_error(name: str, message: str) -> RequestValidationError:
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("header", name), "msg": message}]
+    )
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    summary="Join a run's stream",
+    response_class=DisconnectAwareResponse,
+    responses=STREAM_RESPONSES,
+)
+async def join_stream(
+    request: Request,
+    thread_id: ThreadId,
+    run_id: RunId,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+    last_event_id_header: LastEventId = None,
+    last_event_id: Annotated[
+        str | None, Query(max_length=20, description="Same as the Last-Event-ID header.")
+    ] = None,
+    stream_mode: Annotated[
+        list[str] | None, Query(description="Only these of the run's stream modes.")
+    ] = None,
+    cancel_on_disconnect: bool = False,
+) -> DisconnectAwareResponse:
+    """Replay a run's frames after the cursor, then follow it live until its end.
+
+    Without a cursor the whole stream is replayed from its first frame.
+    """
+    try:
+        after = parse_cursor(last_event_id_header, last_event_id)
+    except ValueError as exc:
+        raise _header_error("Last-Event-ID", str(exc)) from None
+    run = await _owned_run(manager, owner, thread_id, run_id)
+    modes = [m for m in (stream_mode or []) if m]
+    run_modes = run.kwargs.get("stream_mode") or []
+    for mode in modes:
+        if mode not in STREAM_MODES or mode not in run_modes:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "value_error",
+                        "loc": ("query", "stream_mode"),
+                        "msg": f"stream_mode {mode!r} is not one of the run's modes {run_modes}",
+                    }
+                ]
+            )
+    return _stream_response(
+        request,
+        manager,
+        run,
+        after=after,
+        modes=modes or None,
+        heartbeat=settings.sse_heartbeat_interval,
+        cancel_on_disconnect=cancel_on_disconnect,
+    )
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/join",
+    summary="Wait for a run's result",
+    response_class=DisconnectAwareResponse,
+    responses=WAIT_RESPONSES,
+)
+async def join_run(
+    thread_id: ThreadId,
+    run_id: RunId,
+    manager: RunsDep,
+    settings: SettingsDep,
+    owner: PrincipalDep,
+) -> DisconnectAwareResponse:
+    """Wait until the run ends and answer the thread's values (or its error)."""
+    run = await _owned_run(manager, owner, thread_id, run_id)
+    return _wait_response(manager, run, settings.sse_heartbeat_interval, cancel_on_disconnect=False)
+
+
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    response_model=RunOut,
+    summary="Cancel a run",
+    responses={202: {"description": "Cancellation requested (wait=0)."}},
+)
+async def cancel_run(
+    thread_id: ThreadId,
+    run_id: RunId,
+    manager: RunsDep,
+    owner: PrincipalDep,
+    response: Response,
+    action: Literal["interrupt", "rollback"] = "interrupt",
+    wait: bool = False,
+) -> dict[str, Any]:
+    """Cancel a pending or running run.
+
+    `interrupt` keeps what the run checkpointed (status interrupted); `rollback`
+    also deletes the checkpoints it wrote. With `wait=1` the answer comes once the
+    run has stopped.
+    """
+    run = await _owned_run(manager, owner, thread_id, run_id)
+    run = await manager.cancel(run, action, wait=wait)
+    response.status_code = 200 if wait else 202
+    return run.to_json()

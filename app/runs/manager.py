@@ -1,0 +1,678 @@
+"""The run manager: runs execute in tasks it owns, never in an HTTP request.
+
+`create` checks and records a run, then starts an `asyncio` task that streams the
+graph and appends every chunk to the run's event log as a frame with the next id
+(see `app.runs.store`); SSE responses only follow the log (`app.sse`). So a client
+that disconnects leaves no zombie node behind (`on_disconnect=continue` lets the
+run finish for a later join, `cancel` cancels its task), and the same run can be
+followed by any number of clients.
+
+Cancellation is `Task.cancel()`, which LangGraph honours: the running node's
+awaits (an LLM request included) are cancelled at once. The cancel reason decides
+what the run's record says:
+
+    interrupt   status interrupted, the checkpoints kept (resume later)
+    rollback    status interrupted, the checkpoints this run wrote deleted
+    shutdown    nothing recorded: the run stays pending/running, and the next
+                start-up resumes it from its last checkpoint (`recover`)
+
+Restart recovery: runs a previous process left pending or running are started
+again under the same run id, a running one from its thread's last checkpoint
+(when that checkpoint is its own) with `attempt` + 1, at most RUN_MAX_ATTEMPTS
+executions in all. Their event logs continue after the last durable id, with a
+new `metadata` frame telling the attempt.
+
+One process owns a DATA_DIR: the busy check is one SQL statement and so atomic
+across processes, but runs execute in the process that accepted them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, Self
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Command, Interrupt, StateSnapshot
+
+from app.runs.assistants import Assistant
+from app.runs.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
+from app.runs.hub import Hub
+from app.runs.serde import dumps, to_jsonable
+from app.runs.store import ACTIVE_STATUSES, Frame, RunRecord, RunStore, ThreadRecord, now
+from graphs.context import AtelierContext
+
+log = logging.getLogger(__name__)
+
+_INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class RunsError(Exception):
+    """A request the run manager refuses; `status` is the HTTP status to answer."""
+
+    status = 400
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        """Describe the problem in one client-safe sentence.
+
+        Args:
+            message: The sentence.
+            field: The request field at fault: a body path ("command.resume") or
+                "header:<name>".
+        """
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class NotFound(RunsError):
+    """The thread, run or assistant does not exist (for this caller)."""
+
+    status = 404
+
+
+class Conflict(RunsError):
+    """The request conflicts with the thread's or run's current state."""
+
+    status = 409
+
+
+class Invalid(RunsError):
+    """The request is well-formed but names something that cannot be done."""
+
+    status = 422
+
+
+class RunMetrics(Protocol):
+    """What the run manager reports (implemented by `app.metrics.AtelierMetrics`)."""
+
+    def run_started(self) -> None: ...
+    def run_finished(self, status: str, seconds: float) -> None: ...
+    def observe_event(self, event: Any) -> None: ...
+
+
+@dataclass(eq=False)
+class _Active:
+    """A run this process is executing (or about to)."""
+
+    run: RunRecord
+    next_id: int
+    done: asyncio.Future[None]
+    task: asyncio.Task[None] | None = None
+    cancel_reason: str | None = None
+    finishing: bool = False  # past the graph: cancelling now would lose the outcome
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Outcome:
+    status: str
+    error: dict[str, str] | None = None
+    cancel_reason: str | None = None
+
+
+def request_fingerprint(thread_id: str | None, body: dict[str, Any]) -> str:
+    """Return a stable hash of a run request (to tell a retried POST from a different one)."""
+    return hashlib.sha256(dumps({"thread_id": thread_id, "body": body}).encode()).hexdigest()
+
+
+class RunManager:
+    """Create, execute, cancel, join and recover runs.
+
+    Use as an async context manager: entering recovers runs a previous process left
+    behind and prunes old event logs; leaving cancels the runs in flight without
+    recording an outcome, so the next start resumes them.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        hub: Hub,
+        assistants: dict[str, Assistant],
+        context: AtelierContext,
+        checkpointer: BaseCheckpointSaver,
+        run_timeout: float,
+        max_attempts: int,
+        event_retention_hours: float = 0,
+        metrics: RunMetrics | None = None,
+        callbacks: Sequence[BaseCallbackHandler] = (),
+    ) -> None:
+        """Bind the manager to its store, fan-out, graphs and limits."""
+        self.store = store
+        self.hub = hub
+        self.assistants = assistants
+        self.context = context
+        self.checkpointer = checkpointer
+        self.run_timeout = run_timeout
+        self.max_attempts = max_attempts
+        self.event_retention_hours = event_retention_hours
+        self.metrics = metrics
+        self.callbacks = list(callbacks)
+        self._active: dict[str, _Active] = {}
+        self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
+        self._closing = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.prune_events()
+        await self.recover()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop every run in flight without recording an outcome (a restart resumes them)."""
+        self._closing = True
+        tasks = []
+        for active in list(self._active.values()):
+            if active.task is not None and not active.finishing:
+                active.cancel_reason = "shutdown"
+                active.task.cancel()
+            if active.task is not None:
+                tasks.append(active.task)
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+        await self.store.flush()
+
+    # -- queries -------------------------------------------------------------------
+
+    def assistant(self, assistant_id: str) -> Assistant:
+        """Return an assistant, or raise NotFound naming the known ones."""
+        try:
+            return self.assistants[assistant_id]
+        except KeyError:
+            known = ", ".join(sorted(self.assistants)) or "none"
+            raise NotFound(
+                f"assistant {assistant_id!r} not found; this server has: {known}",
+                field="assistant_id",
+            ) from None
+
+    def is_active(self, run_id: str) -> bool:
+        """Whether this process is executing the run."""
+        return run_id in self._active
+
+    async def wait(self, run_id: str) -> RunRecord | None:
+        """Wait until the run is no longer pending or running; return its record."""
+        active = self._active.get(run_id)
+        if active is not None:
+            await asyncio.shield(active.done)
+        return await self.store.get_run(run_id)
+
+    async def result(self, run: RunRecord) -> dict[str, Any]:
+        """Return what `/wait` and `/join` answer: the thread's values after the run.
+
+        A failed run answers `{"__error__": {"error", "message"}}`; an interrupted
+        one carries its pending interrupts under `__interrupt__`.
+        """
+        if run.status in ("error", "timeout"):
+            return {"__error__": run.error or {"error": run.status, "message": run.status}}
+        thread = await self.store.get_thread(run.owner, run.thread_id)
+        if thread is None:
+            return {}
+        values = dict(thread.values or {})
+        pending = [i for group in thread.interrupts.values() for i in group]
+        if pending:
+            values["__interrupt__"] = pending
+        return values
+
+    def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
+        """Return the LangGraph config of a thread (and of a run on it)."""
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        if run is None:
+            return config  # type: ignore[return-value]
+        client = run.kwargs.get("config") or {}
+        config["configurable"] = {**client.get("configurable", {}), "thread_id": thread_id}
+        # Checkpoints copy these, which is how a rollback finds a run's checkpoints.
+        config["metadata"] = {
+            "run_id": run.run_id,
+            "assistant_id": run.assistant_id,
+            "graph_id": run.assistant_id,
+            "attempt": run.attempt,
+        }
+        if client.get("tags"):
+            config["tags"] = list(client["tags"])
+        if client.get("recursion_limit"):
+            config["recursion_limit"] = client["recursion_limit"]
+        if self.callbacks:
+            config["callbacks"] = list(self.callbacks)
+        return config  # type: ignore[return-value]
+
+    # -- create --------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        owner: str,
+        thread_id: str | None,
+        assistant: Assistant,
+        kwargs: dict[str, Any],
+        metadata: dict[str, Any],
+        multitask_strategy: str,
+        if_not_exists: str,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Record a run and start executing it.
+
+        Args:
+            owner: The caller's owner id.
+            thread_id: The thread, or None for a thread-less run (a new thread).
+            assistant: The assistant to run.
+            kwargs: The validated run options: `input` (graph input) or `command`,
+                `stream_mode` (list), `stream_subgraphs`, `stream_resumable`,
+                `on_disconnect`, `config`.
+            metadata: Stored with the run.
+            multitask_strategy: reject | interrupt | rollback | enqueue.
+            if_not_exists: create | reject (a missing thread).
+            idempotency_key: A retried POST with the same key returns the same run.
+            request_hash: Fingerprint of the request, to refuse a reused key.
+
+        Returns:
+            The run, and whether it was created now (False: an idempotent repeat).
+
+        Raises:
+            RunsError: NotFound, Conflict (busy thread, nothing to resume) or Invalid.
+        """
+        if self._closing:
+            raise Conflict("the server is shutting down")
+        async with self._lock:
+            if idempotency_key is not None:
+                existing = await self.store.find_idempotent_run(owner, idempotency_key)
+                if existing is not None:
+                    if existing.request_hash != request_hash:
+                        raise Invalid(
+                            "Idempotency-Key was already used for a different request",
+                            field="header:Idempotency-Key",
+                        )
+                    return existing, False
+
+            new_thread: ThreadRecord | None = None
+            if thread_id is None or not await self._owned_thread(owner, thread_id):
+                if thread_id is not None and if_not_exists != "create":
+                    raise NotFound(f"thread {thread_id!r} not found")
+                if thread_id is not None and await self.store.thread_exists(thread_id):
+                    raise NotFound(f"thread {thread_id!r} not found")  # another owner's
+                stamp = now()
+                new_thread = ThreadRecord(
+                    thread_id=thread_id or str(uuid.uuid4()),
+                    owner=owner,
+                    created_at=stamp,
+                    updated_at=stamp,
+                    metadata={
+                        "graph_id": assistant.graph_id,
+                        "assistant_id": assistant.assistant_id,
+                    },
+                )
+            tid = new_thread.thread_id if new_thread else thread_id
+            assert tid is not None
+
+            previous: list[_Active] = []
+            if new_thread is None:
+                busy = await self.store.active_runs(tid)
+                if busy and multitask_strategy == "reject":
+                    raise Conflict(
+                        f"thread {tid!r} is busy with run {busy[0].run_id!r} "
+                        f"({busy[0].status}); multitask_strategy is reject"
+                    )
+                if busy and multitask_strategy in ("interrupt", "rollback"):
+                    await self._cancel_all(busy, multitask_strategy)
+                elif busy:  # enqueue: start after every active run of the thread
+                    previous = [self._active[r.run_id] for r in busy if r.run_id in self._active]
+                if kwargs.get("command"):
+                    await self._check_command(assistant, tid, kwargs["command"])
+            elif (kwargs.get("command") or {}).get("resume") is not None:
+                raise Conflict(f"thread {tid!r} has no pending interrupt to resume")
+
+            stamp = now()
+            run = RunRecord(
+                run_id=str(uuid.uuid4()),
+                thread_id=tid,
+                owner=owner,
+                assistant_id=assistant.assistant_id,
+                status="pending",
+                created_at=stamp,
+                updated_at=stamp,
+                kwargs=kwargs,
+                multitask_strategy=multitask_strategy,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                request_hash=request_hash,
+            )
+            stored = await self.store.insert_run(run, new_thread=new_thread, exclusive=not previous)
+            if not stored:  # another process took the thread in between
+                busy = await self.store.active_runs(tid)
+                other = busy[0].run_id if busy else "?"
+                raise Conflict(f"thread {tid!r} is busy with run {other!r}")
+            self._start(run, after=previous, next_id=1)
+            return run, True
+
+    async def _owned_thread(self, owner: str, thread_id: str) -> bool:
+        return await self.store.get_thread(owner, thread_id) is not None
+
+    async def _check_command(self, assistant: Assistant, thread_id: str, command: dict) -> None:
+        """Refuse a resume with nothing to resume, unknown interrupt ids or a wrong answer."""
+        goto = command.get("goto")
+        if goto is not None:
+            targets = {goto} if isinstance(goto, str) else set(goto)
+            unknown = sorted(targets - set(assistant.graph.nodes))
+            if unknown:
+                raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
+        if "resume" not in command or command["resume"] is None:
+            return
+        snapshot = await assistant.graph.aget_state(self.graph_config(thread_id))
+        pending: list[Interrupt] = list(snapshot.interrupts)
+        if not pending:
+            raise Conflict(f"thread {thread_id!r} has no pending interrupt to resume")
+        resume = command["resume"]
+        ids = {i.id for i in pending}
+        if isinstance(resume, dict) and resume and all(_INTERRUPT_ID.match(k) for k in resume):
+            unknown = sorted(set(resume) - ids)
+            if unknown:
+                raise Invalid(
+                    f"command.resume names unknown interrupt ids {unknown}; pending: {sorted(ids)}",
+                    field="command.resume",
+                )
+            answers = [(v, [i for i in pending if i.id == k]) for k, v in resume.items()]
+        elif len(pending) > 1:
+            raise Invalid(
+                f"thread has {len(pending)} pending interrupts; resume with a map of "
+                "interrupt id to answer",
+                field="command.resume",
+            )
+        else:
+            answers = [(resume, pending)]
+        if assistant.check_resume is not None:
+            for value, interrupts in answers:
+                try:
+                    assistant.check_resume(value, interrupts)
+                except ValueError as exc:
+                    raise Invalid(f"command.resume: {exc}", field="command.resume") from None
+
+    # -- cancel --------------------------------------------------------------------
+
+    async def cancel(self, run: RunRecord, action: str, *, wait: bool) -> RunRecord:
+        """Cancel a pending or running run (`action` interrupt or rollback)."""
+        active = self._active.get(run.run_id)
+        if active is None or not run.active:
+            raise Conflict(f"run {run.run_id!r} is not pending or running (status {run.status})")
+        self._request_cancel(active, action)
+        if wait:
+            await asyncio.shield(active.done)
+        return await self.store.get_run(run.run_id) or run
+
+    def cancel_soon(self, run_id: str, action: str = "interrupt") -> None:
+        """Cancel a run if it is still executing (a disconnected `on_disconnect=cancel`)."""
+        active = self._active.get(run_id)
+        if active is not None:
+            self._request_cancel(active, action)
+
+    def _request_cancel(self, active: _Active, action: str) -> None:
+        if active.finishing or active.task is None or active.task.done():
+            return
+        active.cancel_reason = action
+        active.task.cancel()
+
+    async def _cancel_all(self, runs: Sequence[RunRecord], action: str) -> None:
+        waits = []
+        for run in runs:
+            active = self._active.get(run.run_id)
+            if active is not None:
+                self._request_cancel(active, action)
+                waits.append(active.done)
+        if waits:
+            await asyncio.wait([asyncio.ensure_future(w) for w in waits])
+
+    async def delete_thread(self, owner: str, thread_id: str) -> None:
+        """Cancel a thread's runs, then delete it with its runs, logs and checkpoints."""
+        thread = await self.store.get_thread(owner, thread_id)
+        if thread is None:
+            raise NotFound(f"thread {thread_id!r} not found")
+        await self._cancel_all(await self.store.active_runs(thread_id), "interrupt")
+        await self.store.flush()
+        await self.store.delete_thread(thread_id)
+        await self.checkpointer.adelete_thread(thread_id)
+
+    # -- execution -----------------------------------------------------------------
+
+    def _start(self, run: RunRecord, *, after: Sequence[_Active], next_id: int) -> _Active:
+        loop = asyncio.get_running_loop()
+        run = dataclasses.replace(run)  # the task's own copy: it updates status and attempt
+        active = _Active(run=run, next_id=next_id, done=loop.create_future())
+        self._active[run.run_id] = active
+        if self.metrics is not None:
+            self.metrics.run_started()
+        active.task = asyncio.create_task(
+            self._drive(active, [a.done for a in after]), name=f"run-{run.run_id}"
+        )
+        return active
+
+    @staticmethod
+    def _metadata(run: RunRecord) -> dict[str, Any]:
+        return {
+            "run_id": run.run_id,
+            "thread_id": run.thread_id,
+            "attempt": run.attempt,
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def _emit(self, active: _Active, event: str, data: Any) -> None:
+        frame = Frame(active.next_id, event, dumps(data))
+        active.next_id += 1
+        self.store.append(active.run.run_id, frame)
+
+    async def _drive(self, active: _Active, after: Sequence[asyncio.Future[None]]) -> None:
+        """Execute a run from queue to end, whatever happens to it on the way."""
+        run = active.run
+        try:
+            try:
+                if after:
+                    await asyncio.wait([asyncio.ensure_future(f) for f in after])
+                outcome = await self._execute(active)
+            except asyncio.CancelledError:
+                reason = active.cancel_reason
+                if reason is None or reason == "shutdown":
+                    raise  # the server is stopping: leave the run for recovery
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                outcome = _Outcome("interrupted", cancel_reason=reason)
+                if reason == "rollback":
+                    deleted = await self.store.delete_run_checkpoints(run.thread_id, run.run_id)
+                    log.info("rolled back run %s: %d checkpoint(s) deleted", run.run_id, deleted)
+            await self._finish(active, outcome)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the store failed: nothing more can be recorded
+            log.exception("run %s could not be completed", run.run_id)
+        finally:
+            self._active.pop(run.run_id, None)
+            if not active.done.done():
+                active.done.set_result(None)
+
+    async def _execute(self, active: _Active) -> _Outcome:
+        run = active.run
+        assistant = self.assistants.get(run.assistant_id)
+        if assistant is None:
+            return _Outcome(
+                "error",
+                error={"error": "NotFound", "message": f"assistant {run.assistant_id!r} is gone"},
+            )
+        graph = assistant.graph
+        payload = await self._payload(run)
+        run.attempt += 1
+        run.status = "running"
+        self._emit(active, "metadata", self._metadata(run))
+        self.store.queue_statement(
+            *RunStore.run_status_statement(run.run_id, "running", attempt=run.attempt)
+        )
+        modes = run.kwargs.get("stream_mode") or ["values"]
+        translate = FrameTranslator(
+            modes,
+            subgraphs=bool(run.kwargs.get("stream_subgraphs")),
+            keep_message=assistant.keep_message,
+        )
+        config = self.graph_config(run.thread_id, run)
+        deadline = asyncio.timeout(self.run_timeout)
+        try:
+            async with deadline:
+                async for namespace, mode, chunk in graph.astream(
+                    payload,
+                    config,
+                    context=self.context,
+                    stream_mode=graph_modes([*modes, "custom"]),
+                    subgraphs=True,
+                ):
+                    if mode == "custom" and self.metrics is not None and isinstance(chunk, dict):
+                        self.metrics.observe_event(chunk)
+                    frame = translate(namespace, mode, chunk)
+                    if frame is not None:
+                        self._emit(active, *frame)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                log.exception("run %s failed", run.run_id)
+                return _Outcome("error", error=public_error(exc))
+            return _Outcome(
+                "timeout",
+                error={
+                    "error": "TimeoutError",
+                    "message": f"the run exceeded RUN_TIMEOUT ({self.run_timeout:g} s)",
+                },
+            )
+        except Exception as exc:
+            log.exception("run %s failed", run.run_id)
+            return _Outcome("error", error=public_error(exc))
+        snapshot = await graph.aget_state(config)
+        return _Outcome("interrupted" if snapshot.interrupts else "success")
+
+    async def _payload(self, run: RunRecord) -> Any:
+        """Return what the graph is invoked with: input, a Command, or None to continue."""
+        if run.attempt > 0:
+            # A resumed execution: continue from the run's own last checkpoint, if any.
+            latest = await self.checkpointer.aget_tuple(self.graph_config(run.thread_id))
+            if latest is not None and latest.metadata.get("run_id") == run.run_id:
+                return None
+        command = run.kwargs.get("command")
+        if command:
+            return Command(
+                resume=command.get("resume"),
+                update=command.get("update"),
+                goto=command.get("goto") or (),
+            )
+        return run.kwargs.get("input")
+
+    async def _finish(self, active: _Active, outcome: _Outcome) -> None:
+        active.finishing = True
+        run = active.run
+        if active.next_id == 1:  # cancelled before it started: the stream still opens with this
+            self._emit(active, "metadata", self._metadata(run))
+        values, interrupts = await self._thread_state(run)
+        others = any(
+            a.run.thread_id == run.thread_id and a is not active for a in self._active.values()
+        )
+        if others:
+            thread_status = "busy"
+        elif outcome.status in ("error", "timeout"):
+            thread_status = "error"
+        elif interrupts:
+            thread_status = "interrupted"
+        else:
+            thread_status = "idle"
+        if outcome.error is not None:
+            self._emit(active, "error", outcome.error)
+        self._emit(active, "end", {"run_id": run.run_id, "status": outcome.status})
+        self.store.queue_statement(
+            *RunStore.run_status_statement(
+                run.run_id,
+                outcome.status,
+                attempt=run.attempt,
+                cancel_reason=outcome.cancel_reason,
+                error=outcome.error,
+            )
+        )
+        self.store.queue_statement(
+            *RunStore.thread_state_statement(run.thread_id, thread_status, values, interrupts)
+        )
+        await self.store.flush()
+        if self.metrics is not None:
+            self.metrics.run_finished(outcome.status, time.monotonic() - active.started)
+
+    async def _thread_state(self, run: RunRecord) -> tuple[dict | None, dict]:
+        """Return the thread's values and pending interrupts (by task id) after a run."""
+        assistant = self.assistants.get(run.assistant_id)
+        if assistant is None:
+            return None, {}
+        try:
+            snapshot: StateSnapshot = await assistant.graph.aget_state(
+                self.graph_config(run.thread_id)
+            )
+        except Exception:
+            log.exception("could not read the state of thread %s", run.thread_id)
+            return None, {}
+        interrupts = {
+            task.id: to_jsonable(list(task.interrupts))
+            for task in snapshot.tasks
+            if task.interrupts
+        }
+        values = to_jsonable(snapshot.values)
+        return (values if isinstance(values, dict) else {"value": values}), interrupts
+
+    # -- recovery and retention ----------------------------------------------------
+
+    async def recover(self) -> int:
+        """Resume the runs a previous process left pending or running; return how many."""
+        resumed = 0
+        tails: dict[str, _Active] = {}  # thread → last run started, to keep threads in order
+        for run in await self.store.active_runs():
+            next_id = await self.store.last_event_id(run.run_id) + 1
+            if run.status == "running" and run.attempt >= self.max_attempts:
+                await self._abandon(run, next_id)
+                continue
+            previous = [tails[run.thread_id]] if run.thread_id in tails else []
+            tails[run.thread_id] = self._start(run, after=previous, next_id=next_id)
+            resumed += 1
+            log.info("resuming run %s (attempt %d)", run.run_id, run.attempt + 1)
+        return resumed
+
+    async def _abandon(self, run: RunRecord, next_id: int) -> None:
+        error = {
+            "error": "RunAbandoned",
+            "message": f"the server stopped during each of the run's {run.attempt} attempts",
+        }
+        end = {"run_id": run.run_id, "status": "error"}
+        self.store.append(run.run_id, Frame(next_id, "error", dumps(error)))
+        self.store.append(run.run_id, Frame(next_id + 1, "end", dumps(end)))
+        self.store.queue_statement(*RunStore.run_status_statement(run.run_id, "error", error=error))
+        self.store.queue_statement(*RunStore.thread_state_statement(run.thread_id, "error"))
+        await self.store.flush()
+        log.warning("abandoned run %s after %d attempts", run.run_id, run.attempt)
+
+    async def prune_events(self) -> int:
+        """Prune the event logs of runs finished longer ago than EVENT_RETENTION_HOURS."""
+        if self.event_retention_hours <= 0:
+            return 0
+        cutoff = datetime.now(UTC) - timedelta(hours=self.event_retention_hours)
+        return await self.store.prune_events(cutoff.isoformat())
+
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "RunManager",
+    "RunsError",
+    "request_fingerprint",
+]

@@ -1,0 +1,481 @@
+"""Request and response models of the threads, runs and assistants endpoints.
+
+They follow the LangGraph Platform dialect (what `langgraph-sdk` sends and reads)
+and bound every field a client fills in. A request option this server does not
+implement is refused with a 422 naming it (`extra="forbid"`), never ignored.
+
+`AtelierInput` is the `input` of the `atelier` assistant (PRODUCT.md §2.6). The
+stream models at the end describe the SSE frames for the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from langgraph.types import Interrupt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from app.runs.frames import SCHEMA_VERSION, StreamModeName
+from core.settings import STREAMING_ROLES
+from providers.assets import ASSET_ID_LENGTH
+
+#: Ids of threads (client-chosen or generated UUIDs) and runs.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+#: Largest JSON object accepted as `metadata` or `config.configurable`.
+MAX_MAPPING_KEYS = 64
+MAX_MAPPING_BYTES = 16_384
+#: `configurable` keys the server sets itself.
+RESERVED_CONFIGURABLE = frozenset(
+    {"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map", "run_id", "assistant_id"}
+)
+
+ResourceId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _bounded_mapping(value: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """Refuse mappings with too many keys or too large a JSON form."""
+    if value is None:
+        return value
+    from app.runs.serde import dumps
+
+    if len(value) > MAX_MAPPING_KEYS:
+        raise ValueError(f"{name} may have at most {MAX_MAPPING_KEYS} keys")
+    if len(dumps(value).encode()) > MAX_MAPPING_BYTES:
+        raise ValueError(f"{name} may be at most {MAX_MAPPING_BYTES} bytes of JSON")
+    return value
+
+
+# --------------------------------------------------------------------------- atelier input
+
+
+class AtelierInput(_Strict):
+    """The `input` of a run of the `atelier` assistant (PRODUCT.md §2.6)."""
+
+    request: str = Field(
+        min_length=1,
+        max_length=4000,
+        description="What to write, in the user's words (1–4000 characters).",
+        examples=["写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"],
+    )
+    platform: str = Field(
+        default="xiaohongshu",
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9_-]+$",
+        description="Target platform.",
+        examples=["xiaohongshu"],
+    )
+    audience: str | None = Field(
+        default=None, max_length=200, description="Who the post is for.", examples=["大学生"]
+    )
+    constraints: dict[str, Any] | None = Field(
+        default=None,
+        description="Verifiable constraints the post must meet: title_min/title_max, "
+        "body_min/body_max (characters), tag_min/tag_max, image_min/image_max, "
+        "must_include/must_avoid (term lists).",
+        examples=[{"body_max": 600, "must_include": ["烟酰胺"]}],
+    )
+    reference_images: list[AssetId] = Field(
+        default_factory=list,
+        max_length=9,
+        description="Ids of uploaded reference images (POST /assets), at most 9.",
+    )
+    reference_texts: list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]] = Field(
+        default_factory=list, max_length=5, description="Example posts to imitate."
+    )
+    layout_preference: Literal["balanced", "image_heavy", "text_heavy"] = Field(
+        default="balanced", description="How text and images are balanced."
+    )
+    image_provider: Literal["local", "openai"] | None = Field(
+        default=None, description="Image provider (default: IMAGE_PROVIDER)."
+    )
+    image_count: int | None = Field(default=None, ge=1, le=9, description="Images wanted (1–9).")
+    fast_mode: bool = Field(default=False, description="One attempt, smaller team budget.")
+    auto_confirm: bool = Field(default=False, description="Never ask a clarification question.")
+
+    @field_validator("request")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("request must not be blank")
+        return value
+
+    @field_validator("constraints")
+    @classmethod
+    def _valid_constraints(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return value
+        from nodes.checks import Constraints
+
+        unknown = sorted(set(value) - set(Constraints.model_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown constraint(s) {unknown}; known: {', '.join(Constraints.model_fields)}"
+            )
+        Constraints.model_validate(value)  # bounds and ordered ranges
+        return _bounded_mapping(value, "constraints")
+
+    def to_graph_input(self) -> dict[str, Any]:
+        """Return the pipeline input: the fields the client sent, validated."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class ClarificationDetails(_Strict):
+    """An answer to the planner's clarification question."""
+
+    action: Literal["defaults", "details"]
+    details: str = Field(default="", max_length=4000)
+
+    @model_validator(mode="after")
+    def _details_given(self) -> ClarificationDetails:
+        if self.action == "details" and not self.details.strip():
+            raise ValueError("details must not be blank when action is 'details'")
+        return self
+
+
+_CLARIFICATION_ANSWER: TypeAdapter[Any] = TypeAdapter(
+    Annotated[str, StringConstraints(min_length=1, max_length=4000)] | ClarificationDetails
+)
+
+
+def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> None:
+    """Check a resume value for the planner's clarification question.
+
+    Accepted: "defaults", any other text (1–4000 characters, added as details), or
+    `{"action": "defaults"}` / `{"action": "details", "details": "..."}`.
+
+    Raises:
+        ValueError: The value is none of those.
+    """
+    asks_clarification = any(
+        isinstance(i.value, Mapping) and i.value.get("type") == "clarification" for i in interrupts
+    )
+    if not asks_clarification:
+        return
+    try:
+        _CLARIFICATION_ANSWER.validate_python(value)
+    except ValidationError:
+        raise ValueError(
+            'a clarification answer is "defaults", a text of 1-4000 characters, or '
+            '{"action": "defaults"} / {"action": "details", "details": "..."}'
+        ) from None
+
+
+_STREAMING_TAGS = frozenset(f"role:{role}" for role in STREAMING_ROLES)
+
+
+def writer_tokens_only(metadata: Mapping[str, Any]) -> bool:
+    """Keep a `messages` chunk only when a writing role's model produced it.
+
+    The model factory tags every other role `nostream`, which LangGraph honours for
+    tokens; this also keeps off the stream whole messages LangGraph emits when a node
+    returns one (a supervisor's tool call, say).
+    """
+    return not _STREAMING_TAGS.isdisjoint(metadata.get("tags") or ())
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class CommandIn(_Strict):
+    """A command for the graph: resume an interrupt, update state, or jump to nodes."""
+
+    resume: Any = Field(
+        default=None,
+        description="Answer to the pending interrupt, or a map of interrupt id → answer.",
+        examples=["defaults"],
+    )
+    update: dict[str, Any] | list[tuple[str, Any]] | None = Field(
+        default=None, description="State update applied before continuing."
+    )
+    goto: str | list[str] | None = Field(default=None, description="Node(s) to run next.")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> CommandIn:
+        if self.resume is None and self.update is None and self.goto is None:
+            raise ValueError("command needs at least one of resume, update, goto")
+        return self
+
+
+class RunConfigIn(_Strict):
+    """The parts of a LangGraph run config a client may set."""
+
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=16
+    )
+    recursion_limit: int | None = Field(default=None, ge=1, le=10_000)
+    configurable: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("configurable")
+    @classmethod
+    def _configurable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(k for k in value if k in RESERVED_CONFIGURABLE or k.startswith("__"))
+        if reserved:
+            raise ValueError(f"configurable keys {reserved} are set by the server")
+        return _bounded_mapping(value, "configurable") or {}
+
+
+class RunCreate(_Strict):
+    """Body of the run-creating endpoints (`/runs`, `/runs/stream`, `/runs/wait`)."""
+
+    assistant_id: str = Field(
+        min_length=1, max_length=128, description="Assistant to run.", examples=["atelier"]
+    )
+    input: dict[str, Any] | None = Field(
+        default=None,
+        description="Graph input; for `atelier` see AtelierInput.",
+        examples=[{"request": "写一篇小红书笔记：平价护肤，学生党友好", "auto_confirm": True}],
+    )
+    command: CommandIn | None = Field(default=None, description="Resume, update or goto.")
+    stream_mode: StreamModeName | list[StreamModeName] = Field(
+        default="values", description="Stream mode(s) of the run's stream."
+    )
+    stream_subgraphs: bool = Field(
+        default=False, description="Send subgraph events, namespaced `mode|node:<task id>`."
+    )
+    stream_resumable: bool = Field(
+        default=False,
+        description="Advertise the stream for reconnection (`Location` header). Every "
+        "run's events are kept either way, so any run can be joined and replayed.",
+    )
+    on_disconnect: Literal["cancel", "continue"] = Field(
+        default="continue", description="What a client disconnect does to the run."
+    )
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] = Field(
+        default="reject", description="What to do when the thread already has an active run."
+    )
+    config: RunConfigIn | None = None
+    metadata: dict[str, Any] | None = Field(default=None, description="Stored with the run.")
+    if_not_exists: Literal["create", "reject"] = Field(
+        default="reject", description="Create the thread when it does not exist."
+    )
+
+    @field_validator("stream_mode")
+    @classmethod
+    def _modes(cls, value: str | list[str]) -> list[str]:
+        modes = [value] if isinstance(value, str) else value
+        if not modes:
+            raise ValueError("stream_mode needs at least one mode")
+        return list(dict.fromkeys(modes))
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(value, "metadata")
+
+    @model_validator(mode="after")
+    def _input_or_command(self) -> RunCreate:
+        if self.input is not None and self.command is not None:
+            raise ValueError("input and command are mutually exclusive")
+        if self.input is None and self.command is None:
+            raise ValueError("a run needs input or command")
+        return self
+
+    @property
+    def modes(self) -> list[str]:
+        """The stream modes as a list."""
+        return list(self.stream_mode) if isinstance(self.stream_mode, list) else [self.stream_mode]
+
+
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+class RunOut(BaseModel):
+    """A run record."""
+
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    created_at: str
+    updated_at: str
+    status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
+    metadata: dict[str, Any]
+    kwargs: dict[str, Any]
+    multitask_strategy: str
+    attempt: int = Field(description="Executions started (a restart resumes with the next).")
+    cancel_reason: str | None = None
+    error: dict[str, Any] | None = None
+
+
+# --------------------------------------------------------------------------- threads
+
+
+class ThreadCreate(_Strict):
+    """Body of POST /threads."""
+
+    thread_id: ResourceId | None = Field(default=None, description="Id; a UUID when unset.")
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(value, "metadata")
+
+
+class ThreadPatch(_Strict):
+    """Body of PATCH /threads/{thread_id}: metadata merged into the thread's."""
+
+    metadata: dict[str, Any]
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _bounded_mapping(value, "metadata") or {}
+
+
+class ThreadSearch(_Strict):
+    """Body of POST /threads/search."""
+
+    metadata: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    ids: list[ResourceId] | None = Field(default=None, max_length=1000)
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0, le=1_000_000)
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] = "created_at"
+    sort_order: Literal["asc", "desc"] = "desc"
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(value, "metadata")
+
+
+class ThreadOut(BaseModel):
+    """A thread."""
+
+    thread_id: str
+    created_at: str
+    updated_at: str
+    metadata: dict[str, Any]
+    status: Literal["idle", "busy", "interrupted", "error"]
+    values: dict[str, Any] | None = Field(description="State after the thread's last run.")
+    interrupts: dict[str, list[dict[str, Any]]] = Field(description="Pending, by task id.")
+
+
+class HistoryRequest(_Strict):
+    """Body of POST /threads/{thread_id}/history (the SDK's `get_history`)."""
+
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: str | dict[str, Any] | None = Field(
+        default=None, description="A checkpoint id, or a checkpoint object with one."
+    )
+    metadata: dict[str, Any] | None = None
+
+
+class ThreadStateOut(BaseModel):
+    """A checkpointed state of a thread."""
+
+    values: dict[str, Any] | list[Any]
+    next: list[str]
+    tasks: list[dict[str, Any]]
+    checkpoint: dict[str, Any] | None
+    parent_checkpoint: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    created_at: str | None
+    interrupts: list[dict[str, Any]]
+
+
+# --------------------------------------------------------------------------- assistants
+
+
+class AssistantSearch(_Strict):
+    """Body of POST /assistants/search."""
+
+    graph_id: str | None = Field(default=None, max_length=128)
+    name: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+
+
+class AssistantOut(BaseModel):
+    """An assistant: a graph served by this service."""
+
+    assistant_id: str
+    graph_id: str
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    version: int
+    created_at: str
+    updated_at: str
+
+
+# --------------------------------------------------------------------------- stream frames
+
+
+class RunMetadataData(BaseModel):
+    """`data` of the first frame of every stream (again when a restart resumes the run)."""
+
+    run_id: str
+    thread_id: str
+    attempt: int = Field(
+        ge=0,
+        description="1 on the first execution, +1 per resume after a restart; 0 when the run "
+        "was cancelled before it started.",
+    )
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+
+class ErrorData(BaseModel):
+    """`data` of the `error` frame sent before `end` when a run fails or times out."""
+
+    error: str = Field(description="Error type.", examples=["TimeoutError"])
+    message: str = Field(description="What went wrong, safe to show.")
+
+
+class GapData(BaseModel):
+    """`data` of a `gap` frame: frames before this id are no longer kept."""
+
+    first_missing: int = Field(ge=1)
+    last_missing: int = Field(ge=1)
+    message: str = Field(
+        description="Re-read the thread state (GET /threads/{thread_id}/state) to catch up."
+    )
+
+
+class EndData(BaseModel):
+    """`data` of the last frame of every stream."""
+
+    run_id: str
+    status: Literal["success", "error", "timeout", "interrupted"]
+
+
+STREAM_EXAMPLE = (
+    "id: 1\nevent: metadata\n"
+    'data: {"run_id":"1f0c…","thread_id":"9a1d…","attempt":1,"schema_version":1}\n\n'
+    "id: 2\nevent: custom\n"
+    'data: {"type":"stage.started","stage":"planner","attempt":0}\n\n'
+    "id: 3\nevent: updates\n"
+    'data: {"planner":{"intent":{"action":"create_post","topic":"平价护肤"}}}\n\n'
+    "id: 4\nevent: custom|executor:5b7e…\n"
+    'data: {"type":"supervisor.route","next_agent":"brief_compiler_agent","guidance":"",'
+    '"focus_areas":[],"step":1}\n\n'
+    ": heartbeat\n\n"
+    "id: 5\nevent: messages|executor:5b7e…\n"
+    'data: [{"type":"AIMessageChunk","content":"学生党"},{"langgraph_node":"writer_agent"}]\n\n'
+    "id: 6\nevent: end\n"
+    'data: {"run_id":"1f0c…","status":"success"}\n\n'
+)

@@ -1,0 +1,198 @@
+"""Server-Sent Events: responses that follow a run's event log, never run the graph.
+
+`follow_run` is the body of every stream response: it subscribes to the run's live
+frames first, then replays the durable log after the client's cursor, then sends
+live frames as they are committed (deduplicated by id, so the switch from replay to
+live neither drops nor repeats a frame), with a `: heartbeat` comment whenever the
+stream has been idle for SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame. A
+cursor older than what the log keeps gets a `gap` frame first.
+
+`DisconnectAwareResponse` streams a body while listening for the client's
+disconnect, and calls a callback when the client went away (not when the server is
+shutting down), which is how `on_disconnect=cancel` cancels a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.runs.frames import CONTROL_EVENTS, graph_mode
+from app.runs.hub import Hub
+from app.runs.serde import dumps
+from app.runs.store import Frame, RunStore
+
+HEARTBEAT = b": heartbeat\n\n"
+SSE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
+}
+
+
+class DisconnectAwareResponse(StreamingResponse):
+    """A streaming response that tells `on_disconnect` when the client goes away."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        status_code: int = 200,
+        *,
+        on_disconnect: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Stream `content`; `on_disconnect` runs if the client disconnects before its end."""
+        super().__init__(content, status_code, **kwargs)
+        self.on_disconnect = on_disconnect
+        self._finished = False
+
+    async def stream_response(self, send: Send) -> None:
+        """Send the headers and the body, and note when the body is exhausted."""
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self._finished = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream until the body ends or the client disconnects, whichever comes first."""
+        disconnected = False
+
+        async def listen() -> None:
+            nonlocal disconnected
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected = not self._finished
+                    return
+
+        async def stream() -> None:
+            nonlocal disconnected
+            try:
+                await self.stream_response(send)
+            except OSError:
+                disconnected = True
+
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def until_first_done(job: Callable[[], Any]) -> None:
+                    await job()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(until_first_done, stream)
+                group.start_soon(until_first_done, listen)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        if disconnected and self.on_disconnect is not None:
+            self.on_disconnect()
+
+
+def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
+    """Return the frame standing for log frames that are no longer kept."""
+    data = {
+        "first_missing": first_missing,
+        "last_missing": last_missing,
+        "message": f"frames {first_missing}-{last_missing} of this run are no longer kept; "
+        f"re-read the thread state at /threads/{thread_id}/state",
+    }
+    return Frame(last_missing, "gap", dumps(data))
+
+
+async def follow_run(
+    store: RunStore,
+    hub: Hub,
+    run_id: str,
+    thread_id: str,
+    *,
+    after: int = 0,
+    modes: Collection[str] | None = None,
+    heartbeat: float = 15.0,
+    on_open: Callable[[], None] | None = None,
+    on_close: Callable[[], None] | None = None,
+) -> AsyncIterator[bytes]:
+    """Yield a run's frames after id `after` as SSE bytes, live until its `end` frame.
+
+    Args:
+        store: The run store (the durable log).
+        hub: The live fan-out.
+        run_id: The run to follow.
+        thread_id: Its thread (named in `gap` frames).
+        after: The client's cursor: the id of the last frame it has (0: everything).
+        modes: Client stream modes to keep (None keeps all); control frames always pass.
+        heartbeat: Seconds of silence before a `: heartbeat` comment.
+        on_open: Called once when following starts (metrics).
+        on_close: Called once when following stops, however it stops (metrics).
+    """
+    wanted = None if modes is None else {graph_mode(m) for m in modes} | CONTROL_EVENTS
+    last = after
+    ended = False
+    sub = hub.subscribe(run_id)
+    if on_open is not None:
+        on_open()
+
+    def render(frames: list[Frame]) -> bytes:
+        nonlocal last, ended
+        out: list[bytes] = []
+        for frame in frames:
+            if frame.id <= last or ended:
+                continue
+            if frame.id > last + 1:
+                out.append(gap_frame(last + 1, frame.id - 1, thread_id).encode())
+            last = frame.id
+            if wanted is None or frame.mode in wanted:
+                out.append(frame.encode())
+            ended = frame.event == "end"
+        return b"".join(out)
+
+    try:
+        while not ended:
+            # Replay what the log holds after the cursor (first, and after lagging).
+            while not ended:
+                frames = await store.read_events(run_id, last)
+                if not frames:
+                    break
+                if chunk := render(frames):
+                    yield chunk
+            if ended:
+                break
+            # Then live frames, as they are committed.
+            while not ended:
+                batch = await sub.next_batch(heartbeat)
+                if batch is None:
+                    yield HEARTBEAT
+                    continue
+                if sub.lagged:
+                    sub.caught_up()
+                    break  # back to the log for what was dropped
+                if chunk := render(batch):
+                    yield chunk
+    finally:
+        hub.unsubscribe(sub)
+        if on_close is not None:
+            on_close()
+
+
+def parse_cursor(header: str | None, query: str | None) -> int:
+    """Return the client's cursor from `Last-Event-ID` or `?last_event_id=` (0: none).
+
+    Raises:
+        ValueError: The cursor is not a frame id (a non-negative integer).
+    """
+    raw = header if header not in (None, "") else query
+    if raw in (None, ""):
+        return 0
+    assert raw is not None
+    value = raw.strip()
+    if not value.isdigit() or len(value) > 18:
+        raise ValueError("Last-Event-ID must be the id of a frame (a non-negative integer)")
+    return int(value)

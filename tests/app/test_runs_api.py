@@ -1,0 +1,424 @@
+"""Runs and streams over HTTP: the official `langgraph-sdk` client and raw SSE, real uvicorn.
+
+The app serves the sample graphs (tests/app/sample_graphs.py), whose LLM calls go
+to the scripted OpenAI server through the real model factory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.schema import Command
+
+from tests.app.harness import (
+    LiveServer,
+    SseFrame,
+    parse_sse,
+    read_sse,
+    service_settings,
+    wait_until,
+)
+from tests.app.sample_graphs import WRITER_TEXT, sample_assistants, scripted_reply
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(scripted_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def server(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[LiveServer]:
+    settings = service_settings(tmp_path / "data", llm.base_url, sse_heartbeat_interval=0.3)
+    with LiveServer(settings, sample_assistants) as live:
+        yield live
+
+
+@pytest.fixture
+def http(server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+def studio_input(**extra: Any) -> dict[str, Any]:
+    return {"request": "写一篇小红书笔记：平价护肤", "auto_confirm": True, **extra}
+
+
+# --------------------------------------------------------------------------- the SDK
+
+
+async def test_sdk_streams_updates_custom_and_writer_tokens_with_subgraphs(
+    server: LiveServer,
+) -> None:
+    client = get_client(url=server.url, api_key=None)
+    thread = await client.threads.create()
+    parts = [
+        part
+        async for part in client.runs.stream(
+            thread["thread_id"],
+            "studio",
+            input=studio_input(),
+            stream_mode=["updates", "custom", "messages-tuple"],
+            stream_subgraphs=True,
+        )
+    ]
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "end"
+    assert parts[0].data["thread_id"] == thread["thread_id"]
+    assert [int(p.id) for p in parts] == list(range(1, len(parts) + 1))
+    custom = [p for p in parts if p.event.startswith("custom")]
+    assert {"stage.started", "stage.completed", "supervisor.route"} <= {
+        p.data["type"] for p in custom
+    }
+    assert any(p.event.startswith("custom|executor:") for p in custom)
+    tokens = [p for p in parts if p.event.startswith("messages|executor:")]
+    assert "".join(p.data[0]["content"] for p in tokens) == WRITER_TEXT
+    # The supervisor's answer ("ok") is tagged nostream and never reaches the stream.
+    assert all(p.data[1]["tags"] == ["role:writer_agent"] for p in tokens)
+    assert "updates" in events and any(e.startswith("updates|executor:") for e in events)
+
+    runs = await client.runs.list(thread["thread_id"])
+    assert [r["status"] for r in runs] == ["success"]
+    # Join the finished run: its values, and a full replay of its stream.
+    values = await client.runs.join(thread["thread_id"], runs[0]["run_id"])
+    assert values["result"]["outcome"] == "completed"
+    replay = [p async for p in client.runs.join_stream(thread["thread_id"], runs[0]["run_id"])]
+    assert [(p.id, p.event, p.data) for p in replay] == [(p.id, p.event, p.data) for p in parts]
+    # A subset of the run's modes.
+    only = [
+        p
+        async for p in client.runs.join_stream(
+            thread["thread_id"], runs[0]["run_id"], stream_mode="custom"
+        )
+    ]
+    assert {p.event.split("|")[0] for p in only} == {"metadata", "custom", "end"}
+
+
+async def test_sdk_v2_stream_reads_the_namespaces(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    parts = [
+        part
+        async for part in client.runs.stream(
+            None,
+            "studio",
+            input=studio_input(),
+            stream_mode=["custom"],
+            stream_subgraphs=True,
+            version="v2",
+        )
+    ]
+    namespaced = [p for p in parts if p["type"] == "custom" and p["ns"]]
+    assert namespaced and namespaced[0]["ns"][0].startswith("executor:")
+
+
+async def test_sdk_cancels_a_running_run_at_once(server: LiveServer, llm: Any) -> None:
+    client = get_client(url=server.url, api_key=None)
+    thread = await client.threads.create()
+    run = await client.runs.create(
+        thread["thread_id"], "slow", input={"steps": 30, "delay": 0.4}, stream_mode="custom"
+    )
+    await asyncio.to_thread(wait_until, lambda: llm.call_count >= 2)
+    started = time.monotonic()
+    await client.runs.cancel(thread["thread_id"], run["run_id"])
+    while (await client.runs.get(thread["thread_id"], run["run_id"]))["status"] != "interrupted":
+        assert time.monotonic() - started < 1.0, "not interrupted within 1 s"
+        await asyncio.sleep(0.02)
+    calls = llm.call_count
+    await asyncio.sleep(1.0)
+    assert llm.call_count == calls, "an LLM call was made after the cancel"
+    frames = [p async for p in client.runs.join_stream(thread["thread_id"], run["run_id"])]
+    assert frames[-1].event == "end" and frames[-1].data["status"] == "interrupted"
+
+
+async def test_sdk_resumes_an_interrupted_run_with_a_command(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    parts = [
+        p
+        async for p in client.runs.stream(
+            tid, "studio", input={"request": "写点什么"}, stream_mode=["values", "updates"]
+        )
+    ]
+    assert any(p.event == "updates" and "__interrupt__" in p.data for p in parts)
+    assert any(p.event == "values" and "__interrupt__" in p.data for p in parts)
+    assert parts[-1].event == "end" and parts[-1].data["status"] == "interrupted"
+    state = await client.threads.get(tid)
+    assert state["status"] == "interrupted"
+    [pending] = [i for group in state["interrupts"].values() for i in group]
+    assert pending["value"]["type"] == "clarification"
+
+    values = await client.runs.wait(tid, "studio", command=Command(resume={"action": "defaults"}))
+    assert values["result"]["outcome"] == "completed"
+    assert (await client.threads.get(tid))["status"] == "idle"
+    # Nothing is pending any more: a second resume is refused (the SDK's `wait` raises
+    # httpx's error rather than its own typed one).
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await client.runs.wait(tid, "studio", command=Command(resume="defaults"))
+    assert refused.value.response.status_code == 409
+
+
+async def test_sdk_busy_thread_is_rejected_naming_the_active_run(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    first = await client.runs.create(tid, "slow", input={"steps": 5, "delay": 0.2})
+    with pytest.raises(ConflictError) as refused:
+        await client.runs.create(tid, "slow", input={"steps": 1})
+    assert first["run_id"] in str(refused.value.body)
+    await client.runs.cancel(tid, first["run_id"], wait=True)
+
+
+# --------------------------------------------------------------------------- raw HTTP
+
+
+def test_frames_carry_ids_and_the_run_headers(http: httpx.Client) -> None:
+    response = http.post(
+        "/runs/stream",
+        json={
+            "assistant_id": "burst",
+            "input": {"count": 3},
+            "stream_mode": ["custom"],
+            "stream_resumable": True,
+        },
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    location = response.headers["content-location"]
+    assert location.startswith("/threads/") and "/runs/" in location
+    assert response.headers["location"] == f"{location}/stream"
+    frames = read_sse(response.text)
+    assert [f.id for f in frames] == [1, 2, 3, 4, 5]
+    assert [f.event for f in frames] == ["metadata", "custom", "custom", "custom", "end"]
+    assert http.get(location).json()["status"] == "success"
+
+
+def test_a_dropped_client_rejoins_and_gets_every_frame_exactly_once(http: httpx.Client) -> None:
+    body = {"assistant_id": "burst", "input": {"count": 40, "pause": 0.02}, "stream_mode": "custom"}
+    seen: list[SseFrame] = []
+    with http.stream("POST", "/runs/stream", json=body) as response:
+        run_path = response.headers["content-location"]
+        for item in parse_sse(response.iter_lines()):
+            if isinstance(item, SseFrame):
+                seen.append(item)
+            if len(seen) == 7:
+                break  # the connection is dropped mid-run
+    assert http.get(run_path).json()["status"] == "running"  # on_disconnect=continue
+    last = seen[-1].id
+    with http.stream("GET", f"{run_path}/stream", headers={"Last-Event-ID": str(last)}) as rest:
+        seen += [f for f in parse_sse(rest.iter_lines()) if isinstance(f, SseFrame)]
+    assert [f.id for f in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].event == "end"
+    assert len([f for f in seen if f.event == "custom"]) == 40
+    # ?last_event_id= works the same way.
+    tail = read_sse(http.get(f"{run_path}/stream", params={"last_event_id": len(seen) - 2}).text)
+    assert [f.id for f in tail] == [len(seen) - 1, len(seen)]
+
+
+def test_on_disconnect_cancel_cancels_the_run(http: httpx.Client, llm: Any) -> None:
+    body = {
+        "assistant_id": "slow",
+        "input": {"steps": 30, "delay": 0.3},
+        "stream_mode": "custom",
+        "on_disconnect": "cancel",
+    }
+    with http.stream("POST", "/runs/stream", json=body) as response:
+        run_path = response.headers["content-location"]
+        for item in parse_sse(response.iter_lines()):
+            if isinstance(item, SseFrame) and item.event == "custom":
+                break
+    wait_until(lambda: http.get(run_path).json()["status"] == "interrupted", timeout=3)
+    assert http.get(run_path).json()["cancel_reason"] == "interrupt"
+
+
+def test_idle_streams_get_heartbeats(http: httpx.Client) -> None:
+    body = {"assistant_id": "slow", "input": {"steps": 1, "delay": 0.8}, "stream_mode": "updates"}
+    with http.stream("POST", "/runs/stream", json=body) as response:
+        items = list(parse_sse(response.iter_lines()))
+    assert ": heartbeat" in items
+    assert [i.event for i in items if isinstance(i, SseFrame)] == ["metadata", "updates", "end"]
+
+
+def test_the_same_idempotency_key_gives_one_run(http: httpx.Client) -> None:
+    thread = http.post("/threads", json={}).json()["thread_id"]
+    body = {"assistant_id": "burst", "input": {"count": 1}}
+    headers = {"Idempotency-Key": "order-42"}
+    first = http.post(f"/threads/{thread}/runs", json=body, headers=headers).json()
+    again = http.post(f"/threads/{thread}/runs", json=body, headers=headers).json()
+    assert again["run_id"] == first["run_id"]
+    assert len(http.get(f"/threads/{thread}/runs").json()) == 1
+    other = http.post(
+        f"/threads/{thread}/runs", json={**body, "input": {"count": 2}}, headers=headers
+    )
+    assert other.status_code == 422 and "Idempotency-Key" in other.json()["message"]
+
+
+def test_a_cursor_that_is_not_a_frame_id_is_refused(http: httpx.Client) -> None:
+    run = http.post("/runs", json={"assistant_id": "burst", "input": {"count": 1}}).json()
+    path = f"/threads/{run['thread_id']}/runs/{run['run_id']}/stream"
+    response = http.get(path, headers={"Last-Event-ID": "abc"})
+    assert response.status_code == 422 and "Last-Event-ID" in response.text
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _nothing_created(http: httpx.Client) -> None:
+    assert http.post("/threads/search", json={}).json() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "named"),
+    [
+        ({"assistant_id": "studio", "input": {"request": ""}}, 422, "request"),
+        ({"assistant_id": "studio", "input": {"request": "   "}}, 422, "request"),
+        ({"assistant_id": "studio", "input": {"request": "字" * 4001}}, 422, "request"),
+        (
+            {"assistant_id": "studio", "input": {"request": "x", "image_count": 10}},
+            422,
+            "image_count",
+        ),
+        ({"assistant_id": "studio", "input": {"request": "x", "colour": "red"}}, 422, "colour"),
+        (
+            {"assistant_id": "studio", "input": {"request": "x", "layout_preference": "wide"}},
+            422,
+            "layout_preference",
+        ),
+        (
+            {"assistant_id": "studio", "input": studio_input(), "stream_mode": "events"},
+            422,
+            "stream_mode",
+        ),
+        (
+            {"assistant_id": "studio", "input": studio_input(), "webhook": "http://x"},
+            422,
+            "webhook",
+        ),
+        ({"assistant_id": "nope", "input": studio_input()}, 404, "nope"),
+        ({"assistant_id": "studio"}, 422, "input or command"),
+        (
+            {"assistant_id": "studio", "input": studio_input(), "on_disconnect": "explode"},
+            422,
+            "on_disconnect",
+        ),
+    ],
+)
+@pytest.mark.parametrize("endpoint", ["/runs/stream", "/runs/wait", "/runs"])
+def test_bad_run_requests_are_refused_naming_the_problem_and_create_nothing(
+    http: httpx.Client, endpoint: str, body: dict[str, Any], status: int, named: str
+) -> None:
+    response = http.post(endpoint, json=body)
+    assert response.status_code == status, response.text
+    assert named in response.text
+    _nothing_created(http)
+
+
+def test_malformed_json_is_refused(http: httpx.Client) -> None:
+    response = http.post(
+        "/runs/stream",
+        content=b'{"assistant_id": "studio", "input": ',
+        headers={"Content-Type": "application/json"},
+    )
+    assert 400 <= response.status_code < 500
+    assert "JSON" in response.text or "json" in response.text
+    _nothing_created(http)
+
+
+def test_a_run_on_a_missing_thread_creates_it_only_when_asked(http: httpx.Client) -> None:
+    body = {"assistant_id": "burst", "input": {"count": 1}}
+    assert http.post("/threads/t-new/runs/wait", json=body).status_code == 404
+    _nothing_created(http)
+    answer = http.post("/threads/t-new/runs/wait", json={**body, "if_not_exists": "create"})
+    assert answer.status_code == 200 and answer.json()["emitted"] == 1
+    assert http.get("/threads/t-new").json()["metadata"]["graph_id"] == "burst"
+
+
+def test_resume_without_a_pending_interrupt_is_refused(http: httpx.Client) -> None:
+    thread = http.post("/threads", json={}).json()["thread_id"]
+    response = http.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "studio", "command": {"resume": "defaults"}},
+    )
+    assert response.status_code == 409 and "no pending interrupt" in response.json()["message"]
+    assert http.get(f"/threads/{thread}/runs").json() == []
+
+
+def test_a_failed_run_streams_error_then_end(http: httpx.Client) -> None:
+    frames = read_sse(
+        http.post("/runs/stream", json={"assistant_id": "boom", "input": {"x": 1}}).text
+    )
+    assert [f.event for f in frames] == ["metadata", "values", "error", "end"]
+    assert frames[2].data["error"] == "RuntimeError" and "secret" not in frames[2].data["message"]
+    waited = http.post("/runs/wait", json={"assistant_id": "boom", "input": {"x": 1}}).json()
+    assert waited["__error__"]["error"] == "RuntimeError"
+
+
+# --------------------------------------------------------------------------- threads & owners
+
+
+async def test_another_key_cannot_see_a_thread_or_its_runs(tmp_path: Path, llm: Any) -> None:
+    settings = service_settings(
+        tmp_path / "d", llm.base_url, auth_api_keys=["key-a" * 4, "key-b" * 4]
+    )
+    with LiveServer(settings, sample_assistants) as live:
+        alice = get_client(url=live.url, api_key="key-a" * 4)
+        bob = get_client(url=live.url, api_key="key-b" * 4)
+        thread = await alice.threads.create()
+        tid = thread["thread_id"]
+        run = await alice.runs.create(tid, "burst", input={"count": 1})
+        await alice.runs.join(tid, run["run_id"])
+        calls = [
+            lambda: bob.threads.get(tid),
+            lambda: bob.runs.get(tid, run["run_id"]),
+            lambda: bob.runs.list(tid),
+            lambda: bob.runs.join(tid, run["run_id"]),  # raises httpx's error, not the SDK's
+            lambda: bob.runs.create(tid, "burst", input={"count": 1}),
+            lambda: bob.runs.cancel(tid, run["run_id"]),
+        ]
+        for call in calls:
+            with pytest.raises(httpx.HTTPStatusError) as refused:
+                await call()
+            assert refused.value.response.status_code == 404
+        with pytest.raises(NotFoundError):
+            [p async for p in bob.runs.join_stream(tid, run["run_id"])]
+        assert await bob.threads.search() == []
+        assert [t["thread_id"] for t in await alice.threads.search()] == [tid]
+
+
+async def test_thread_state_history_and_delete(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    thread = await client.threads.create(metadata={"user": "u1"})
+    tid = thread["thread_id"]
+    await client.runs.wait(tid, "studio", input=studio_input())
+    state = await client.threads.get_state(tid)
+    assert state["values"]["result"]["outcome"] == "completed" and state["next"] == []
+    history = await client.threads.get_history(tid, limit=3)
+    assert len(history) == 3 and history[0]["checkpoint"]["checkpoint_id"]
+    assert [t["thread_id"] for t in await client.threads.search(metadata={"user": "u1"})] == [tid]
+    await client.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await client.threads.get(tid)
+
+
+async def test_assistants_are_listed_and_drawable(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    found = await client.assistants.search()
+    assert {a["assistant_id"] for a in found} == {"studio", "slow", "burst", "boom"}
+    assert (await client.assistants.get("studio"))["graph_id"] == "studio"
+    flat = await client.assistants.get_graph("studio")
+    assert {"planner", "executor", "finalize"} <= {n["id"] for n in flat["nodes"]}
+    deep = await client.assistants.get_graph("studio", xray=True)
+    assert any(n["id"].startswith("executor") and n["id"] != "executor" for n in deep["nodes"])
+    schemas = await client.assistants.get_schemas("studio")
+    assert schemas["input_schema"]["properties"]["request"]["maxLength"] == 4000
+    with pytest.raises(NotFoundError):
+        await client.assistants.get("nope")
