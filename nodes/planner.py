@@ -114,6 +114,7 @@ _BOILERPLATE = re.compile(
     re.IGNORECASE,
 )
 _NOT_A_CHARACTER = re.compile(r"[\W_]+")
+_JUST_DO_IT = re.compile("|".join(re.escape(p) for p in JUST_DO_IT_PHRASES), re.IGNORECASE)
 
 ClarityDimension = Literal["audience", "goal", "scenario", "constraints", "length"]
 CLARITY_DIMENSIONS: tuple[ClarityDimension, ...] = (
@@ -151,8 +152,8 @@ def assess_clarity(state: Mapping[str, Any]) -> dict[str, Any]:
       (学生党, 上班族, 新手, 敏感肌, for beginners …);
     - goal: a purpose word (种草, 测评, 攻略, 避坑, 讲清楚, review, how to …);
     - scenario: a concrete subject — at least `CLARITY_SUBJECT_CHARS`
-      characters left once "write a post" boilerplate (写一篇, 小红书, 笔记 …)
-      and punctuation are removed;
+      characters left once "write a post" boilerplate (写一篇, 小红书, 笔记 …),
+      "just do it" phrases and punctuation are removed;
     - constraints: the `constraints` or `image_count` input, or a stated limit
       (300字, 3张图, 不要…, 至少 …);
     - length: the request has at least `CLARITY_LENGTH_CHARS` characters.
@@ -162,7 +163,8 @@ def assess_clarity(state: Mapping[str, Any]) -> dict[str, Any]:
         "missing": [names scoring 0]}``.
     """
     text = effective_request(state)
-    subject = _NOT_A_CHARACTER.sub("", _BOILERPLATE.sub("", text))
+    subject = _BOILERPLATE.sub("", _JUST_DO_IT.sub("", text))
+    subject = _NOT_A_CHARACTER.sub("", subject)
     found: dict[ClarityDimension, bool] = {
         "audience": bool(state.get("audience")) or bool(_AUDIENCE.search(text)),
         "goal": bool(_GOAL.search(text)),

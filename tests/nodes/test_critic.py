@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult
 from langgraph.runtime import Runtime
 from PIL import Image
 
 from graphs.pipeline_routing import route_from_critic
 from nodes.critic import best_attempt, code_checks, critic, team_actions
 from tests.support.fake_models import FakeModels, fake_context, tool_call
+from tests.support.slow_model import SlowChat
 
 BODY = "预算有限也能把皮肤照顾好。早晚用氨基酸洁面，白天认真防晒，保湿选含甘油的乳液就够了。"
 BLOCKER = {
@@ -158,26 +157,6 @@ async def test_a_failing_judge_leaves_the_verdict_to_the_code_checks(tmp_path: P
     event = verdict_event(events)
     assert event["judge"] == "unavailable" and event["passed"] is False
     assert event["next"] == "rag"
-
-
-class SlowChat(BaseChatModel):
-    """A chat model that answers after `delay` seconds (asynchronously)."""
-
-    delay: float = 30.0
-
-    @property
-    def _llm_type(self) -> str:
-        return "slow"
-
-    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        return self.bind(tool_choice=tool_choice, **kwargs)
-
-    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:  # pragma: no cover
-        raise NotImplementedError
-
-    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
-        await asyncio.sleep(self.delay)
-        raise AssertionError("the judge should have been cancelled")
 
 
 async def test_a_slow_judge_times_out(tmp_path: Path) -> None:

@@ -99,7 +99,9 @@ def test_clarification_details_count_toward_clarity() -> None:
 )
 def test_just_do_it_phrases(text: str) -> None:
     assert has_just_do_it_phrase(text)
-    assert not should_ask({"request": text}, assess_clarity({"request": text}))
+    clarity = assess_clarity({"request": text})
+    assert not should_ask({"request": text}, clarity)
+    assert clarity["dimensions"]["scenario"] == 0  # the phrase itself is no subject
 
 
 def test_should_ask_only_when_vague_unconfirmed_and_not_asked_yet() -> None:

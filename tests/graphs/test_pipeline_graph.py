@@ -1,0 +1,101 @@
+"""The pipeline's shape: every node and edge of PRODUCT.md §1.1, with the team drawn inside."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from graphs.context import AtelierContext
+from graphs.pipeline import build_pipeline
+from graphs.state import AGENTS, PipelineInput
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE_NODES = ("planner", "rag", "executor", "critic", "finalize")
+
+
+def edges(drawing: Any) -> set[tuple[str, str, bool]]:
+    return {(e.source, e.target, bool(e.conditional)) for e in drawing.edges}
+
+
+def test_the_pipeline_has_exactly_the_five_nodes_and_the_edges_of_the_spec() -> None:
+    graph = build_pipeline()
+    assert graph.name == "atelier"
+    assert graph.context_schema is AtelierContext
+    drawing = graph.get_graph()
+    assert set(drawing.nodes) == {"__start__", *PIPELINE_NODES, "__end__"}
+    assert edges(drawing) == {
+        ("__start__", "planner", False),
+        ("planner", "rag", True),
+        ("planner", "finalize", True),  # unknown intent / unrecoverable error
+        ("rag", "executor", False),
+        ("executor", "critic", False),
+        ("critic", "finalize", True),  # passed, exhausted or failed
+        ("critic", "rag", True),  # retry
+        ("critic", "planner", True),  # replan
+        ("finalize", "__end__", False),
+    }
+
+
+def test_xray_draws_the_team_inside_the_executor() -> None:
+    drawing = build_pipeline().get_graph(xray=True)
+    nodes = set(drawing.nodes)
+    for node in ("planner", "rag", "critic", "finalize"):
+        assert node in nodes
+    for agent in (*AGENTS, "supervisor", "research_evidence_tools", "image_tools"):
+        assert f"executor:{agent}" in nodes, agent
+    found = edges(drawing)
+    # planner → rag → executor → critic, with the executor's own start and end.
+    assert ("rag", "executor:__start__", False) in found
+    assert ("executor:__start__", "executor:supervisor", False) in found
+    assert ("executor:supervisor", "executor:writer_agent", True) in found
+    assert ("executor:writer_agent", "executor:supervisor", False) in found
+    assert ("executor:__end__", "critic", False) in found
+    for source, target in (
+        ("planner", "rag"),
+        ("planner", "finalize"),
+        ("critic", "finalize"),
+        ("critic", "rag"),
+        ("critic", "planner"),
+    ):
+        assert (source, target, True) in found
+    assert ("finalize", "__end__", False) in found
+    mermaid = drawing.draw_mermaid()
+    assert "subgraph executor" in mermaid
+
+
+def test_input_and_output_schemas() -> None:
+    graph = build_pipeline()
+    properties = graph.get_input_jsonschema()["properties"]
+    assert set(properties) == set(PipelineInput.__annotations__)
+    assert {
+        "request",
+        "platform",
+        "audience",
+        "constraints",
+        "reference_images",
+        "layout_preference",
+        "image_provider",
+        "image_count",
+        "fast_mode",
+        "auto_confirm",
+    } <= set(properties)
+    assert graph.get_input_jsonschema()["required"] == ["request"]
+    assert set(graph.get_output_jsonschema()["properties"]) == {"result"}
+
+
+def test_langgraph_json_serves_the_pipeline_as_atelier() -> None:
+    spec = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))["graphs"]["atelier"]
+    file_name, factory_name = spec.split(":")
+    module_spec = importlib.util.spec_from_file_location("studio_pipeline", ROOT / file_name)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    factory = getattr(module, factory_name)
+
+    assert factory().name == "atelier"
+    # LangGraph's server calls a one-argument factory with the run's config.
+    served = factory({"configurable": {"thread_id": "t"}})
+    assert served.name == "atelier" and served.checkpointer is None
+    assert set(served.get_graph().nodes) >= set(PIPELINE_NODES)
