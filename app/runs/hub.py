@@ -65,10 +65,11 @@ class Subscription:
 class Hub:
     """Subscriptions by run id."""
 
-    def __init__(self) -> None:
-        """Create a hub with no subscriptions."""
+    def __init__(self, subscriber_buffer: int = SUBSCRIBER_BUFFER) -> None:
+        """Create a hub whose subscriptions buffer up to `subscriber_buffer` frames."""
         self._subs: dict[str, set[Subscription]] = {}
         self._count = 0
+        self._buffer = subscriber_buffer
 
     @property
     def subscriber_count(self) -> int:
@@ -77,7 +78,7 @@ class Hub:
 
     def subscribe(self, run_id: str) -> Subscription:
         """Start following a run; frames published from now on are buffered."""
-        sub = Subscription(run_id)
+        sub = Subscription(run_id, self._buffer)
         self._subs.setdefault(run_id, set()).add(sub)
         self._count += 1
         return sub

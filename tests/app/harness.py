@@ -124,11 +124,19 @@ class LiveServer:
 class ServerProcess:
     """The app served by a child process (`python -m tests.app.serve`), killable."""
 
-    def __init__(self, data_dir: Path, llm_base_url: str, *, graphs: str = "sample") -> None:
-        """Configure the child: its DATA_DIR, the LLM endpoint and which graphs to serve."""
+    def __init__(
+        self,
+        data_dir: Path,
+        llm_base_url: str,
+        *,
+        graphs: str = "sample",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Configure the child: its DATA_DIR, the LLM endpoint, the graphs, more settings."""
         self.data_dir = data_dir
         self.llm_base_url = llm_base_url
         self.graphs = graphs
+        self.extra_env = env or {}
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / f"server-{self.port}.log"
@@ -150,6 +158,7 @@ class ServerProcess:
             "AUTH_API_KEYS": "",
             "ATELIER_TEST_GRAPHS": self.graphs,
             "ATELIER_TEST_PORT": str(self.port),
+            **self.extra_env,
         }
         with contextlib.suppress(KeyError):
             del env["PYTEST_CURRENT_TEST"]

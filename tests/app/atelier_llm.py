@@ -1,0 +1,96 @@
+"""A scripted LLM for the real `atelier` pipeline, served over the OpenAI wire.
+
+`atelier_responder()` answers every role of the pipeline on the normal path — the
+planner's intent, the eight agents and the supervisor of the team (the happy
+team of `tests.support.fake_models`), and a passing judge — telling roles apart
+by the tool a request forces or binds, as the real model factory sends them. The
+writer's answer streams in chunks, so `messages-tuple` carries tokens.
+
+`slow_writer` makes the writer take its time (cancel and restart tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from tests.graphs.pipeline_runs import judge_reply, planner_reply
+from tests.support.fake_models import happy_team
+from tests.support.scripted_openai import ChatRequest, Reply
+
+
+def _as_messages(req: ChatRequest) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for item in req.messages:
+        content = item.get("content") or ""
+        text = content if isinstance(content, str) else str(content)
+        role = item.get("role")
+        if role in ("system", "developer"):
+            messages.append(SystemMessage(text))
+        elif role == "user":
+            messages.append(HumanMessage(text))
+        elif role == "tool":
+            messages.append(ToolMessage(text, tool_call_id=item.get("tool_call_id", "")))
+        else:
+            messages.append(AIMessage(text))
+    return messages
+
+
+def _bridge(responder: Any, *, chunk_chars: int = 8) -> Callable[[ChatRequest], Reply]:
+    def respond(req: ChatRequest) -> Reply:
+        reply = responder(_as_messages(req)) if callable(responder) else responder
+        if isinstance(reply, str):
+            return Reply.text(reply, chunk_chars=chunk_chars)
+        if reply.tool_calls:
+            return Reply.tool_calls([(c["name"], c["args"]) for c in reply.tool_calls])
+        return Reply.text(str(reply.content), chunk_chars=chunk_chars)
+
+    return respond
+
+
+def atelier_responder(
+    *, images: int = 1, writer_delay: float = 0.0, writer_chunk_delay: float = 0.0
+) -> Callable[[ChatRequest], Reply]:
+    """Return a responder for the whole pipeline's normal path.
+
+    Args:
+        images: Images the image planner plans (and the image agent draws).
+        writer_delay: Seconds the writer waits before answering.
+        writer_chunk_delay: Seconds between the writer's streamed chunks.
+    """
+    team = happy_team(images)
+    research = _bridge(team["research_evidence_agent"])
+    by_forced = {
+        "PlannerIntent": _bridge(planner_reply()),
+        "JudgeVerdict": _bridge(judge_reply()),
+        "CreativeBrief": _bridge(team["brief_compiler_agent"]),
+        "ReferenceAnalysis": _bridge(team["reference_intelligence_agent"]),
+        "LayoutSpec": _bridge(team["layout_planner_agent"]),
+        "ImagePlans": _bridge(team["image_planner_agent"]),
+        "ReviewResult": _bridge(team["review_agent"]),
+        "search_knowledge": research,
+        "EvidencePack": research,
+    }
+    supervisor = _bridge(team["supervisor"])
+    images_agent = _bridge(team["image_agent"])
+    writer = _bridge(team["writer_agent"], chunk_chars=4)
+
+    def respond(req: ChatRequest) -> Reply:
+        if req.forced_tool in by_forced:
+            return by_forced[req.forced_tool](req)
+        if "SupervisorDecision" in req.tools:
+            return supervisor(req)
+        if "EvidencePack" in req.tools:
+            return research(req)
+        if "generate_image" in req.tools:
+            return images_agent(req)
+        if not req.tools:
+            reply = writer(req)
+            if writer_delay or writer_chunk_delay:
+                reply = Reply.delay(writer_delay, reply, per_chunk=writer_chunk_delay)
+            return reply
+        return Reply.error(500, f"unscripted request with tools {req.tools}", retry=False)
+
+    return respond

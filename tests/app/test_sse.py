@@ -1,0 +1,123 @@
+"""Following a run's log: replay then live, no loss or repeat, gaps, lag, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.runs.hub import Hub, Subscription
+from app.runs.store import Frame, RunRecord, RunStore, ThreadRecord, now
+from app.sse import HEARTBEAT, follow_run, parse_cursor
+from tests.app.harness import read_sse
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[tuple[RunStore, Hub]]:
+    hub = Hub()
+    async with RunStore(str(tmp_path / "atelier.db"), publish=hub.publish) as store:
+        stamp = now()
+        await store.insert_thread(ThreadRecord("t", "o", stamp, stamp))
+        run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, {}, "reject")
+        await store.insert_run(run, exclusive=True)
+        yield store, hub
+
+
+def frame(i: int, event: str = "custom") -> Frame:
+    return Frame(i, event, json.dumps({"n": i}))
+
+
+async def collect(stream: AsyncIterator[bytes]) -> str:
+    return b"".join([chunk async for chunk in stream]).decode()
+
+
+async def test_replay_then_live_gives_each_frame_once(store: tuple[RunStore, Hub]) -> None:
+    runs, hub = store
+    for i in range(1, 4):
+        runs.append("r", frame(i))
+    await runs.flush()
+    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t", after=1)))
+    await asyncio.sleep(0.05)
+    for i in range(4, 8):
+        runs.append("r", frame(i))
+        await asyncio.sleep(0)
+    runs.append("r", frame(8, "end"))
+    frames = read_sse(await asyncio.wait_for(follower, 5))
+    assert [f.id for f in frames] == [2, 3, 4, 5, 6, 7, 8]
+    assert frames[-1].event == "end"
+
+
+async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(store: tuple[RunStore, Hub]) -> None:
+    runs, hub = store
+    for i, event in enumerate(["metadata", "custom", "custom", "custom", "end"], start=1):
+        runs.append("r", frame(i, event))
+    runs.queue_statement(*RunStore.run_status_statement("r", "success"))
+    await runs.flush()
+    await runs.prune_events(finished_before="9999")
+    frames = read_sse(await collect(follow_run(runs, hub, "r", "t", after=1)))
+    assert [(f.id, f.event) for f in frames] == [(4, "gap"), (5, "end")]
+    assert frames[0].data["first_missing"] == 2 and frames[0].data["last_missing"] == 4
+    assert "/threads/t/state" in frames[0].data["message"]
+
+
+async def test_a_lagging_subscriber_catches_up_from_the_log(store: tuple[RunStore, Hub]) -> None:
+    runs, _ = store
+    hub = Hub(subscriber_buffer=3)
+    runs._publish = hub.publish  # this test's hub, with a tiny buffer
+    stream = follow_run(runs, hub, "r", "t")
+    first = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0.05)
+    for i in range(1, 21):  # far more than the subscriber's buffer, in one batch
+        runs.append("r", frame(i))
+    runs.append("r", frame(21, "end"))
+    body = (await asyncio.wait_for(first, 5)) + "".join([c.decode() async for c in stream]).encode()
+    assert [f.id for f in read_sse(body.decode())] == list(range(1, 22))
+
+
+async def test_a_subscription_over_its_buffer_is_marked_lagged() -> None:
+    sub = Subscription("r", limit=3)
+    sub.push([frame(1), frame(2)])
+    sub.push([frame(3), frame(4)])
+    assert sub.lagged
+    assert await sub.next_batch(1) == []  # nothing buffered: re-read the log
+    sub.caught_up()
+    sub.push([frame(5)])
+    assert [f.id for f in await sub.next_batch(1) or []] == [5]
+
+
+async def test_idle_streams_send_heartbeats(store: tuple[RunStore, Hub]) -> None:
+    runs, hub = store
+    stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
+    assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT
+    runs.append("r", frame(1, "end"))
+    rest = [chunk async for chunk in stream]
+    assert rest[-1].startswith(b"id: 1\nevent: end\n")
+    assert hub.subscriber_count == 0
+
+
+async def test_only_the_wanted_modes_pass_but_control_frames_always_do(
+    store: tuple[RunStore, Hub],
+) -> None:
+    runs, hub = store
+    for i, event in enumerate(["metadata", "updates", "custom|executor:1", "values", "end"], 1):
+        runs.append("r", frame(i, event))
+    await runs.flush()
+    body = await collect(follow_run(runs, hub, "r", "t", modes=["custom"]))
+    assert [f.event for f in read_sse(body)] == ["metadata", "custom|executor:1", "end"]
+
+
+@pytest.mark.parametrize(
+    ("header", "query", "cursor"),
+    [(None, None, 0), ("", "7", 7), ("12", "7", 12), (" 3 ", None, 3)],
+)
+def test_cursor_from_header_or_query(header: str | None, query: str | None, cursor: int) -> None:
+    assert parse_cursor(header, query) == cursor
+
+
+@pytest.mark.parametrize("bad", ["-1", "abc", "1.5", "9" * 19])
+def test_a_cursor_must_be_a_frame_id(bad: str) -> None:
+    with pytest.raises(ValueError, match="Last-Event-ID"):
+        parse_cursor(bad, None)
