@@ -422,3 +422,13 @@ async def test_assistants_are_listed_and_drawable(server: LiveServer) -> None:
     assert schemas["input_schema"]["properties"]["request"]["maxLength"] == 4000
     with pytest.raises(NotFoundError):
         await client.assistants.get("nope")
+
+
+def test_runs_and_streams_are_counted_in_the_metrics(http: httpx.Client) -> None:
+    http.post("/runs/stream", json={"assistant_id": "burst", "input": {"count": 2}})
+    http.post("/runs/wait", json={"assistant_id": "boom", "input": {"x": 1}})
+    metrics = http.get("/metrics").text
+    assert 'atelier_runs_total{status="success"} 1.0' in metrics
+    assert 'atelier_runs_total{status="error"} 1.0' in metrics
+    assert "atelier_active_runs 0.0" in metrics
+    assert "atelier_sse_subscribers 0.0" in metrics
