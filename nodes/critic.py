@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -270,21 +271,151 @@ def _summary(content: Mapping[str, Any], images: int, score: float) -> str:
     )
 
 
-def _reasons(
-    failing: Sequence[CheckResult],
-    judge: JudgeVerdict | None,
-    threshold: float,
-    alert: DeviationAlert | None,
-) -> list[str]:
-    reasons = [f"{c.name}: {c.detail or 'failed'}" for c in failing]
-    if alert is not None:
-        reasons.append(f"knowledge notes: {alert.reason}")
-    if judge is not None:
-        if judge.verdict != "passed":
-            reasons.append(f"judge verdict: {judge.verdict}")
-        if judge.score < threshold:
-            reasons.append(f"judge score {judge.score:.2f} < threshold {threshold:.2f}")
-    return reasons
+@dataclass
+class Judgement:
+    """Everything the three layers found about one attempt, and what follows from it."""
+
+    threshold: float
+    failure: Mapping[str, Any] | None = None  # the executor's failure, if the team broke down
+    checks: list[CheckResult] = field(default_factory=list)  # layers 1 and 2
+    alert: DeviationAlert | None = None  # layer 2
+    judge: JudgeVerdict | None = None  # layer 3
+    judge_status: Literal["ok", "unavailable", "skipped"] = "skipped"
+
+    @property
+    def failing(self) -> list[CheckResult]:
+        """Return the checks that failed."""
+        return [c for c in self.checks if not c.passed]
+
+    @property
+    def replan_required(self) -> bool:
+        """Tell whether an ignored blocker note was found."""
+        return self.alert is not None and self.alert.alert_type is AlertType.REPLAN_REQUIRED
+
+    @property
+    def score(self) -> float:
+        """Return the judge's score, or the share of checks passed without a judge."""
+        if self.judge is not None:
+            return round(self.judge.score, 4)
+        if self.checks:
+            return round(sum(c.passed for c in self.checks) / len(self.checks), 4)
+        return 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Tell whether the attempt passes (see the module docstring)."""
+        judge_passes = (
+            self.judge is not None
+            and self.judge.verdict == "passed"
+            and self.judge.score >= self.threshold
+        )
+        # Without a judge the code checks decide, and the verdict says so (judge: unavailable).
+        return (
+            self.failure is None
+            and bool(self.checks)
+            and not self.failing
+            and (judge_passes or self.judge_status == "unavailable")
+        )
+
+    @property
+    def label(self) -> VerdictLabel:
+        """Return passed, failed (broken, refused, cut off, or judged so) or needs_improvement."""
+        if self.passed:
+            return "passed"
+        if (
+            self.failure is not None
+            or any(c.name in _ANSWER_CHECKS for c in self.failing)
+            or (self.judge is not None and self.judge.verdict == "failed")
+        ):
+            return "failed"
+        return "needs_improvement"
+
+    @property
+    def feedback(self) -> str:
+        """Return what the next attempt should fix, most important first."""
+        parts: list[str] = []
+        if self.failure is not None:
+            parts.append(str(self.failure.get("message") or ""))
+        if self.judge is not None and self.judge.feedback:
+            parts.append(self.judge.feedback.strip())
+        if self.alert is not None:
+            parts.append(self.alert.message)
+        parts.extend(f"{c.name}: {c.detail}" for c in self.failing if c.detail)
+        return "\n".join(p for p in parts if p)
+
+    @property
+    def suggestions(self) -> list[str]:
+        """Return the judge's suggestions."""
+        return list(self.judge.suggestions) if self.judge is not None else []
+
+    @property
+    def dimensions(self) -> dict[str, float]:
+        """Return the judge's per-dimension scores (only those it gave)."""
+        if self.judge is None or self.judge.dimensions is None:
+            return {}
+        return self.judge.dimensions.model_dump(exclude_none=True)
+
+    @property
+    def reasons(self) -> list[str]:
+        """Return one line per reason the attempt did not pass."""
+        reasons = [f"{c.name}: {c.detail or 'failed'}" for c in self.failing]
+        if self.alert is not None:
+            reasons.append(f"knowledge notes: {self.alert.reason}")
+        if self.judge is not None:
+            if self.judge.verdict != "passed":
+                reasons.append(f"judge verdict: {self.judge.verdict}")
+            if self.judge.score < self.threshold:
+                reasons.append(
+                    f"judge score {self.judge.score:.2f} < threshold {self.threshold:.2f}"
+                )
+        if self.judge_status == "unavailable":
+            reasons.append("judge unavailable: decided on the code checks alone")
+        return reasons
+
+
+async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: Any) -> Judgement:
+    """Run the three layers on the attempt in `state` (none when the team broke down)."""
+    judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=state.get("failure"))
+    if judgement.failure is not None:
+        return judgement
+    judgement.checks = code_checks(state, ctx)
+    notes = state.get("knowledge_notes") or []
+    if notes:
+        alert = ctx.coordinator.check_deviation(
+            str(state.get("session_id") or "run"), team_actions(state), notes
+        )
+        if alert is not None:
+            emit(
+                writer,
+                KnowledgeDeviation(
+                    alert_type=alert.alert_type.value,
+                    severity=alert.severity.value,
+                    ignored_notes=alert.ignored_ids,
+                    reason=alert.reason,
+                ),
+            )
+        judgement.alert = alert
+        judgement.checks.append(_deviation_check(alert))
+    if str((state.get("generated_content") or {}).get("body") or "").strip():
+        messages = judge_messages(state, judgement.checks, ctx.today().isoformat())
+        judgement.judge = await run_judge(ctx, messages)
+        judgement.judge_status = "ok" if judgement.judge is not None else "unavailable"
+    return judgement
+
+
+def _retry_context(judgement: Judgement, content: Mapping[str, Any], images: int) -> dict[str, Any]:
+    """Return what the next attempt's team sees of this verdict (PRODUCT.md §1.3)."""
+    return {
+        "review_verdict": judgement.label,
+        "review_feedback": "\n".join([judgement.feedback, *judgement.suggestions]).strip(),
+        "review_reason": "; ".join(judgement.reasons),
+        "verified_items": [
+            f"{c.name}: {c.measured}" if c.measured not in (None, []) else c.name
+            for c in judgement.checks
+            if c.passed
+        ],
+        "previous_attempt_summary": _summary(content, images, judgement.score),
+    }
 
 
 async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
@@ -293,148 +424,60 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
     writer = runtime.stream_writer
     attempt = int(state.get("attempt") or 0) + 1
     max_attempts = max(int(state.get("max_attempts") or 1), attempt)
-    threshold = ctx.critic_pass_threshold
     with stage_events(writer, "critic", attempt):
-        content = dict(state.get("generated_content") or {})
-        body = str(content.get("body") or "")
-        failure = state.get("failure")
-        checks: list[CheckResult] = []
-        alert: DeviationAlert | None = None
-        judge: JudgeVerdict | None = None
-        judge_status: Literal["ok", "unavailable", "skipped"] = "skipped"
-
-        if failure is None:
-            checks = code_checks(state, ctx)
-            notes = state.get("knowledge_notes") or []
-            if notes:
-                alert = ctx.coordinator.check_deviation(
-                    str(state.get("session_id") or "run"), team_actions(state), notes
-                )
-                if alert is not None:
-                    emit(
-                        writer,
-                        KnowledgeDeviation(
-                            alert_type=alert.alert_type.value,
-                            severity=alert.severity.value,
-                            ignored_notes=alert.ignored_ids,
-                            reason=alert.reason,
-                        ),
-                    )
-                checks.append(_deviation_check(alert))
-            if body.strip():
-                messages = judge_messages(state, checks, ctx.today().isoformat())
-                judge = await run_judge(ctx, messages)
-                judge_status = "ok" if judge is not None else "unavailable"
-
-        failing = [c for c in checks if not c.passed]
-        replan_required = alert is not None and alert.alert_type is AlertType.REPLAN_REQUIRED
-        if judge is not None:
-            score = round(judge.score, 4)
-        elif checks:
-            score = round(sum(c.passed for c in checks) / len(checks), 4)
-        else:
-            score = 0.0
-        judge_passes = judge is not None and judge.verdict == "passed" and judge.score >= threshold
-        # Without a judge the code checks decide, and the verdict says so (judge: unavailable).
-        passed = (
-            failure is None
-            and bool(checks)
-            and not failing
-            and (judge_passes or judge_status == "unavailable")
-        )
-        if passed:
-            label: VerdictLabel = "passed"
-        elif (
-            failure is not None
-            or any(c.name in _ANSWER_CHECKS for c in failing)
-            or (judge is not None and judge.verdict == "failed")
-        ):
-            label = "failed"
-        else:
-            label = "needs_improvement"
-
-        feedback_parts: list[str] = []
-        if failure is not None:
-            feedback_parts.append(str(failure.get("message") or ""))
-        if judge is not None and judge.feedback:
-            feedback_parts.append(judge.feedback.strip())
-        if alert is not None:
-            feedback_parts.append(alert.message)
-        feedback_parts.extend(f"{c.name}: {c.detail}" for c in failing if c.detail)
-        feedback = "\n".join(p for p in feedback_parts if p)
-        suggestions = list(judge.suggestions) if judge is not None else []
-        dimensions = (
-            judge.dimensions.model_dump(exclude_none=True) if judge and judge.dimensions else {}
-        )
-        reasons = _reasons(failing, judge, threshold, alert)
-        if judge_status == "unavailable":
-            reasons.append("judge unavailable: decided on the code checks alone")
-
+        judgement = await judge_attempt(state, ctx, writer)
+        passed, label, score = judgement.passed, judgement.label, judgement.score
         replans = int(state.get("replans") or 0)
         replan = (
             not passed
-            and failure is None
-            and replan_required
+            and judgement.replan_required
             and replans < ctx.max_replans
             and attempt < max_attempts
         )
+        content = dict(state.get("generated_content") or {})
         images = list(state.get("images") or [])
-        record = {
-            "attempt": attempt,
-            "verdict": label,
-            "passed": passed,
-            "score": score,
-            "feedback": feedback,
-            "judge": judge_status,
-            "dimensions": dimensions,
-            "checks": [c.model_dump(mode="json") for c in checks],
-            "failing_checks": len(failing),
-            "post": {k: content.get(k) for k in ("title", "body", "tags")} if body else None,
-            "body_blocks": list(state.get("body_blocks") or []),
-            "images": images,
-        }
-        verdict = {
+        checks = [c.model_dump(mode="json") for c in judgement.checks]
+        verdict: dict[str, Any] = {
             "verdict": label,
             "passed": passed,
             "replan": replan,
             "score": score,
-            "threshold": threshold,
-            "checks": record["checks"],
-            "feedback": feedback,
-            "suggestions": suggestions,
-            "dimensions": dimensions,
-            "judge": judge_status,
-            "reasons": reasons,
+            "threshold": judgement.threshold,
+            "checks": checks,
+            "feedback": judgement.feedback,
+            "suggestions": judgement.suggestions,
+            "dimensions": judgement.dimensions,
+            "judge": judgement.judge_status,
+            "reasons": judgement.reasons,
         }
+        record = {
+            "attempt": attempt,
+            **{k: verdict[k] for k in ("verdict", "passed", "score", "feedback", "judge")},
+            **{k: verdict[k] for k in ("dimensions", "checks")},
+            "failing_checks": len(judgement.failing),
+            "post": {k: content.get(k) for k in ("title", "body", "tags")}
+            if str(content.get("body") or "").strip()
+            else None,
+            "body_blocks": list(state.get("body_blocks") or []),
+            "images": images,
+        }
+        ignored_blockers = [
+            {"id": n.id, "type": n.type.value, "content": n.content}
+            for n in (judgement.alert.ignored_notes if judgement.alert else [])
+            if n.type is NoteType.BLOCKER
+        ]
         update: dict[str, Any] = {
             "attempt": attempt,
             "max_attempts": max_attempts,
             "verdict": verdict,
             "attempts": [*(state.get("attempts") or []), record],
-            "retry_context": {
-                "review_verdict": label,
-                "review_feedback": "\n".join([feedback, *suggestions]).strip(),
-                "review_reason": "; ".join(reasons),
-                "verified_items": [
-                    f"{c.name}: {c.measured}" if c.measured not in (None, []) else c.name
-                    for c in checks
-                    if c.passed
-                ],
-                "previous_attempt_summary": _summary(content, len(images), score),
-            },
+            "retry_context": _retry_context(judgement, content, len(images)),
             "replans": replans + 1 if replan else replans,
-            "replan_notes": (
-                [
-                    {"id": n.id, "type": n.type.value, "content": n.content}
-                    for n in alert.ignored_notes
-                    if n.type is NoteType.BLOCKER
-                ]
-                if replan and alert is not None
-                else []
-            ),
+            "replan_notes": ignored_blockers if replan else [],
         }
-        next_stage = route_from_critic({**state, **update})
-        exhausted = not passed and failure is None and attempts_left({**state, **update}) == 0
+        after = {**state, **update}
+        next_stage = route_from_critic(after)
+        exhausted = not passed and judgement.failure is None and attempts_left(after) == 0
         verdict.update(next=next_stage, exhausted=exhausted)
 
         emit(
@@ -443,12 +486,12 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
                 verdict=label,
                 passed=passed,
                 score=score,
-                threshold=threshold,
-                checks=[CheckReport(**c) for c in record["checks"]],
-                feedback=feedback,
-                suggestions=suggestions,
-                dimensions=dimensions,
-                judge=judge_status,
+                threshold=judgement.threshold,
+                checks=[CheckReport(**c) for c in checks],
+                feedback=judgement.feedback,
+                suggestions=judgement.suggestions,
+                dimensions=judgement.dimensions,
+                judge=judgement.judge_status,
                 attempt=attempt,
                 max_attempts=max_attempts,
                 exhausted=exhausted,

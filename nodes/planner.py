@@ -22,6 +22,11 @@ On a replan (the critic found an ignored blocker note) the planner runs again
 with those notes in its prompt and adds them to the intent's `rules`, which
 every agent of the team sees; no question is asked on a replan.
 
+A new run on a thread whose previous run finished (its `result` is set)
+starts over: counters, attempt history, verdict and clarification are reset
+(`new_run_state`). Until the planner gets past a question, the thread's state
+still shows the previous run's fields: nothing is written before `interrupt()`.
+
 Resume values accepted after the clarification interrupt (`parse_resume`):
 ``"defaults"`` or ``{"action": "defaults"}`` → continue with defaults;
 ``{"action": "details", "details": "..."}`` or any other non-empty string →
@@ -346,6 +351,25 @@ def team_limits_for(ctx: AtelierContext, fast_mode: bool) -> TeamLimits:
     return TeamLimits(**limits)  # type: ignore[typeddict-item]
 
 
+def new_run_state(ctx: AtelierContext, state: Mapping[str, Any], session_id: str) -> dict[str, Any]:
+    """Return the per-run fields a new run starts with (counters, history, question)."""
+    fast = bool(state.get("fast_mode"))
+    return {
+        "session_id": session_id,
+        "max_attempts": 1 if fast else 1 + ctx.max_retry_count,
+        "team_limits": team_limits_for(ctx, fast),
+        "attempt": 0,
+        "replans": 0,
+        "attempts": [],
+        "verdict": None,
+        "retry_context": None,
+        "replan_notes": [],
+        "clarification": None,
+        "failure": None,
+        "result": None,
+    }
+
+
 def _session_id(runtime: Runtime[AtelierContext]) -> str:
     """Return the coordinator's key: the thread id, else the run id, else a fresh id."""
     info = getattr(runtime, "execution_info", None)
@@ -397,19 +421,14 @@ def _failure(message: str) -> dict[str, Any]:
 async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Plan the post: ask when the request is vague, then extract the intent and constraints."""
     ctx = context_of(runtime)
+    update: dict[str, Any] = {}
+    if not state.get("session_id") or state.get("result") is not None:
+        # A new run: the first on its thread, or one after an earlier run on the thread
+        # finished. Its counters, history and question start over.
+        update = new_run_state(ctx, state, _session_id(runtime))
+        state = {**state, **update}  # type: ignore[typeddict-item]
     replanning = bool(state.get("replan_notes")) and bool(state.get("intent"))
     with stage_events(runtime.stream_writer, "planner", int(state.get("attempt") or 0)):
-        update: dict[str, Any] = {}
-        if not state.get("session_id"):
-            fast = bool(state.get("fast_mode"))
-            update.update(
-                session_id=_session_id(runtime),
-                max_attempts=1 if fast else 1 + ctx.max_retry_count,
-                team_limits=team_limits_for(ctx, fast),
-                attempt=int(state.get("attempt") or 0),
-                replans=int(state.get("replans") or 0),
-                attempts=list(state.get("attempts") or []),
-            )
         if not replanning:
             clarity = assess_clarity(state)
             update["clarity"] = clarity
@@ -418,7 +437,7 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
                 # interrupt() returns the answer instead of pausing again.
                 answer = parse_resume(interrupt(clarification_request(clarity)))
                 update["clarification"] = answer
-                state = {**state, "clarification": answer}  # type: ignore[typeddict-item]
+                state = {**state, "clarification": answer}
 
         request = effective_request(state)
         messages = [

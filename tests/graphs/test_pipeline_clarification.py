@@ -111,3 +111,28 @@ async def test_just_do_it_does_not_interrupt(
     assert not run.interrupts
     assert run.result["outcome"] == "completed"
     assert run.state["clarity"]["score"] < 0.4  # vague, and still no question
+
+
+async def test_a_new_run_on_the_same_thread_starts_over(
+    saver: AsyncSqliteSaver, tmp_path: Path
+) -> None:
+    critic = [judge_reply("needs_improvement", 0.5), judge_reply("passed", 0.9), judge_reply()]
+    models = models_for(critic)
+    graph = build_pipeline(saver)
+    first = await run_pipeline(
+        models, tmp_path, graph=graph, config=config("t-again"), auto_confirm=True
+    )
+    assert first.result["quality"]["attempts"] == 2
+
+    # A second, vague request on the thread: asked again, counted from attempt 1 again.
+    second = await run_pipeline(
+        models, tmp_path, graph=graph, config=config("t-again"), request=VAGUE, auto_confirm=False
+    )
+    assert len(second.interrupts) == 1
+    resumed = await run_pipeline(
+        models, tmp_path, graph=graph, config=config("t-again"), payload=Command(resume="defaults")
+    )
+    assert [e["attempt"] for e in resumed.of_type("attempt.started")] == [1]
+    assert resumed.result["outcome"] == "completed"
+    assert resumed.result["quality"]["attempts"] == 1
+    assert [a["attempt"] for a in resumed.result["attempts"]] == [1]
