@@ -90,7 +90,7 @@ def team_input(state: PipelineState) -> TeamInput:
         "image_provider": state.get("image_provider"),
         "knowledge_notes": list(state.get("knowledge_notes") or []),
         "retry_context": state.get("retry_context"),
-        "limits": TeamLimits(**{**DEFAULT_LIMITS, **(state.get("team_limits") or {})}),  # type: ignore[typeddict-item]
+        "limits": TeamLimits(**{**DEFAULT_LIMITS, **(state.get("team_limits") or {})}),
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 
