@@ -27,7 +27,7 @@ class CreativeBrief(BaseModel):
     """Return the creative brief of the post."""
 
     topic: Annotated[str, clipped(200)] = Field(
-        default="", max_length=200, description="Topic, one sentence."
+        min_length=1, max_length=200, description="Topic, one sentence."
     )
     audience: Annotated[str, clipped(200)] = Field(
         default="", max_length=200, description="Target audience."

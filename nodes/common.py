@@ -241,6 +241,20 @@ def tool_loop_node(tools: Sequence[BaseTool], transcript_key: str) -> ToolLoopNo
     return run_tools
 
 
+def ignores_optional_tools(state: Mapping[str, Any], role: str) -> bool:
+    """Return whether `role`'s model already answered an optional tool offer in prose."""
+    return role in (state.get("no_optional_tools") or [])
+
+
+def mark_ignores_optional_tools(state: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """Return the update recording that `role`'s model answers optional tool offers in prose."""
+    roles = list(state.get("no_optional_tools") or [])
+    if role in roles:
+        return {}
+    log.info("%s answered an optional tool offer in prose; later turns skip the offer", role)
+    return {"no_optional_tools": [*roles, role]}
+
+
 # --- limits, errors and constraints ------------------------------------------------
 
 

@@ -24,6 +24,8 @@ from nodes.common import (
     build_messages,
     clear_agent_error,
     from_transcript,
+    ignores_optional_tools,
+    mark_ignores_optional_tools,
     team_limits,
     to_transcript,
 )
@@ -100,6 +102,8 @@ async def image_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dic
     When the model asks for no `generate_image` call, or for fewer than the
     plans still missing, the remaining plans are drawn from their own prompts
     (see `_calls_for`), so every plan gets an image without the model's help.
+    A model that asked for no call at all is not asked again in this run
+    (`no_optional_tools`): its later rounds draw straight from the plans.
     """
     ctx = context_of(runtime)
     plans = list(state.get("image_plans") or [])
@@ -121,15 +125,23 @@ async def image_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dic
         detail = f"slots {slots} still have no image after {rounds} tool rounds"
         return {**_finish(images, complete=False), **agent_error(state, AGENT, detail)}
 
-    task = prompt.TASK.format(slots="、".join(str(p["slot"]) for p in missing))
-    messages = [
-        *build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=task),
-        *from_transcript(state.get("image_messages")),
-    ]
-    reply = await ctx.models(AGENT).bind_tools([generate_image]).ainvoke(messages)
+    shy: dict[str, Any] = {}
+    if ignores_optional_tools(state, AGENT):
+        # This model never asks for tools: draw from the plans without asking it again.
+        reply = AIMessage(content="")
+    else:
+        task = prompt.TASK.format(slots="、".join(str(p["slot"]) for p in missing))
+        messages = [
+            *build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=task),
+            *from_transcript(state.get("image_messages")),
+        ]
+        reply = await ctx.models(AGENT).bind_tools([generate_image]).ainvoke(messages)
+        if not reply.tool_calls:
+            shy = mark_ignores_optional_tools(state, AGENT)
     calls = _calls_for(reply, missing, rounds + 1)
     asked = AIMessage(content=reply.content or "", tool_calls=calls, id=reply.id)
     return {
+        **shy,
         "images": images,
         "generated_image_asset_ids": [i["asset_id"] for i in images],
         "images_complete": False,

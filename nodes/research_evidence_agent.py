@@ -5,7 +5,9 @@ The tool loop: the agent asks for `search_knowledge` calls, the
 results, at most `max_research_tool_rounds` times. The first turn always
 searches (a forced call), so even a model that never chooses a tool on its own
 consults the vault once; later turns may search again or finish; once the
-rounds are spent the answer is forced to be the `EvidencePack`.
+rounds are spent, or the model answered in prose, the answer is forced to be
+the `EvidencePack`. A model that answers the optional offer in prose is not
+offered it again in this run (`no_optional_tools`).
 
 `research_tool_rounds` counts the rounds the agent asked for; the agent writes
 it and `graphs.routing.should_continue_research` reads it. Both reset when the
@@ -28,6 +30,8 @@ from nodes.common import (
     clear_agent_error,
     clipped,
     from_transcript,
+    ignores_optional_tools,
+    mark_ignores_optional_tools,
     parse_tool_call,
     structured_call,
     team_limits,
@@ -43,7 +47,9 @@ SECTIONS = ("request", "intent", "constraints", "notes", "retry", "brief", "revi
 class EvidenceItem(BaseModel):
     """One fact and where it comes from."""
 
-    fact: Annotated[str, clipped(300)] = Field(max_length=300, description="The fact.")
+    fact: Annotated[str, clipped(300)] = Field(
+        min_length=1, max_length=300, description="The fact."
+    )
     source: Annotated[str, clipped(100)] = Field(
         default="常识", max_length=100, description="Note id, 用户请求 or 常识."
     )
@@ -55,7 +61,9 @@ class BodyBlock(BaseModel):
     heading: Annotated[str, clipped(60)] = Field(
         default="", max_length=60, description="Section heading."
     )
-    text: Annotated[str, clipped(400)] = Field(max_length=400, description="1–3 sentences.")
+    text: Annotated[str, clipped(400)] = Field(
+        min_length=1, max_length=400, description="1–3 sentences."
+    )
 
 
 class EvidencePack(BaseModel):
@@ -97,8 +105,11 @@ async def research_evidence_agent(
     rounds = int(state.get("research_tool_rounds") or 0)
     loop = from_transcript(state.get("research_messages"))
     model = ctx.models(AGENT)
+    shy: dict[str, Any] = {}
 
-    if rounds < max_rounds:
+    # The first round is a forced search; later ones are an optional offer, skipped for
+    # a model that answers such offers in prose.
+    if rounds < max_rounds and (rounds == 0 or not ignores_optional_tools(state, AGENT)):
         first = rounds == 0
         task = prompt.SEARCH_TASK if first else prompt.TASK.format(rounds_left=max_rounds - rounds)
         messages = [*build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=task), *loop]
@@ -108,6 +119,8 @@ async def research_evidence_agent(
             bound = model.bind_tools([search_knowledge, EvidencePack])
         reply = await bound.ainvoke(messages)
         calls = getattr(reply, "tool_calls", None) or []
+        if not calls and not first:
+            shy = mark_ignores_optional_tools(state, AGENT)
         pack = parse_tool_call(calls, EvidencePack)
         if pack is not None and not pack.is_empty():
             return _done(state, pack)
@@ -124,5 +137,6 @@ async def research_evidence_agent(
             **agent_error(state, AGENT, "no EvidencePack with any content"),
             "research_messages": None,
             "research_tool_rounds": 0,
+            **shy,
         }
-    return _done(state, pack)
+    return {**_done(state, pack), **shy}

@@ -14,6 +14,8 @@ from graphs.routing import artefact_digest, resolve_route, stage_done
 from graphs.state import AGENTS, TeamLogEntry, TeamState
 from nodes.common import (
     from_transcript,
+    ignores_optional_tools,
+    mark_ignores_optional_tools,
     parse_tool_call,
     render_context,
     team_limits,
@@ -105,16 +107,26 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         HumanMessage(turn),
         *from_transcript(state.get("supervisor_messages")),
     ]
-    # After an unparsable answer, or once look-ups are used up, force the decision tool.
-    may_look_up = tool_rounds < limits["max_supervisor_tool_rounds"] and not state.get(
-        "invalid_decisions"
+    # Look-ups are offered as optional tools. After an unparsable answer, once look-ups
+    # are used up, or when this model answers optional offers in prose, the decision
+    # tool is forced; a prose answer to the offer is re-asked at once (not an invalid
+    # decision: the model was allowed not to call a tool).
+    may_look_up = (
+        tool_rounds < limits["max_supervisor_tool_rounds"]
+        and not state.get("invalid_decisions")
+        and not ignores_optional_tools(state, "supervisor")
     )
     model = ctx.models("supervisor")
+    forced = model.bind_tools([SupervisorDecision], tool_choice="SupervisorDecision")
+    shy: dict[str, Any] = {}
     if may_look_up:
-        bound = model.bind_tools([SupervisorDecision, search_knowledge])
+        reply = await model.bind_tools([SupervisorDecision, search_knowledge]).ainvoke(messages)
+        if not getattr(reply, "tool_calls", None):
+            shy = mark_ignores_optional_tools(state, "supervisor")
+            may_look_up = False
+            reply = await forced.ainvoke(messages)
     else:
-        bound = model.bind_tools([SupervisorDecision], tool_choice="SupervisorDecision")
-    reply = await bound.ainvoke(messages)
+        reply = await forced.ainvoke(messages)
     calls = getattr(reply, "tool_calls", None) or []
 
     decision = parse_tool_call(calls, SupervisorDecision)
@@ -133,6 +145,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         "invalid_decisions": 0 if valid else int(state.get("invalid_decisions") or 0) + 1,
         "supervisor_messages": None,
         "supervisor_tool_rounds": 0,
+        **shy,
     }
     if state.get("limits") != limits:
         # Routers read the bounds from state; keep the merged ones there.

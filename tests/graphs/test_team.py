@@ -147,6 +147,43 @@ async def test_writer_tokens_stream_and_nothing_else_does(tmp_path: Path) -> Non
     assert streamed.startswith("# ") and run.state["generated_content"]["title"] in streamed
 
 
+def _prose_unless_forced(models: FakeModels, responder: Responder) -> Responder:
+    """Answer like a small local model: prose whenever no tool is forced."""
+
+    def respond(messages: list[BaseMessage]) -> Reply:
+        if models.calls[-1].forced_tool is None:
+            return "好的，我来想一想怎么做。"
+        return responder(messages) if callable(responder) else responder  # type: ignore[return-value]
+
+    return respond
+
+
+async def test_a_model_that_never_chooses_tools_is_asked_once_then_forced(tmp_path: Path) -> None:
+    models = FakeModels()
+    for role, responder in happy_team(2).items():
+        shy = role in ("supervisor", "research_evidence_agent", "image_agent")
+        models.script(role, _prose_unless_forced(models, responder) if shy else responder)
+    run = await run_team(models, tmp_path, image_count=2)
+
+    assert run.routes == NORMAL_ROUTES  # prose to an optional offer is no invalid decision
+    assert sorted(run.state["no_optional_tools"]) == [
+        "image_agent",
+        "research_evidence_agent",
+        "supervisor",
+    ]
+    # One prose answer per role, then straight to the forced call (or, for images, none).
+    supervisor = models.calls_for("supervisor")
+    assert len(supervisor) == 9 and [c.forced_tool for c in supervisor[:2]] == [
+        None,
+        "SupervisorDecision",
+    ]
+    assert all(c.forced_tool == "SupervisorDecision" for c in supervisor[2:])
+    research = [c.forced_tool for c in models.calls_for("research_evidence_agent")]
+    assert research == ["search_knowledge", None, "EvidencePack"]
+    assert models.count("image_agent") == 1
+    assert len(run.state["images"]) == 2 and run.state["generated_content"]["body"]
+
+
 # --- (b) precondition corrections and quality fallbacks ---------------------------
 
 
