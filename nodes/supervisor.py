@@ -10,7 +10,15 @@ from pydantic import BaseModel, Field
 
 from core.events import AgentFallback, SupervisorRoute, emit
 from graphs.context import AtelierContext, context_of
-from graphs.routing import artefact_digest, resolve_route, stage_done
+from graphs.routing import (
+    artefact_digest,
+    check_basic_preconditions,
+    end_allowed,
+    first_missing_stage,
+    quality_fallback,
+    resolve_route,
+    stage_done,
+)
 from graphs.state import AGENTS, TeamLogEntry, TeamState
 from nodes.common import (
     from_transcript,
@@ -70,6 +78,20 @@ def stage_status(state: TeamState) -> str:
     return "\n".join(lines)
 
 
+def suggested_next(state: TeamState, threshold: float) -> str:
+    """Suggest the normal next step: the first missing stage, a quality fix, or END.
+
+    Only a hint in the prompt — the supervisor decides — but it keeps a small model
+    that cannot weigh the dependency rules on the usual path.
+    """
+    missing = first_missing_stage(state)
+    if missing is not None:
+        return check_basic_preconditions(missing, state)
+    if end_allowed(state):
+        return "END"
+    return quality_fallback(state.get("quality_scores"), threshold) or "writer_agent"
+
+
 def _notice(state: TeamState) -> str:
     """Explain why the supervisor is asked again, if the last turn was corrected."""
     log = state.get("team_log") or []
@@ -97,6 +119,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         step=step,
         max_steps=limits["max_team_steps"],
         stage_status=stage_status(state),
+        suggested=suggested_next(state, limits["quality_threshold"]),
         last_guidance=(log[-1]["guidance"] if log else "") or "（无）",
         notice=_notice(state),
         errors=_errors(state),

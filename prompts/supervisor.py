@@ -30,6 +30,7 @@ TURN = """第 {step} / {max_steps} 轮决策。
 
 阶段状态：
 {stage_status}
+按常规顺序，下一步建议：{suggested}（可以根据情况另选）
 
 上一步的指示：{last_guidance}
 {notice}
