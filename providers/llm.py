@@ -84,7 +84,9 @@ class OpenAIModelFactory:
             max_retries=s.llm_max_retries,
             temperature=s.llm_temperature,
             max_tokens=max_tokens,  # type: ignore[call-arg]
-            streaming=role in STREAMING_ROLES,
+            # Embedded: every call streams, so an abandoned one (timeout, cancel) stops
+            # generating at once; llama.cpp finishes a non-streamed request regardless.
+            streaming=embedded or role in STREAMING_ROLES,
             stream_usage=True,
             tags=role_tags(role),
             metadata={"role": role},

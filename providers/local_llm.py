@@ -63,9 +63,15 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   integers (up to 1000 values) and bounded numbers (21 steps) into enums, which
   the grammar does enforce.
 * `response_format` `{"type": "json_object", "schema": ...}` is grammar-constrained
-  too; `{"type": "json_schema"}` is rejected. Streaming text works. Requests are
-  served one at a time (`--interrupt_requests False` keeps a second request from
-  cutting a running stream short).
+  too; `{"type": "json_schema"}` is rejected. Streaming text and forced tool calls
+  work. Requests are served one at a time (`--interrupt_requests False` keeps a
+  second request from cutting a running stream short).
+* **An abandoned request keeps the server busy unless it streams.** A non-streamed
+  completion runs to `max_tokens` after the client gave up (a timed-out critic
+  judge, a cancelled run), and every later request waits behind it; a streamed
+  one stops at the next token once the client disconnects. The factory therefore
+  streams every embedded call (roles other than the writer stay off the token
+  stream through their `nostream` tag).
 """
 
 from __future__ import annotations
@@ -87,7 +93,9 @@ from typing import Any
 
 import httpx
 from langchain_core.language_models import LanguageModelInput
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_openai import ChatOpenAI
+from pydantic import PrivateAttr
 
 from core.settings import Settings
 
@@ -378,7 +386,7 @@ class EmbeddedModelServer:
                 try:
                     await asyncio.wait_for(process.wait(), _STOP_GRACE_S)
                 except TimeoutError:
-                    log.warning("the embedded model server ignored SIGTERM; killing it")
+                    log.info("the embedded model server is still busy after SIGTERM; killing it")
                     _signal_group(process.pid, signal.SIGKILL)
                     await process.wait()
         except BaseException:
@@ -430,8 +438,13 @@ class LlamaCppChatOpenAI(ChatOpenAI):
     of `max_completion_tokens`, which it ignores; a tool-call-only assistant turn
     carries `""` instead of `null` content, which the server would reject; and tool
     schemas go through `grammar_safe_schema`, so their bounds neither crash the
-    server nor go unenforced.
+    server nor go unenforced. In streamed replies it drops what the server repeats
+    in every tool-call delta (the function's name, the call's id and type, and a
+    legacy `function_call`), which a client accumulating deltas would otherwise
+    concatenate into `"AnswerAnswerAnswer…"`.
     """
+
+    _streamed_calls: set[tuple[str, int]] = PrivateAttr(default_factory=set)
 
     def _get_request_payload(
         self,
@@ -451,6 +464,30 @@ class LlamaCppChatOpenAI(ChatOpenAI):
             if isinstance(function, dict) and isinstance(function.get("parameters"), dict):
                 function["parameters"] = grammar_safe_schema(function["parameters"])
         return payload
+
+    def _convert_chunk_to_generation_chunk(
+        self,
+        chunk: dict[str, Any],
+        default_chunk_class: type,
+        base_generation_info: dict[str, Any] | None,
+    ) -> ChatGenerationChunk | None:
+        completion = str(chunk.get("id") or "")
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            delta.pop("function_call", None)
+            for call in delta.get("tool_calls") or []:
+                key = (completion, int(call.get("index") or 0))
+                if key in self._streamed_calls:
+                    call.pop("id", None)
+                    call.pop("type", None)
+                    (call.get("function") or {}).pop("name", None)
+                else:
+                    self._streamed_calls.add(key)
+            if choice.get("finish_reason"):
+                self._streamed_calls = {k for k in self._streamed_calls if k[0] != completion}
+        return super()._convert_chunk_to_generation_chunk(
+            chunk, default_chunk_class, base_generation_info
+        )
 
 
 def grammar_safe_schema(schema: Any) -> Any:

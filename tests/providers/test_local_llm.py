@@ -205,6 +205,38 @@ def test_bounded_numbers_become_enums_the_grammar_enforces() -> None:
         Scored(score=value)
 
 
+def test_streamed_tool_call_deltas_keep_one_name() -> None:
+    """Regression: llama.cpp repeats name/id in every delta; merged they became 'AnswerAnswer'."""
+    from langchain_core.messages import AIMessageChunk
+
+    model = LlamaCppChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key="x")  # type: ignore[arg-type]
+
+    def delta(arguments: str, finish: str | None = None) -> dict[str, Any]:
+        call = {"index": 0, "id": "call_1", "type": "function"}
+        call["function"] = {"name": "Answer", "arguments": arguments}  # type: ignore[assignment]
+        return {
+            "id": "cmpl-1",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"function_call": {"name": "Answer"}, "tool_calls": [call]},
+                    "finish_reason": finish,
+                }
+            ],
+        }
+
+    merged: Any = None
+    for raw in (delta('{"city": '), delta('"Hangzhou"'), delta("}", "tool_calls")):
+        generation = model._convert_chunk_to_generation_chunk(raw, AIMessageChunk, {})
+        assert generation is not None
+        merged = generation.message if merged is None else merged + generation.message
+    assert merged.tool_calls == [
+        {"name": "Answer", "args": {"city": "Hangzhou"}, "id": "call_1", "type": "tool_call"}
+    ]
+    assert "function_call" not in merged.additional_kwargs
+
+
 def test_factory_points_every_role_at_the_embedded_model() -> None:
     settings = _settings(local_model_max_tokens='{"default": 111, "writer_agent": 999}')
     factory = OpenAIModelFactory(settings, base_url="http://127.0.0.1:9/v1", embedded=True)
@@ -313,6 +345,22 @@ async def test_a_crashed_child_is_restarted_on_the_same_url() -> None:
     finally:
         await server.stop()
     assert second is not None and not _alive(second)
+
+
+@pytest.mark.slow
+async def test_an_abandoned_call_does_not_keep_the_server_busy() -> None:
+    """Regression: a timed-out non-streamed call held the server until max_tokens."""
+    settings = _settings(local_model_ctx=4096, local_model_max_tokens="3000")
+    async with open_model_factory(settings) as factory:
+        model = factory("critic")
+        story = model.ainvoke([HumanMessage("Write a very long story about tea, 3000 words.")])
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(story, 1.0)
+        started = time.monotonic()
+        reply = await factory("planner").ainvoke([HumanMessage("Say hi.")])
+        assert isinstance(reply.content, str)
+        # 3000 tokens at ~100 tokens/s would take ~30 s if the first call ran on.
+        assert time.monotonic() - started < 15
 
 
 @pytest.mark.slow
