@@ -346,6 +346,17 @@ async def test_image_tool_loop_stops_below_ten_rounds(tmp_path: Path) -> None:
     assert any("image_agent" in e for e in run.state["agent_errors"])
 
 
+async def test_the_same_agent_without_progress_is_capped(tmp_path: Path) -> None:
+    models = FakeModels({**happy_team(1), "supervisor": decision("layout_planner_agent")})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    # The layout ran, then twice more without changing anything; the third repeat is
+    # corrected to the first missing stage.
+    assert run.routes[:4] == ["route:layout_planner_agent"] * 4
+    assert run.fallbacks[0] == ("layout_planner_agent", "brief_compiler_agent", "cap")
+    assert run.state["team_step"] <= 24
+
+
 # --- (d) a supervisor that never answers properly ---------------------------------
 
 
