@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 import httpx
 import typer
+from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.markup import escape
@@ -121,6 +122,7 @@ async def execute(
     on_event: EventHandler,
     clarify: ClarificationHandler,
     thread_id: str | None = None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> dict[str, Any]:
     """Run the pipeline in this process until it ends, and return its result payload.
 
@@ -131,6 +133,7 @@ async def execute(
         clarify: Called with an interrupt's value (the planner's question); what it
             returns resumes the run.
         thread_id: The checkpoint thread (a fresh one when None).
+        callbacks: LangChain callback handlers for the run (e.g. `LLMCallCounter`).
 
     Returns:
         The `result` the finalize node wrote.
@@ -144,7 +147,10 @@ async def execute(
     from graphs.pipeline import build_pipeline
 
     graph = build_pipeline(checkpointer=InMemorySaver())
-    config: Any = {"configurable": {"thread_id": thread_id or f"cli-{uuid.uuid4().hex}"}}
+    config: Any = {
+        "configurable": {"thread_id": thread_id or f"cli-{uuid.uuid4().hex}"},
+        "callbacks": list(callbacks),
+    }
     payload: Any = dict(inputs)
     while True:
         async for _namespace, chunk in graph.astream(
@@ -168,6 +174,7 @@ async def run_request(
     *,
     on_event: EventHandler,
     clarify: ClarificationHandler,
+    callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> dict[str, Any]:
     """Open the services the app would (vault, models, embedded model) and `execute`."""
     from knowledge.repository import SqliteNoteRepository
@@ -179,7 +186,23 @@ async def run_request(
         open_model_factory(settings) as models,
     ):
         context = AtelierContext.from_settings(settings, models=models, notes=notes)
-        return await execute(context, inputs, on_event=on_event, clarify=clarify)
+        return await execute(
+            context, inputs, on_event=on_event, clarify=clarify, callbacks=callbacks
+        )
+
+
+class LLMCallCounter(BaseCallbackHandler):
+    """Count the chat model calls of a run (a retry inside the client is not a call)."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        """Count one call."""
+        with self._lock:
+            self.calls += 1
 
 
 class ProgressView:
@@ -372,12 +395,15 @@ def run(
     err = Console(stderr=True)
     shown = err if json_output else out
     interactive = not auto_confirm and sys.stdin.isatty() and shown.is_terminal
-    clarify = _terminal_clarifier(shown, interactive)
+    ask = _terminal_clarifier(shown, interactive)
+    counter = LLMCallCounter()
     started = time.monotonic()
     try:
         if json_output:
             result = asyncio.run(
-                run_request(settings, inputs, on_event=lambda _e: None, clarify=clarify)
+                run_request(
+                    settings, inputs, on_event=lambda _e: None, clarify=ask, callbacks=[counter]
+                )
             )
         else:
             with Progress(
@@ -387,8 +413,20 @@ def run(
                 console=out,
                 transient=True,
             ) as progress:
+
+                def clarify(value: Any) -> Any:
+                    progress.stop()  # the question needs the terminal, not a spinner
+                    try:
+                        return ask(value)
+                    finally:
+                        progress.start()
+
                 view = ProgressView(out, progress)
-                result = asyncio.run(run_request(settings, inputs, on_event=view, clarify=clarify))
+                result = asyncio.run(
+                    run_request(
+                        settings, inputs, on_event=view, clarify=clarify, callbacks=[counter]
+                    )
+                )
     except KeyboardInterrupt:
         err.print("[yellow]cancelled[/yellow]")
         raise typer.Exit(130) from None
@@ -400,7 +438,8 @@ def run(
         out.print_json(json.dumps(result, ensure_ascii=False, default=str))
     else:
         out.print(render_result(result, settings.assets_dir))
-        out.print(f"[dim]finished in {time.monotonic() - started:.1f} s[/dim]")
+        elapsed = time.monotonic() - started
+        out.print(f"[dim]finished in {elapsed:.1f} s with {counter.calls} LLM calls[/dim]")
     raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
 
 

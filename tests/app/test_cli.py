@@ -254,3 +254,107 @@ def test_clarification_without_a_terminal_continues_with_defaults() -> None:
     console = Console(record=True, width=100)
     assert _terminal_clarifier(console, interactive=False)(QUESTION) == {"action": "defaults"}
     assert "continuing with defaults" in console.export_text()
+
+
+# --------------------------------------------------------------------------- run
+
+REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+
+
+async def test_execute_runs_the_pipeline_and_reports_its_events(tmp_path: Path) -> None:
+    from app.cli import LLMCallCounter, execute
+    from tests.graphs.pipeline_runs import judge_reply, models_for
+    from tests.support.fake_models import fake_context
+
+    models = models_for(judge_reply(), images=2)
+    events: list[dict[str, Any]] = []
+    asked: list[Any] = []
+    counter = LLMCallCounter()
+    result = await execute(
+        fake_context(models, tmp_path),
+        {"request": REQUEST, "auto_confirm": True, "image_count": 2},
+        on_event=events.append,
+        clarify=asked.append,
+        callbacks=[counter],
+    )
+    assert result["outcome"] == "completed" and not asked
+    assert len(result["images"]) == 2 and result["post"]["title"]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "stage.started" and kinds.count("asset.created") == 2
+    assert {"supervisor.route", "critic.verdict", "stage.completed"} <= set(kinds)
+    assert counter.calls == models.count() > 0
+
+
+async def test_execute_asks_the_clarification_and_resumes(tmp_path: Path) -> None:
+    from app.cli import execute
+    from tests.graphs.pipeline_runs import judge_reply, models_for
+    from tests.support.fake_models import fake_context
+
+    asked: list[Any] = []
+
+    def clarify(value: Any) -> Any:
+        asked.append(value)
+        return {"action": "details", "details": "写给大学生，讲清楚烟酰胺"}
+
+    result = await execute(
+        fake_context(models_for(judge_reply()), tmp_path),
+        {"request": "写一篇笔记"},
+        on_event=lambda _e: None,
+        clarify=clarify,
+    )
+    assert [a["type"] for a in asked] == ["clarification"]
+    assert asked[0]["question"] and asked[0]["options"]
+    assert result["outcome"] == "completed"
+
+
+def _scripted_env(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
+    monkeypatch.setenv("LLM_BASE_URL", base_url)
+    monkeypatch.setenv("LLM_API_KEY", "test-key")
+    monkeypatch.setenv("LLM_MAX_RETRIES", "0")
+
+
+def test_run_json_through_an_openai_compatible_endpoint(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(atelier_responder(images=1)) as server:
+        _scripted_env(monkeypatch, server.base_url)
+        result = runner.invoke(
+            cli, ["run", REQUEST, "--auto-confirm", "--json", "--image-count", "1"]
+        )
+        calls = server.call_count
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["outcome"] == "completed"
+    (image,) = payload["images"]
+    assert list((data_dir / "assets").glob(f"{image['asset_id']}*.png"))
+    assert calls > 5  # planner, supervisor turns, agents, judge: all over the wire
+
+
+def test_run_shows_progress_and_the_post(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.fake_models import HAPPY_TITLE
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(atelier_responder(images=1)) as server:
+        _scripted_env(monkeypatch, server.base_url)
+        result = runner.invoke(cli, ["run", REQUEST, "--image-count", "1"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "✓ planner" in out and "critic: passed" in out and "image 1: /assets/" in out
+    assert HAPPY_TITLE in out and "outcome completed" in out and "LLM calls" in out
+
+
+def test_run_rejects_a_bad_image_count(data_dir: Path) -> None:
+    result = runner.invoke(cli, ["run", REQUEST, "--image-count", "12"])
+    assert result.exit_code == 2
+
+
+def test_run_failure_is_one_readable_line(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_MODEL_PATH", str(data_dir / "missing.gguf"))
+    result = runner.invoke(cli, ["run", REQUEST, "--auto-confirm"])
+    assert result.exit_code == 1
+    assert "run failed" in result.output and "LOCAL_MODEL_PATH" in result.output
+    assert "Traceback" not in result.output
