@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command, Interrupt, StateSnapshot
 
 from app.runs.assistants import Assistant
+from app.runs.checkpoints import settle
 from app.runs.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
 from app.runs.hub import Hub
 from app.runs.serde import dumps, to_jsonable
@@ -185,6 +186,7 @@ class RunManager:
                 tasks.append(active.task)
         if tasks:
             await asyncio.wait(tasks, timeout=10)
+        await settle(self.checkpointer)
         await self.store.flush()
 
     # -- queries -------------------------------------------------------------------
@@ -489,6 +491,7 @@ class RunManager:
                 if current is not None:
                     current.uncancel()
                 outcome = _Outcome("interrupted", cancel_reason=reason)
+                await settle(self.checkpointer)
                 if reason == "rollback":
                     deleted = await self.store.delete_run_checkpoints(run.thread_id, run.run_id)
                     log.info("rolled back run %s: %d checkpoint(s) deleted", run.run_id, deleted)
@@ -576,6 +579,8 @@ class RunManager:
     async def _finish(self, active: _Active, outcome: _Outcome) -> None:
         active.finishing = True
         run = active.run
+        if await settle(self.checkpointer):
+            log.info("run %s: committed a checkpoint write its cancellation left open", run.run_id)
         if active.next_id == 1:  # cancelled before it started: the stream still opens with this
             self._emit(active, "metadata", self._metadata(run))
         values, interrupts = await self._thread_state(run)
