@@ -6,4 +6,5 @@ frames.py      LangGraph stream chunks → SSE event names and data
 serde.py       JSON for the wire and the log
 assistants.py  the graphs served, with their input models and stream filters
 manager.py     create, execute, cancel, join and recover runs
+checkpoints.py checkpointer housekeeping (settle a write a cancel left open)
 """
