@@ -52,7 +52,8 @@ ContextDep = Annotated[AtelierContext, Depends(get_context)]
 
 def get_runs(request: Request) -> RunManager:
     """Return the run manager (threads, runs and their streams)."""
-    return request.app.state.runs  # type: ignore[no-any-return]
+    manager: RunManager = request.app.state.runs
+    return manager
 
 
 RunsDep = Annotated[RunManager, Depends(get_runs)]

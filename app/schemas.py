@@ -436,7 +436,7 @@ class RunMetadataData(BaseModel):
         description="1 on the first execution, +1 per resume after a restart; 0 when the run "
         "was cancelled before it started.",
     )
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Frame format version.")
 
 
 class ErrorData(BaseModel):

@@ -43,8 +43,9 @@ async def search_assistants(
         and (body.name is None or a.name == body.name)
         and not body.metadata  # assistants carry no metadata: any filter excludes them
     ]
-    if body.sort_by:
-        found.sort(key=lambda a: str(a[body.sort_by]), reverse=body.sort_order == "desc")
+    if body.sort_by is not None:
+        key = body.sort_by
+        found.sort(key=lambda a: str(a[key]), reverse=body.sort_order == "desc")
     return found[body.offset : body.offset + body.limit]
 
 
@@ -88,6 +89,13 @@ async def get_graph(
     return to_jsonable(drawable.to_json())
 
 
+def _state_schema(graph: Any) -> dict[str, Any]:
+    """Return the JSON schema of a compiled StateGraph's state."""
+    state_type: Any = graph.builder.state_schema
+    adapter: TypeAdapter[Any] = TypeAdapter(state_type)
+    return adapter.json_schema()
+
+
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's JSON schemas")
 async def get_schemas(
     assistant_id: AssistantId, manager: RunsDep, _owner: PrincipalDep
@@ -111,7 +119,7 @@ async def get_schemas(
         "graph_id": assistant.graph_id,
         "input_schema": input_schema,
         "output_schema": schema(graph.get_output_jsonschema),
-        "state_schema": schema(lambda: TypeAdapter(graph.builder.state_schema).json_schema()),
+        "state_schema": schema(lambda: _state_schema(graph)),
         "config_schema": None,
         "context_schema": None,
     }

@@ -31,7 +31,7 @@ class Assistant:
     """One graph served under an assistant id (also its graph id)."""
 
     assistant_id: str
-    graph: Pregel
+    graph: Pregel[Any, Any, Any, Any]
     name: str
     description: str
     input_model: type[BaseModel] | None = None  # validates `input`; None accepts any object

@@ -16,7 +16,9 @@ sent un-namespaced and the subgraphs' other modes are left out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
+
+from langgraph.types import StreamMode
 
 #: Version of the frame format, sent in every `metadata` frame.
 SCHEMA_VERSION = 1
@@ -35,9 +37,9 @@ def graph_mode(mode: str) -> str:
     return "messages" if mode == "messages-tuple" else mode
 
 
-def graph_modes(modes: Iterable[str]) -> list[str]:
+def graph_modes(modes: Iterable[str]) -> list[StreamMode]:
     """Return the LangGraph stream modes for client modes, deduplicated, in order."""
-    return list(dict.fromkeys(graph_mode(m) for m in modes))
+    return [cast(StreamMode, m) for m in dict.fromkeys(graph_mode(m) for m in modes)]
 
 
 MessageFilter = Callable[[Mapping[str, Any]], bool]

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -531,13 +531,14 @@ class RunManager:
         deadline = asyncio.timeout(self.run_timeout)
         try:
             async with deadline:
-                async for namespace, mode, chunk in graph.astream(
+                async for item in graph.astream(
                     payload,
                     config,
                     context=self.context,
                     stream_mode=graph_modes([*modes, "custom"]),
                     subgraphs=True,
                 ):
+                    namespace, mode, chunk = cast(tuple[tuple[str, ...], str, Any], item)
                     if mode == "custom" and self.metrics is not None and isinstance(chunk, dict):
                         self.metrics.observe_event(chunk)
                     frame = translate(namespace, mode, chunk)
