@@ -432,3 +432,33 @@ def test_runs_and_streams_are_counted_in_the_metrics(http: httpx.Client) -> None
     assert 'atelier_runs_total{status="error"} 1.0' in metrics
     assert "atelier_active_runs 0.0" in metrics
     assert "atelier_sse_subscribers 0.0" in metrics
+
+
+async def test_sdk_wait_reads_the_result_after_heartbeat_blank_lines(server: LiveServer) -> None:
+    client = get_client(url=server.url, api_key=None)
+    started = time.monotonic()
+    values = await client.runs.wait(None, "slow", input={"steps": 2, "delay": 0.4})
+    assert time.monotonic() - started > 0.6  # longer than the 0.3 s heartbeat interval
+    assert values["done"] == [1, 2]
+
+
+def test_tasks_debug_and_values_modes_stream(http: httpx.Client) -> None:
+    body = {
+        "assistant_id": "studio",
+        "input": studio_input(),
+        "stream_mode": ["tasks", "debug", "values"],
+    }
+    frames = read_sse(http.post("/runs/stream", json=body).text)
+    kinds = {f.event for f in frames}
+    assert {"metadata", "tasks", "debug", "values", "end"} <= kinds
+    assert frames[-1].data["status"] == "success"
+    task = next(f.data for f in frames if f.event == "tasks")
+    assert {"id", "name"} <= set(task)
+    debug_types = {f.data["type"] for f in frames if f.event == "debug"}
+    assert {"checkpoint", "task", "task_result"} <= debug_types
+    # The team's tokens still reach a client that did not ask for subgraphs, un-namespaced.
+    body = {"assistant_id": "studio", "input": studio_input(), "stream_mode": "messages-tuple"}
+    tokens = [
+        f for f in read_sse(http.post("/runs/stream", json=body).text) if f.event == "messages"
+    ]
+    assert "".join(f.data[0]["content"] for f in tokens) == WRITER_TEXT
