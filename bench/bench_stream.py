@@ -11,7 +11,8 @@ Measured:
 
 * **first frame**: from sending `POST /runs/stream` to receiving the `metadata`
   frame, and to the first `custom` frame (the planner's `stage.started`), for the
-  real `atelier` pipeline; also the whole run, for scale.
+  real `atelier` pipeline; also the whole run, for scale, and how long the same
+  pipeline takes to its first custom event with no service in between.
 * **frames/s**: one stream of the `burst` test graph, which emits `--events`
   custom events from one node as fast as it can: frames received per second
   from the first frame to `end`, next to how fast the same graph emits them
@@ -87,6 +88,37 @@ def stream_rate(url: str, events: int) -> tuple[int, float]:
     return frames, last - first
 
 
+async def pipeline_first_custom(llm_url: str, data_dir: Path, runs: int) -> list[float]:
+    """Return seconds from `astream` to the first custom event of the pipeline in-process."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from graphs.context import AtelierContext
+    from graphs.pipeline import build_pipeline
+    from providers.llm import OpenAIModelFactory
+    from tests.app.harness import service_settings
+
+    settings = service_settings(data_dir, llm_url)
+    context = AtelierContext.from_settings(settings, models=OpenAIModelFactory(settings))
+    seconds: list[float] = []
+    async with AsyncSqliteSaver.from_conn_string(str(data_dir / "graph-only.db")) as saver:
+        graph = build_pipeline(checkpointer=saver)
+        for index in range(runs + 2):
+            started = time.perf_counter()
+            first = None
+            async for _ns, mode, _chunk in graph.astream(
+                {"request": REQUEST, "auto_confirm": True},
+                {"configurable": {"thread_id": f"bench-{index}"}},
+                context=context,
+                stream_mode=["custom", "updates"],
+                subgraphs=True,
+            ):
+                if mode == "custom" and first is None:
+                    first = time.perf_counter() - started
+            if index >= 2 and first is not None:  # the first two warm up
+                seconds.append(first)
+    return seconds
+
+
 async def graph_rate(events: int) -> float:
     """Return events per second the burst graph emits with no service in between."""
     graph = build_burst()
@@ -129,6 +161,9 @@ def main() -> None:
         print(f"  first frame (metadata)     {ms(marks['metadata'])}")
         print(f"  first custom event         {ms(marks['custom'])}")
         print(f"  end of run                 {ms(marks['end'])}")
+        alone = asyncio.run(pipeline_first_custom(llm.base_url, Path(tmp), min(args.runs, 10)))
+        print("  the pipeline alone (graph.astream, no service) to its first custom event:")
+        print(f"                             {ms(alone)}")
 
         server = ServerProcess(Path(tmp) / "sample", llm.base_url, graphs="sample")
         (Path(tmp) / "sample").mkdir()

@@ -521,6 +521,10 @@ class RunManager:
         self.store.queue_statement(
             *RunStore.run_status_statement(run.run_id, "running", attempt=run.attempt)
         )
+        # Commit the first frame before the graph starts: its first step may hold the
+        # event loop for a while (CPU work before its first await), and clients should
+        # learn the run is under way at once.
+        await self.store.flush()
         modes = run.kwargs.get("stream_mode") or ["values"]
         translate = FrameTranslator(
             modes,
