@@ -214,6 +214,13 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9._-]+$",
         description="llama.cpp chat format (unset: the chat template inside the GGUF file).",
     )
+    local_model_temperature: float = Field(
+        default=0.0,
+        ge=0,
+        le=2,
+        description="Sampling temperature of the embedded model (0: greedy, which keeps a "
+        "small model on the suggested route; LLM_TEMPERATURE is for endpoints).",
+    )
     local_model_startup_timeout: float = Field(
         default=120.0, gt=0, le=1800, description="Seconds the embedded model may take to answer."
     )

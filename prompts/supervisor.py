@@ -26,6 +26,8 @@ SYSTEM = """你是内容工作室的主管（supervisor），负责调度一个�
 5. 审核未通过时，根据问题和最低分维度安排相应的智能体修改，不要重复无效的工作。
 6. 知识库中的 blocker（阻塞）笔记必须被遵守，要把它写进指示里。"""
 
+# The suggestion closes the turn again: a small local model (SmolLM2-135M, greedy)
+# copies the last tokens it read and follows it there, but not from mid-prompt.
 TURN = """第 {step} / {max_steps} 轮决策。
 
 阶段状态：
@@ -37,7 +39,7 @@ TURN = """第 {step} / {max_steps} 轮决策。
 {errors}
 {context}
 
-请调用 SupervisorDecision 给出下一步。"""
+请调用 SupervisorDecision 给出下一步。建议 next_agent：{suggested}"""
 
 #: Shown when agents' last outputs could not be parsed, so the supervisor can react.
 ERRORS = "这些智能体上一次没有产出可用结果：{errors}"

@@ -76,13 +76,14 @@ class OpenAIModelFactory:
         embedded = self._embedded_name is not None
         chat_class = LlamaCppChatOpenAI if embedded else ChatOpenAI
         max_tokens = s.local_max_tokens_for(role) if embedded else s.llm_max_tokens
+        temperature = s.local_model_temperature if embedded else s.llm_temperature
         return chat_class(
             model=self.model_name(role),
             base_url=self._base_url,
             api_key=api_key,  # type: ignore[arg-type]
             timeout=s.llm_timeout,
             max_retries=s.llm_max_retries,
-            temperature=s.llm_temperature,
+            temperature=temperature,
             max_tokens=max_tokens,  # type: ignore[call-arg]
             # Embedded: every call streams, so an abandoned one (timeout, cancel) stops
             # generating at once; llama.cpp finishes a non-streamed request regardless.

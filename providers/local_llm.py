@@ -204,6 +204,8 @@ def server_command(settings: Settings, path: Path, port: int) -> list[str]:
         "False",  # queue a second request instead of cutting a running stream short
         "--use_mlock",
         "False",  # containers often cap locked memory; mmap is enough
+        "--logits_all",
+        "False",  # logits of the last token only: prompts evaluate 2x faster, in half the RAM
         "--verbose",
         "False",
     ]

@@ -140,6 +140,7 @@ def test_server_command_uses_this_interpreter_loopback_and_settings(tmp_path: Pa
     assert args["--n_ctx"] == "4096" and args["--n_threads"] == "3"
     assert args["--chat_format"] == "chatml"
     assert args["--interrupt_requests"] == "False"
+    assert args["--logits_all"] == "False"
     assert "--chat_format" not in server_command(_settings(), gguf, 1)
 
 
@@ -245,6 +246,7 @@ def test_factory_points_every_role_at_the_embedded_model() -> None:
     assert isinstance(writer, LlamaCppChatOpenAI) and isinstance(critic, LlamaCppChatOpenAI)
     assert factory.model_name("critic") == name and writer.model_name == name
     assert writer.max_tokens == 999 and critic.max_tokens == 111  # type: ignore[attr-defined]
+    assert writer.temperature == critic.temperature == settings.local_model_temperature == 0
     assert writer.openai_api_base == "http://127.0.0.1:9/v1"
     with pytest.raises(ValueError, match="base_url"):
         OpenAIModelFactory(settings, embedded=True)
