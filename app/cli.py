@@ -44,6 +44,7 @@ from rich.text import Text
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.notes import KnowledgeNote
+from providers.assets import AssetStore, is_valid_asset_id
 
 cli = typer.Typer(
     name="atelier",
@@ -306,13 +307,14 @@ def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
 
     images = result.get("images") or []
     if images:
+        store = AssetStore(assets_dir)
         table = Table("slot", "file", "alt", box=None, title="images", title_justify="left")
         for image in images:
             asset_id = str(image.get("asset_id", ""))
-            files = sorted(assets_dir.glob(f"{asset_id}*")) if asset_id else []
+            path = store.path(asset_id) if is_valid_asset_id(asset_id) else None
             table.add_row(
                 str(image.get("slot", "")),
-                str(files[0]) if files else str(image.get("url", "")),
+                str(path or image.get("url", "")),
                 str(image.get("alt") or ""),
             )
         parts.append(table)

@@ -160,7 +160,9 @@ def test_progress_view_shows_stages_routes_fallbacks_verdicts_and_images() -> No
 
 
 def test_render_result_shows_the_post_images_and_quality(tmp_path: Path) -> None:
-    (tmp_path / "abc.png").write_bytes(b"png")
+    asset = "3c7027a489d0493f611995ade5493552"
+    (tmp_path / f"{asset}.png").write_bytes(b"png")
+    (tmp_path / f"{asset}.json").write_text("{}")
     result = {
         "outcome": "exhausted",
         "post": {
@@ -168,14 +170,14 @@ def test_render_result_shows_the_post_images_and_quality(tmp_path: Path) -> None
             "blocks": [{"type": "text", "text": "第一段"}, {"type": "image", "slot": 1}],
             "tags": ["护肤", "学生党"],
         },
-        "images": [{"asset_id": "abc", "url": "/assets/abc", "slot": 1, "alt": "封面"}],
+        "images": [{"asset_id": asset, "url": f"/assets/{asset}", "slot": 1, "alt": "封面"}],
         "quality": {"verdict": "needs_improvement", "score": 0.5, "exhausted": True, "attempts": 2},
     }
-    console = Console(record=True, width=100)
+    console = Console(record=True, width=200)
     console.print(render_result(result, tmp_path))
     text = console.export_text()
     assert "学生党平价护肤" in text and "第一段" in text and "#护肤 #学生党" in text
-    assert str(tmp_path / "abc.png") in text
+    assert str(tmp_path / f"{asset}.png") in text
     assert "outcome exhausted" in text and "retries exhausted" in text
 
 
