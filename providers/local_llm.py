@@ -25,10 +25,11 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   `bind_tools(..., tool_choice=name)` send) is answered by sampling under a grammar
   built from the tool's JSON schema: the reply is always a `tool_calls` message whose
   arguments parse as JSON with the schema's keys, enums, `maxLength`, `maxItems`,
-  `$ref`s and `anyOf`s honoured. Numeric bounds (`ge`/`le`) are **not** in the
-  grammar, so a score of 7 where 0-1 is expected still reaches Pydantic. The tool's
+  `$ref`s and `anyOf`s honoured (numeric bounds are not; see below). The tool's
   name, description and schema are not shown to the model (SmolLM2's template
-  ignores `tools`): the prompt must say what to fill in. About 0.4 s per call.
+  ignores `tools`): the prompt must say what to fill in. About 0.4 s per call
+  with a short prompt; prompt evaluation dominates (Chinese text is about 1.5
+  tokens per character, so a 1,800-character supervisor turn costs 2-5 s on 2 cores).
 * **`tool_choice` "auto" (or absent) with the GGUF template: never a tool call.**
   The model answers in plain text (`finish_reason` "stop"/"length"); an agent with
   optional tools (the research agent's knowledge search, the image agent's
@@ -48,7 +49,9 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   the server rejects an assistant message with `"content": null` (what OpenAI
   clients send for a tool-call-only turn) with HTTP 500, and it ignores
   `max_completion_tokens` (what `ChatOpenAI` sends instead of `max_tokens`), so a
-  budget sent that way is silently unbounded up to the context size.
+  budget sent that way is silently unbounded up to the context size. When streaming
+  a tool call it repeats the function's name (and the call id) in every delta, which
+  a client that accumulates deltas turns into `"AnswerAnswerAnswer…"`.
 * **A large `maxLength` crashes the server.** The schema-to-grammar converter
   unrolls `maxLength: n` into n nested optional rules; llama.cpp refuses the
   grammar from about n = 1024 ("number of rules that are going to be repeated …
@@ -72,6 +75,14 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   one stops at the next token once the client disconnects. The factory therefore
   streams every embedded call (roles other than the writer stay off the token
   stream through their `nostream` tag).
+* The server computes logits for every prompt token by default (`logits_all`);
+  `--logits_all False` halves prompt time and memory (1,246 tokens: 6.6 s → 3.6 s,
+  830 → 416 MB RSS).
+* **Routing needs greedy sampling.** Sampled at temperature 0.7, SmolLM2 picks the
+  supervisor's `next_agent` at random and a 12-step team run never reaches the image
+  agent; greedy (`LOCAL_MODEL_TEMPERATURE=0`, the default) with the suggested next
+  step as the prompt's last line, it follows the usual order and the run gets its
+  images.
 """
 
 from __future__ import annotations
