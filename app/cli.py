@@ -81,6 +81,8 @@ def _settings() -> Settings:
 
 # --------------------------------------------------------------------------- serve
 
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
 
 @cli.command()
 def serve(
@@ -96,7 +98,16 @@ def serve(
         shown_host = f"[{shown_host}]"
     url = f"http://{shown_host}:{port}/"
     threading.Thread(target=_announce_when_up, args=(url,), daemon=True).start()
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, reload=reload)
+    # A stream lasts as long as the run it follows: without a bound, a stop would wait
+    # for every watched run to finish. Runs cut short resume at the next start.
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        reload=reload,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
 
 
 def _announce_when_up(url: str, interval: float = 0.25) -> None:

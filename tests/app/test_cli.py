@@ -201,6 +201,7 @@ def test_serve_runs_the_app_factory_and_announces_the_console(
         "host": "0.0.0.0",
         "port": 8123,
         "reload": False,
+        "timeout_graceful_shutdown": 5,  # a stop does not wait for watched runs to end
     }
     assert announced == ["http://127.0.0.1:8123/"]
 
