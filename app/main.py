@@ -24,7 +24,7 @@ from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
 from app.runs.manager import RunManager, RunsError
 from app.runs.store import RunStore
-from app.security import install_security
+from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import SqliteNoteRepository
@@ -51,6 +51,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     fails with its error.
     """
     settings: Settings = app.state.settings
+    announce_auth_mode(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = database_path(settings)
     async with AsyncExitStack() as stack:

@@ -472,11 +472,18 @@ def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
             max_age=600,
         )
 
-    if keys.open:
-        log.warning(OPEN_WARNING)
-    else:
-        log.info("API keys required: %d key(s) configured", len(settings.auth_api_keys))
     return keys
+
+
+def announce_auth_mode(settings: Settings) -> None:
+    """Log how callers are authenticated; loudly when the service is open to anyone.
+
+    Called from the app's lifespan, so it is said once per server start (not on import).
+    """
+    if settings.auth_api_keys:
+        log.info("API keys required: %d key(s) configured", len(settings.auth_api_keys))
+    else:
+        log.warning(OPEN_WARNING)
 
 
 OPEN_WARNING = (
@@ -494,6 +501,7 @@ def auth_mode(settings: Settings) -> str:
 __all__ = [
     "ANONYMOUS",
     "OPEN_WARNING",
+    "announce_auth_mode",
     "ApiKeys",
     "AuthMiddleware",
     "BodyLimitMiddleware",
