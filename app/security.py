@@ -501,11 +501,11 @@ def auth_mode(settings: Settings) -> str:
 __all__ = [
     "ANONYMOUS",
     "OPEN_WARNING",
-    "announce_auth_mode",
     "ApiKeys",
     "AuthMiddleware",
     "BodyLimitMiddleware",
     "PrincipalDep",
+    "announce_auth_mode",
     "auth_mode",
     "error_body",
     "error_response",
