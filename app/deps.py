@@ -26,22 +26,22 @@ from providers.assets import AssetStore
 
 def get_settings(request: Request) -> Settings:
     """Return the app's settings."""
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 def get_notes(request: Request) -> NoteRepository:
     """Return the knowledge vault."""
-    return request.app.state.notes  # type: ignore[no-any-return]
+    return request.app.state.notes
 
 
 def get_assets(request: Request) -> AssetStore:
     """Return the asset store."""
-    return request.app.state.assets  # type: ignore[no-any-return]
+    return request.app.state.assets
 
 
 def get_context(request: Request) -> AtelierContext:
     """Return the graph runtime context."""
-    return request.app.state.context  # type: ignore[no-any-return]
+    return request.app.state.context
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

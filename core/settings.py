@@ -81,14 +81,17 @@ class Settings(BaseSettings):
     )
     llm_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
     llm_max_tokens: int | None = Field(
-        default=None, ge=16, le=32768, description="Max tokens per completion (unset: server default)."
+        default=None,
+        ge=16,
+        le=32768,
+        description="Max tokens per completion (unset: server default).",
     )
 
     # --- HTTP service: security and limits (app/security.py) ---------------------
     auth_api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
         description="API keys accepted as `Authorization: Bearer <key>` or `X-Api-Key`: "
-        'comma-separated or a JSON array, each 16-256 printable characters. Unset: the '
+        "comma-separated or a JSON array, each 16-256 printable characters. Unset: the "
         "service runs open (and says so at start-up and in /info).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
@@ -181,7 +184,10 @@ class Settings(BaseSettings):
         default=9, ge=1, le=9, description="generate_image rounds of the image agent (< 10)."
     )
     max_supervisor_tool_rounds: int = Field(
-        default=2, ge=0, le=5, description="Knowledge look-ups the supervisor may make per decision."
+        default=2,
+        ge=0,
+        le=5,
+        description="Knowledge look-ups the supervisor may make per decision.",
     )
     quality_threshold: float = Field(
         default=0.6, ge=0, le=1, description="Minimum per-dimension review score."

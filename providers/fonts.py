@@ -49,9 +49,7 @@ KNOWN_CJK_FONTS: tuple[str, ...] = (
 )
 
 #: Fonts shipped by PyPI packages, as (package, path inside the package), best first.
-PACKAGED_CJK_FONTS: tuple[tuple[str, str], ...] = (
-    ("mplfonts", "fonts/NotoSansCJKsc-Regular.otf"),
-)
+PACKAGED_CJK_FONTS: tuple[tuple[str, str], ...] = (("mplfonts", "fonts/NotoSansCJKsc-Regular.otf"),)
 
 # Extensions FreeType (and so Pillow) opens; fc-list also reports bitmap fonts.
 _FONT_SUFFIXES = frozenset({".ttf", ".ttc", ".otf", ".otc"})
