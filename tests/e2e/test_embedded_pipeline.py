@@ -1,72 +1,168 @@
-"""The whole pipeline on the embedded model: SmolLM2-135M through llama.cpp, no network.
+"""The README's first run, end to end: `atelier serve` on the embedded model, a run over HTTP.
 
-This is the offline default a newcomer gets (PRODUCT.md §4): the real
-`llama_cpp.server` child process, the real planner, team, critic and finalize,
-the SQLite vault and real PNG cards. The tiny model writes poorly and the critic
-does not pass it — expected; the run must still reach `finalize` with a result
-payload and at least one real image.
+This is the offline default a newcomer gets (PRODUCT.md §4) and exactly the path
+`./dev up` takes: the `atelier serve` command (uvicorn on uvloop), which starts the
+real `llama_cpp.server` child with SmolLM2-135M; then a streamed run of the real
+planner, team, critic and finalize, the SQLite stores and real PNG cards, read the
+way the README's curl walk-through reads it. The tiny model writes poorly and the
+critic does not pass it — expected; the run must still reach `end` with a result
+payload and at least one real image. Stopping the server (SIGTERM) leaves no model
+process behind.
 
 Bounded for CI: fast mode (one attempt, 12 team steps), one image. On a 2-core
-machine shared with other work it takes about 3-4 minutes.
+machine it takes about 3 minutes.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import httpx
 import pytest
 from PIL import Image
 
-from app.cli import LLMCallCounter, run_request
-from core.settings import Settings
-from providers.assets import AssetStore
+from tests.app.harness import HOST, SseFrame, free_port, parse_sse
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+ATELIER = Path(sys.executable).with_name("atelier")
+
+
+def _children(pid: int) -> list[int]:
+    """Return the pids whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`atelier serve` with no LLM endpoint, from an empty directory (no .env)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "LOCAL_MODEL_"))}
+    env.update(DATA_DIR=str(tmp_path / "data"), AUTH_API_KEYS="", PYTHONUNBUFFERED="1")
+    log = (tmp_path / "serve.log").open("wb")
+    process = subprocess.Popen(
+        [str(ATELIER), "serve", "--host", HOST, "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://{HOST}:{port}"
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "atelier serve did not come up"
+            time.sleep(0.2)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+def _llm_calls(metrics: str) -> int:
+    pattern = r'^atelier_llm_calls_total\{[^}]*outcome="ok"[^}]*\} ([0-9.e+]+)$'
+    return int(sum(float(v) for v in re.findall(pattern, metrics, flags=re.MULTILINE)))
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-async def test_the_embedded_model_runs_the_pipeline_to_a_post_with_an_image(
-    tmp_path: Path,
+@pytest.mark.timeout(1200)
+def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_image(
+    served: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        llm_base_url=None,  # the embedded model, whatever the environment says
-        data_dir=tmp_path / "data",
-        max_retry_count=1,
-    )
-    events: list[dict[str, Any]] = []
-    asked: list[Any] = []
-    counter = LLMCallCounter()
-    started = time.monotonic()
-    result = await run_request(
-        settings,
-        {"request": REQUEST, "auto_confirm": True, "fast_mode": True, "image_count": 1},
-        on_event=lambda event: events.append(dict(event)),
-        clarify=asked.append,
-        callbacks=[counter],
-    )
-    elapsed = time.monotonic() - started
-    print(f"\nembedded pipeline: {elapsed:.0f} s, {counter.calls} LLM calls, {result['outcome']}")
+    url, process = served
+    models = _children(process.pid)
+    assert models, "no embedded model process was started"
 
-    assert not asked  # auto_confirm: no question
-    assert result["outcome"] in ("completed", "exhausted")
-    assert result["post"]["blocks"] and result["quality"]["attempts"] == 1
-    stages = [e["stage"] for e in events if e["type"] == "stage.completed"]
-    assert stages[0] == "planner" and stages[-1] == "finalize" and "critic" in stages
-    assert any(e["type"] == "supervisor.route" for e in events)
-    assert any(e["type"] == "critic.verdict" for e in events)
+    with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=600)) as client:
+        info = client.get("/info").json()
+        assert set(info["models"].values()) == {"SmolLM2-135M-Instruct.Q4_1.gguf"}, info
 
-    # At least one real PNG card, stored under DATA_DIR and announced as it was made.
-    assert result["images"], "the run ended without an image"
-    created = {e["asset_id"] for e in events if e["type"] == "asset.created"}
-    store = AssetStore(settings.assets_dir)
-    for image in result["images"]:
-        assert image["asset_id"] in created
-        path = store.path(image["asset_id"])
-        assert path is not None
-        with Image.open(path) as png:
-            assert png.format == "PNG" and png.width > 0
-    assert counter.calls > 5
+        thread_id = client.post("/threads", json={}).json()["thread_id"]
+        body = {
+            "assistant_id": "atelier",
+            "input": {
+                "request": REQUEST,
+                "auto_confirm": True,
+                "fast_mode": True,
+                "image_count": 1,
+            },
+            "stream_mode": ["custom", "updates"],
+        }
+        started = time.monotonic()
+        frames: list[SseFrame] = []
+        with client.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
+            assert response.status_code == 200
+            frames = [f for f in parse_sse(response.iter_lines()) if isinstance(f, SseFrame)]
+        elapsed = time.monotonic() - started
+        calls = _llm_calls(client.get("/metrics").text)
+        print(f"\nembedded run over HTTP: {elapsed:.0f} s, {len(frames)} frames, {calls} LLM calls")
+
+        # One coherent stream: ids 1..n, metadata first, a clean end last.
+        assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+        assert frames[0].event == "metadata" and frames[-1].event == "end"
+        assert frames[-1].data["status"] == "success", frames[-2:]
+        events = [f.data for f in frames if f.event == "custom"]
+        stages = [e["stage"] for e in events if e["type"] == "stage.completed"]
+        assert stages[0] == "planner" and stages[-1] == "finalize" and "critic" in stages
+        assert any(e["type"] == "supervisor.route" for e in events)
+        assert any(e["type"] == "critic.verdict" for e in events)
+        assert calls > 5
+
+        result = client.get(f"/threads/{thread_id}/state").json()["values"]["result"]
+        assert result["outcome"] in ("completed", "exhausted"), json.dumps(result)[:2000]
+        assert result["post"]["blocks"] and result["quality"]["attempts"] == 1
+        assert result["images"], "the run ended without an image"
+        created = {e["asset_id"] for e in events if e["type"] == "asset.created"}
+        for image in result["images"]:
+            assert image["asset_id"] in created
+            png = client.get(image["url"])
+            assert png.headers["content-type"] == "image/png"
+            with Image.open(io.BytesIO(png.content)) as card:
+                assert card.format == "PNG" and card.width > 0
+
+    # A polite stop takes the model process with it.
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in models) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in models), "the embedded model outlived the server"
