@@ -1,0 +1,207 @@
+"""The console page in a real browser: Playwright driving Debian's headless Chromium.
+
+The real service (uvicorn on 127.0.0.1, the real `atelier` pipeline, SQLite) with a
+scripted LLM on loopback (`tests/app/atelier_llm.py`). The browser only does what a
+person would: fill the form, watch the run, reload mid-run, answer the planner's
+question. Screenshots go to `docs/screenshots/` (the README shows them).
+
+`playwright install` cannot download browsers here, so the test uses the system
+Chromium at /usr/bin/chromium; `.ci/run` installs it. Outside CI a machine without
+it skips this module; in CI (`CI=true`) a missing browser fails it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.atelier_llm import atelier_responder
+from tests.app.harness import LiveServer, SseFrame, read_sse, service_settings
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+TIMEOUT_MS = 30_000
+
+if not CHROMIUM.exists() and os.environ.get("CI") != "true":
+    pytest.skip("needs Debian's chromium at /usr/bin/chromium", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[ScriptedOpenAIServer]:
+    # The writer streams its draft in slow chunks so a reload can land mid-run.
+    responder = atelier_responder(images=2, writer_delay=0.5, writer_chunk_delay=0.15)
+    with ScriptedOpenAIServer(responder) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, llm: ScriptedOpenAIServer) -> Iterator[str]:
+    settings = service_settings(tmp_path_factory.mktemp("console") / "data", llm.base_url)
+    with LiveServer(settings, None) as live:  # None: the real atelier pipeline
+        yield live.url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def _start(page: Any, url: str, request: str, *, auto_confirm: bool, images: int = 2) -> None:
+    page.goto(url)
+    page.fill("#request", request)
+    page.fill("#image_count", str(images))
+    if auto_confirm:
+        page.check("#auto_confirm")
+    page.click("#start")
+
+
+def _wait_for_result(page: Any) -> None:
+    page.wait_for_selector("#result:not([hidden]) #post h1")
+    page.wait_for_function(
+        "() => { const imgs = [...document.querySelectorAll('#post img')];"
+        " return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }"
+    )
+    page.wait_for_function("() => document.querySelector('#run-status').textContent === '完成'")
+
+
+def _run_log(url: str, page: Any) -> list[SseFrame]:
+    """The run's whole stream as the server keeps it (join from the first frame)."""
+    params = dict(part.split("=") for part in page.url.split("?", 1)[1].split("&"))
+    path = f"/threads/{params['thread']}/runs/{params['run']}/stream"
+    text = httpx.get(url + path, headers={"Last-Event-ID": "0"}, timeout=30).text
+    return read_sse(text)
+
+
+def _custom(frames: list[SseFrame], *types: str) -> list[dict[str, Any]]:
+    return [f.data for f in frames if f.event.startswith("custom") and f.data["type"] in types]
+
+
+def _entries(page: Any) -> dict[str, int]:
+    return page.evaluate(
+        """() => ({
+            routes: document.querySelectorAll('#routes li').length,
+            verdicts: document.querySelectorAll('#verdicts .verdict').length,
+            gallery: document.querySelectorAll('#gallery figure').length,
+            drafts: document.querySelectorAll('#draft .draft-part').length,
+        })"""
+    )
+
+
+def _expected_entries(frames: list[SseFrame]) -> dict[str, int]:
+    writer_messages = {
+        f.data[0]["id"]
+        for f in frames
+        if f.event.startswith("messages") and f.data[1].get("langgraph_node") == "writer_agent"
+    }
+    return {
+        "routes": len(
+            _custom(
+                frames,
+                "supervisor.route",
+                "agent.fallback",
+                "knowledge.injected",
+                "knowledge.deviation",
+            )
+        ),
+        "verdicts": len(_custom(frames, "critic.verdict")),
+        "gallery": len({e["asset_id"] for e in _custom(frames, "asset.created")}),
+        "drafts": len(writer_messages),
+    }
+
+
+def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
+    page: Any, server: str
+) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+
+    stages = page.eval_on_selector_all("#stages li", "els => els.map((e) => e.className)")
+    assert stages == ["done"] * 5  # planner, rag, executor, critic, finalize
+    assert "第 1 / " in page.inner_text("#attempt")
+    routes = page.inner_text("#routes")
+    for agent in ("brief_compiler_agent", "writer_agent", "image_agent", "review_agent"):
+        assert f"→ {agent}" in routes
+    verdict = page.inner_text("#verdicts")
+    assert "通过" in verdict and "✓" in verdict and "阈值" in verdict
+    assert page.inner_text("#draft").strip()  # the writer's tokens streamed in
+    assert page.locator("#gallery figure img").count() == 2
+    post = page.inner_text("#post")
+    assert page.inner_text("#post h1") and "#" in post  # a title and tags
+    assert "质量" in page.inner_text("#quality")
+    assert "scripted" in page.inner_text("#models")  # the model of each role
+    assert _entries(page) == _expected_entries(_run_log(server, page))
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "console-desktop.png"), full_page=True)
+
+    # The same page on a phone: nothing wider than the screen.
+    page.set_viewport_size({"width": 390, "height": 844})
+    overflow = page.evaluate(
+        "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0
+    page.screenshot(path=str(SCREENSHOTS / "console-phone.png"))
+
+
+def test_reloading_mid_run_rejoins_without_missing_or_repeating_anything(
+    page: Any, server: str
+) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    # Mid-run: the writer is streaming its draft (slow chunks).
+    page.wait_for_function("() => document.querySelector('#draft').textContent.length > 0")
+    assert "run=" in page.url and page.is_hidden("#result")
+    before = _entries(page)
+
+    page.reload()
+    _wait_for_result(page)
+
+    after = _entries(page)
+    assert after["routes"] >= before["routes"]
+    assert after == _expected_entries(_run_log(server, page))  # every entry exactly once
+
+
+def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: str) -> None:
+    _start(page, server, "写一篇笔记", auto_confirm=False)
+    page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
+    assert page.inner_text("#clarify-question").strip()
+    assert page.inner_text("#run-status") == "已中断"
+    page.screenshot(path=str(SCREENSHOTS / "console-clarify.png"))
+
+    page.click("#clarify-options button[data-option='defaults']")
+    _wait_for_result(page)
+    assert page.is_hidden("#clarify")
+    assert page.inner_text("#post h1")
