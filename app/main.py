@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -29,6 +29,7 @@ from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import SqliteNoteRepository
 from providers.assets import AssetStore
+from providers.fonts import web_cjk_font
 from providers.llm import open_model_factory
 
 VERSION = "0.1.0"
@@ -120,7 +121,23 @@ def create_app(
 
 
 def mount_console(app: FastAPI) -> None:
-    """Serve the console page at `/` and its assets under `/console/` (no build step)."""
+    """Serve the console page at `/` and its assets under `/console/` (no build step).
+
+    `/console/fonts/cjk` serves a CJK font the stylesheet names last in its font
+    stack (with a CJK `unicode-range`): a browser downloads it only when none of the
+    client's own fonts can draw Chinese, so the console never shows empty boxes.
+    """
+    font = web_cjk_font(app.state.settings.font_path)
+
+    @app.get("/console/fonts/cjk", include_in_schema=False)
+    async def cjk_font() -> FileResponse:
+        if font is None:
+            raise HTTPException(404, "no CJK web font is installed")
+        path, media_type = font
+        return FileResponse(
+            path, media_type=media_type, headers={"Cache-Control": "public, max-age=604800"}
+        )
+
     app.mount("/console", StaticFiles(directory=STATIC_DIR), name="console")
 
     @app.get("/", include_in_schema=False)

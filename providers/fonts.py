@@ -12,6 +12,7 @@ is only located on disk, never imported: importing it would pull in matplotlib.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -147,4 +148,30 @@ def _packaged_cjk_font() -> Path | None:
             path = Path(location) / relative
             if path.is_file():
                 return path
+    return None
+
+
+#: Font files browsers load with @font-face (collections such as .ttc are not).
+_WEB_FONT_TYPES = {
+    ".otf": "font/otf",
+    ".ttf": "font/ttf",
+    ".woff": "font/woff",
+    ".woff2": "font/woff2",
+}
+
+
+def web_cjk_font(explicit: str | Path | None = None) -> tuple[Path, str] | None:
+    """Return a CJK font a browser can load, with its media type, or None.
+
+    The console offers it as a last-resort web font so Chinese renders on a client
+    with no CJK font of its own (a bare Linux desktop, a headless browser). Browsers
+    cannot load font collections (.ttc), so: `FONT_PATH` when it is a single font,
+    else the face `mplfonts` ships (always installed with Atelier), else a system one.
+    """
+    candidates: list[Path | None] = [Path(explicit) if explicit else None, _packaged_cjk_font()]
+    with contextlib.suppress(FontNotFoundError):
+        candidates.append(find_cjk_font())
+    for path in candidates:
+        if path is not None and path.is_file() and path.suffix.lower() in _WEB_FONT_TYPES:
+            return path, _WEB_FONT_TYPES[path.suffix.lower()]
     return None

@@ -286,10 +286,11 @@ function resetView() {
   $("form-error").hidden = true;
 }
 
+const STATUS_LABELS = { idle: "空闲", pending: "排队中", running: "运行中", success: "完成", error: "出错", timeout: "超时", interrupted: "已中断" };
+
 function setStatus(status) {
-  const labels = { idle: "空闲", pending: "排队中", running: "运行中", success: "完成", error: "出错", timeout: "超时", interrupted: "已中断" };
   const badge = $("run-status");
-  badge.textContent = labels[status] || status;
+  badge.textContent = STATUS_LABELS[status] || status;
   badge.className = `badge ${status}`;
 }
 
@@ -384,7 +385,7 @@ async function addImage(ev, into = $("gallery")) {
 function renderResult(result) {
   $("result").hidden = false;
   const outcomes = { completed: "已完成", exhausted: "重试用尽，采用最佳一稿", needs_clarification: "需要澄清", failed: "失败" };
-  $("outcome").textContent = [outcomes[result.outcome] || result.outcome, result.message].filter(Boolean).join(" · ");
+  $("outcome").textContent = result.message || outcomes[result.outcome] || result.outcome;
   const post = $("post");
   post.replaceChildren();
   const p = result.post || {};
@@ -405,13 +406,14 @@ function renderResult(result) {
   renderQuality(result.quality || {});
 }
 
+// A post block of the result payload: {type: heading | text | list_item, text}.
 function renderBlock(block) {
-  if (typeof block === "string") { const p = document.createElement("p"); p.textContent = block; return p; }
-  const wrap = document.createElement("div");
-  if (block.heading) { const h = document.createElement("h4"); h.textContent = block.heading; wrap.append(h); }
-  const text = block.text ?? block.content ?? block.desc ?? "";
-  if (text) { const p = document.createElement("p"); p.textContent = text; wrap.append(p); }
-  return wrap;
+  const text = typeof block === "string" ? block : (block.text ?? block.content ?? "");
+  const type = typeof block === "string" ? "text" : block.type;
+  const el = document.createElement(type === "heading" ? "h4" : "p");
+  if (type === "list_item") el.className = "list-item";
+  el.textContent = text;
+  return el;
 }
 
 function renderQuality(q) {
@@ -491,7 +493,7 @@ async function loadHistory() {
     for (const run of runs) {
       const li = document.createElement("li");
       const label = document.createElement("span");
-      label.textContent = `${new Date(run.created_at).toLocaleTimeString()} · ${run.status}`;
+      label.textContent = `${new Date(run.created_at).toLocaleTimeString()} · ${STATUS_LABELS[run.status] || run.status}`;
       const open = document.createElement("button");
       open.type = "button";
       open.className = "link";

@@ -143,6 +143,38 @@ def _expected_entries(frames: list[SseFrame]) -> dict[str, int]:
     }
 
 
+def _draws_chinese(page: Any) -> bool:
+    """Whether the page's font draws 汉字 as glyphs, not as the missing-glyph box.
+
+    Draws 汉 and a code point no font has (U+10FFFD) with the body's font on a
+    canvas, once the page's fonts have loaded: a missing glyph looks like the other.
+    """
+    return bool(
+        page.evaluate(
+            """async () => {
+                await document.fonts.ready;
+                const font = getComputedStyle(document.body).font;
+                const pixels = (text) => {
+                    const canvas = document.createElement('canvas');
+                    canvas.width = canvas.height = 64;
+                    const ctx = canvas.getContext('2d');
+                    ctx.font = font.replace(/\\d+(\\.\\d+)?px/, '40px');
+                    ctx.fillText(text, 4, 48);
+                    return ctx.getImageData(0, 0, 64, 64).data.join(',');
+                };
+                return pixels('汉') !== pixels('\\u{10FFFD}') && pixels('汉') !== pixels('');
+            }"""
+        )
+    )
+
+
+def test_the_console_serves_a_cjk_web_font(server: str) -> None:
+    font = httpx.get(f"{server}/console/fonts/cjk", timeout=30)
+    assert font.status_code == 200
+    assert font.headers["content-type"] in ("font/otf", "font/ttf", "font/woff", "font/woff2")
+    assert font.content[:4] in (b"OTTO", b"\x00\x01\x00\x00", b"wOFF", b"wOF2")
+
+
 def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     page: Any, server: str
 ) -> None:
@@ -164,6 +196,8 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert "质量" in page.inner_text("#quality")
     assert "scripted" in page.inner_text("#models")  # the model of each role
     assert _entries(page) == _expected_entries(_run_log(server, page))
+
+    assert _draws_chinese(page)
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "console-desktop.png"), full_page=True)
@@ -201,7 +235,27 @@ def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: 
     assert page.inner_text("#run-status") == "已中断"
     page.screenshot(path=str(SCREENSHOTS / "console-clarify.png"))
 
-    page.click("#clarify-options button[data-option='defaults']")
+    page.fill("#clarify-details", "写给大学新生，讲平价护肤的三个步骤，轻松口吻")
+    page.click("#clarify-options button[data-option='details']")
     _wait_for_result(page)
     assert page.is_hidden("#clarify")
     assert page.inner_text("#post h1")
+
+
+def test_cancel_stops_the_run(page: Any, server: str) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    page.wait_for_function("() => document.querySelector('#draft').textContent.length > 0")
+    page.click("#cancel")
+    page.wait_for_function("() => document.querySelector('#run-status').textContent === '已中断'")
+    assert page.is_hidden("#result")
+    assert page.is_disabled("#cancel")
+
+
+def test_a_past_run_replays_from_the_history_list(page: Any, server: str) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    expected = _expected_entries(_run_log(server, page))
+
+    page.click("#history-list button")  # the thread's one run: replay it
+    _wait_for_result(page)
+    assert _entries(page) == expected
