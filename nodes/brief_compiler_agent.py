@@ -48,7 +48,11 @@ def house_rules(state: TeamState) -> list[str]:
 
     Blocker notes from the vault and the planner's must-include / must-avoid
     terms are binding on the whole team, so they are copied into the brief by
-    code rather than left to the model to remember.
+    code rather than left to the model to remember. They go in the brief's own
+    `house_rules` field, apart from the `constraints` the model wrote: every agent
+    that reads the brief sees them, but the critic's deviation check (which asks
+    whether the team *acted on* each injected note) does not count a copy made by
+    code as the team addressing the note — see `nodes.critic.team_actions`.
     """
     rules = [
         str(note.get("content", "")).strip()
@@ -66,7 +70,7 @@ def house_rules(state: TeamState) -> list[str]:
 async def brief_compiler_agent(
     state: TeamState, runtime: Runtime[AtelierContext]
 ) -> dict[str, Any]:
-    """Write `creative_brief` {topic, audience, goal, constraints, keywords}."""
+    """Write `creative_brief` {topic, audience, goal, constraints, keywords, house_rules}."""
     ctx = context_of(runtime)
     messages = build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=prompt.TASK)
     brief = await structured_call(ctx.models(AGENT), CreativeBrief, messages)
@@ -75,6 +79,7 @@ async def brief_compiler_agent(
     data = brief.model_dump()
     data["audience"] = data["audience"] or state.get("audience") or ""
     written = [c.strip() for c in data["constraints"] if c.strip()]
-    data["constraints"] = [*written, *(r for r in house_rules(state) if r not in written)]
+    data["constraints"] = written
+    data["house_rules"] = [r for r in house_rules(state) if r not in written]
     data["keywords"] = [k.strip() for k in data["keywords"] if k.strip()]
     return {"creative_brief": data, **clear_agent_error(state, AGENT)}

@@ -154,7 +154,13 @@ def code_checks(state: Mapping[str, Any], ctx: AtelierContext) -> list[CheckResu
 
 
 def team_actions(state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Collect what the team did: supervisor guidance and focus areas, the brief, the post."""
+    """Collect what the team did: supervisor guidance and focus areas, the brief, the post.
+
+    The brief's `house_rules` are left out: code copies every injected blocker into
+    them (`nodes.brief_compiler_agent.house_rules`), so counting them would mark
+    every blocker addressed whatever the agents did. What counts is what the models
+    wrote: the guidance, the brief's own fields and the post.
+    """
     actions: list[dict[str, Any]] = []
     for entry in state.get("team_log") or []:
         if entry.get("guidance"):
@@ -162,7 +168,8 @@ def team_actions(state: Mapping[str, Any]) -> list[dict[str, Any]]:
         if entry.get("focus_areas"):
             actions.append({"type": "focus_areas", "content": list(entry["focus_areas"])})
     if state.get("creative_brief"):
-        actions.append({"type": "creative_brief", "content": state["creative_brief"]})
+        brief = {k: v for k, v in state["creative_brief"].items() if k != "house_rules"}
+        actions.append({"type": "creative_brief", "content": brief})
     content = state.get("generated_content") or {}
     if content:
         post = {k: content.get(k) for k in ("title", "body", "tags")}

@@ -58,20 +58,23 @@ def models_for(
     )
 
 
-def rules_aware_brief(good: Responder) -> Responder:
-    """Return a brief compiler that answers unusably until the planner's intent carries rules.
+def rules_aware_brief(good: Responder, rule: str) -> Responder:
+    """Return a brief compiler that writes `rule` into its constraints only once told to.
 
-    The team copies every injected blocker note into each brief it writes, so a
-    blocker goes unaddressed only when no brief gets written at all; this stands
-    for a brief compiler that ignores the house rules until the planner spells
-    them out (after a replan, the intent's `rules` list is no longer empty).
+    Until the planner's intent carries rules it answers with `good`, a brief that
+    says nothing about the rule (the code-copied `house_rules` do not count as the
+    team addressing it); after a replan the intent's `rules` list is no longer
+    empty and the brief's constraints name the rule.
     """
 
     def respond(messages: list[BaseMessage]) -> Any:
+        reply = good(messages) if callable(good) else good
         prompt = "\n".join(str(m.content) for m in messages)
-        if '"rules": []' in prompt:
-            return AIMessage(content="（没有调用工具）")
-        return good(messages) if callable(good) else good
+        if '"rules": []' in prompt or not isinstance(reply, AIMessage) or not reply.tool_calls:
+            return reply
+        (call,) = reply.tool_calls
+        args = {**call["args"], "constraints": [*call["args"].get("constraints", []), rule]}
+        return AIMessage(content="", tool_calls=[{**call, "args": args}])
 
     return respond
 

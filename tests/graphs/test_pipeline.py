@@ -184,7 +184,7 @@ def longest_run_models() -> FakeModels:
     models = FakeModels(
         {
             **team,
-            "brief_compiler_agent": rules_aware_brief(team["brief_compiler_agent"]),
+            "brief_compiler_agent": rules_aware_brief(team["brief_compiler_agent"], BLOCKER_TEXT),
             "planner": planner_reply(),
             "critic": judge_reply("passed", 0.8),
         }
@@ -262,7 +262,7 @@ async def test_5_ignored_blocker_replans_once(tmp_path: Path) -> None:
     models = FakeModels(
         {
             **team,
-            "brief_compiler_agent": rules_aware_brief(team["brief_compiler_agent"]),
+            "brief_compiler_agent": rules_aware_brief(team["brief_compiler_agent"], BLOCKER_TEXT),
             "planner": planner_reply(),
             "critic": judge_reply("passed", 0.9),
         }

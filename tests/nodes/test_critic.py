@@ -204,6 +204,21 @@ async def test_a_brief_that_carries_the_rule_raises_no_alert(tmp_path: Path) -> 
     assert update["verdict"]["passed"] is True
 
 
+async def test_a_rule_only_code_copied_into_the_brief_does_not_count_as_addressed(
+    tmp_path: Path,
+) -> None:
+    ctx = fake_context(FakeModels({"critic": judge("passed", 0.95)}), tmp_path)
+    brief = {"topic": "平价护肤", "constraints": [], "house_rules": [BLOCKER["content"]]}
+    state = attempt_state(knowledge_notes=[BLOCKER], creative_brief=brief)
+    update, events = await run_critic(state, ctx)
+
+    (deviation,) = [e for e in events if e["type"] == "knowledge.deviation"]
+    assert deviation["alert_type"] == "replan_required"
+    assert update["verdict"]["replan"] is True and verdict_event(events)["next"] == "planner"
+    (brief_action,) = [a for a in team_actions(state) if a["type"] == "creative_brief"]
+    assert "house_rules" not in brief_action["content"]
+
+
 def test_team_actions_are_guidance_focus_brief_and_post() -> None:
     state = attempt_state(
         creative_brief={"topic": "护肤"},

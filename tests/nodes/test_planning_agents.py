@@ -36,8 +36,8 @@ async def test_brief_carries_blocker_notes_and_constraint_terms(tmp_path: Path) 
         audience="大学生",
     )
     brief = update["creative_brief"]
-    assert brief["constraints"] == [
-        "不夸大",
+    assert brief["constraints"] == ["不夸大"]  # what the model wrote
+    assert brief["house_rules"] == [  # what code adds, kept apart for the deviation check
         BLOCKER["content"],
         "必须包含：学生党",
         "不能出现：最",
