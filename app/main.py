@@ -123,9 +123,9 @@ def create_app(
 def mount_console(app: FastAPI) -> None:
     """Serve the console page at `/` and its assets under `/console/` (no build step).
 
-    `/console/fonts/cjk` serves a CJK font the stylesheet names last in its font
-    stack (with a CJK `unicode-range`): a browser downloads it only when none of the
-    client's own fonts can draw Chinese, so the console never shows empty boxes.
+    `/console/fonts/cjk` serves a CJK font the stylesheet names after the usual CJK
+    system fonts (with a CJK `unicode-range`): a browser downloads it only when none
+    of the client's own fonts can draw Chinese, so the console never shows empty boxes.
     """
     font = web_cjk_font(app.state.settings.font_path)
 
