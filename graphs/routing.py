@@ -82,6 +82,7 @@ class Route:
     requested: str
     reason: FallbackReason | None = None
     detail: str = ""
+    gives_up: AgentName | None = None  # an agent this route stops asking (see `given_up`)
 
 
 def limits_of(state: Mapping[str, Any]) -> TeamLimits:
@@ -121,10 +122,27 @@ def stage_done(agent: str, state: Mapping[str, Any]) -> bool:
     raise ValueError(f"unknown agent {agent!r}")
 
 
+def given_up(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the agents this team run has given up on.
+
+    An agent chosen again and again without progress is capped (`resolve_route`);
+    from then on the team moves on without it: it is no longer the suggested next
+    stage, a way out of a stuck turn or a quality fix, and choosing it again is
+    corrected at once. So one stage that a model cannot do (a small model that
+    never fills the evidence pack) costs `max_same_agent_repeats` + 1 turns once,
+    not the rest of the run's steps.
+    """
+    return frozenset(state.get("given_up") or ())
+
+
 def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) -> AgentName | None:
-    """Return the first agent, in the normal order, whose artefact is missing."""
+    """Return the first agent, in the normal order, whose artefact is missing.
+
+    Agents the run has given up on (`given_up`) are passed over.
+    """
+    skipped = given_up(state)
     for agent in AGENTS:
-        if agent != exclude and not stage_done(agent, state):
+        if agent != exclude and agent not in skipped and not stage_done(agent, state):
             return agent
     return None
 
@@ -220,7 +238,7 @@ def _unstick(state: Mapping[str, Any], exclude: str | None = None) -> Supervisor
     if end_allowed(state):
         return _END
     fix = quality_fallback(state.get("quality_scores"), limits_of(state)["quality_threshold"])
-    if fix is not None and fix != exclude:
+    if fix is not None and fix != exclude and fix not in given_up(state):
         return fix
     return _END
 
@@ -278,9 +296,15 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
             f"{requested} needs {target} first",
         )
 
+    if target in given_up(state) and not stage_done(target, state):
+        fallback = _unstick(state, exclude=target)
+        detail = f"{target} was given up on earlier in this run (no progress)"
+        return Route(fallback, requested, "cap", detail)
+
     if _repeats_without_progress(target, state) >= limits["max_same_agent_repeats"]:
         fallback = _unstick(state, exclude=target)
-        return Route(fallback, requested, "cap", f"{target} chosen repeatedly without progress")
+        detail = f"{target} chosen repeatedly without progress"
+        return Route(fallback, requested, "cap", detail, gives_up=cast(AgentName, target))
 
     return Route(cast(SupervisorTarget, target), requested)
 

@@ -147,6 +147,10 @@ class TeamState(TeamInput, TeamOutput, total=False):
     image_tool_rounds: int  # rounds asked for; image_agent → should_continue_image
     images_complete: bool  # image_agent → should_continue_image
     agent_errors: NotRequired[list[str]]  # agents whose output could not be parsed, for the prompt
+    # Agents routing stopped sending work to in this team run: capped after being chosen
+    # again and again without progress. supervisor writes it; the routers and the
+    # supervisor's stage table and suggestion read it (graphs.routing.given_up).
+    given_up: list[str]
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
     # skip the offer on later turns instead of paying for another prose answer.

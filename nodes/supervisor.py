@@ -15,6 +15,7 @@ from graphs.routing import (
     check_basic_preconditions,
     end_allowed,
     first_missing_stage,
+    given_up,
     quality_fallback,
     resolve_route,
     stage_done,
@@ -68,9 +69,12 @@ class SupervisorDecision(BaseModel):
 def stage_status(state: TeamState) -> str:
     """Render ✅/❌ per produced field, the table the supervisor decides from."""
     lines = []
+    skipped = given_up(state)
     for agent in AGENTS:
-        mark = "✅" if stage_done(agent, state) else "❌"
-        lines.append(f"{mark} {_STAGE_FIELDS[agent]}（{agent}）")
+        done = stage_done(agent, state)
+        mark = "✅" if done else "❌"
+        note = "，已放弃：多次没有可用产出，不要再选" if agent in skipped and not done else ""
+        lines.append(f"{mark} {_STAGE_FIELDS[agent]}（{agent}{note}）")
     review = state.get("review_feedback")
     if review and not review.get("approved"):
         scores = state.get("quality_scores") or {}
@@ -175,6 +179,8 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         update["limits"] = limits
     merged = {**state, **update, "limits": limits}
     route = resolve_route(merged)
+    if route.gives_up is not None:
+        update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
 
     writer = runtime.stream_writer
     requested = decision.next_agent if decision else ""

@@ -157,3 +157,18 @@ def test_same_agent_without_progress_is_capped() -> None:
     route = resolve_route(state)
     assert route.reason == "cap"
     assert route.target == "reference_intelligence_agent"
+
+
+def test_an_agent_given_up_on_is_passed_over_and_corrected_at_once() -> None:
+    from graphs.routing import first_missing_stage, resolve_route
+
+    state = {
+        "creative_brief": {"topic": "平价护肤"},
+        "given_up": ["research_evidence_agent"],
+        "supervisor_decision": {"next_agent": "research_evidence_agent"},
+        "team_step": 5,
+    }
+    assert first_missing_stage(state) == "reference_intelligence_agent"
+    route = resolve_route(state)
+    assert (route.target, route.reason) == ("reference_intelligence_agent", "cap")
+    assert route.gives_up is None  # already given up on: nothing new to record

@@ -357,6 +357,32 @@ async def test_the_same_agent_without_progress_is_capped(tmp_path: Path) -> None
     assert run.state["team_step"] <= 24
 
 
+async def test_an_agent_that_never_delivers_is_given_up_and_the_team_moves_on(
+    tmp_path: Path,
+) -> None:
+    # A model that cannot fill the evidence pack, and a supervisor that insists on it.
+    models = FakeModels(
+        {
+            **happy_team(1),
+            "research_evidence_agent": garbage(),
+            "supervisor": decision("research_evidence_agent"),
+        }
+    )
+    limits = {"max_team_steps": 12}  # fast mode's budget
+    run = await run_team(models, tmp_path, image_count=1, limits=limits)
+
+    # Two turns without progress, the third choice is capped and research given up on ...
+    assert run.routed("research_evidence_agent") == 2
+    assert run.state["given_up"] == ["research_evidence_agent"]
+    # ... and every later insistence is corrected at once to the next missing stage,
+    # so the post is still written, drawn and reviewed within the step budget.
+    later = [to for frm, to, reason in run.fallbacks[1:] if reason == "cap"]
+    assert "research_evidence_agent" not in later
+    assert run.state["generated_content"]["body"]
+    assert run.state["images"] and run.state["review_feedback"] is not None
+    assert run.state["team_step"] <= 12
+
+
 # --- (d) a supervisor that never answers properly ---------------------------------
 
 
