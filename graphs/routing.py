@@ -304,7 +304,10 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
     if _repeats_without_progress(target, state) >= limits["max_same_agent_repeats"]:
         fallback = _unstick(state, exclude=target)
         detail = f"{target} chosen repeatedly without progress"
-        return Route(fallback, requested, "cap", detail, gives_up=cast(AgentName, target))
+        # Given up on only while its artefact is missing: an agent that delivered and is
+        # merely re-picked stays available as a quality fix.
+        gives_up = None if stage_done(target, state) else cast(AgentName, target)
+        return Route(fallback, requested, "cap", detail, gives_up=gives_up)
 
     return Route(cast(SupervisorTarget, target), requested)
 
