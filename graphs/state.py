@@ -169,7 +169,8 @@ class PipelineInput(TypedDict, total=False):
 
     `fast_mode` trades quality for time: one attempt (no critic retries) and a
     smaller team budget (at most 12 supervisor decisions, one research tool round,
-    no supervisor look-ups). The critic still judges the single attempt.
+    no supervisor look-ups, an agent re-chosen without progress corrected at its first
+    repeat). The critic still judges the single attempt.
     """
 
     request: Required[str]  # the user's request (1–4000 chars); planner, rag, executor, critic

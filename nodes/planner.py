@@ -348,6 +348,8 @@ def team_limits_for(ctx: AtelierContext, fast_mode: bool) -> TeamLimits:
         limits["max_team_steps"] = min(int(limits["max_team_steps"]), 12)
         limits["max_research_tool_rounds"] = min(int(limits["max_research_tool_rounds"]), 1)
         limits["max_supervisor_tool_rounds"] = 0
+        # A choice repeated with no progress is corrected at its first repeat, not its second.
+        limits["max_same_agent_repeats"] = min(int(limits["max_same_agent_repeats"]), 1)
     return TeamLimits(**limits)  # type: ignore[typeddict-item]
 
 

@@ -210,6 +210,7 @@ async def test_fast_mode_allows_one_attempt_and_a_smaller_team(tmp_path: Path) -
     assert update["max_attempts"] == 1
     assert update["team_limits"]["max_team_steps"] <= 12
     assert update["team_limits"]["max_supervisor_tool_rounds"] == 0
+    assert update["team_limits"]["max_same_agent_repeats"] == 1
     assert update["session_id"].startswith("run-")
 
 
