@@ -525,6 +525,16 @@ async function loadInfo() {
     const names = [...new Set(Object.values(models))];
     $("models").textContent = names.length ? `模型：${names.join(" / ")}` : "";
     $("models").title = Object.entries(models).map(([role, m]) => `${role}: ${m}`).join("\n");
+    const list = $("roles-list");
+    list.replaceChildren();
+    for (const [role, model] of Object.entries(models)) {
+      const dt = document.createElement("dt");
+      dt.textContent = role;
+      const dd = document.createElement("dd");
+      dd.textContent = model;
+      list.append(dt, dd);
+    }
+    $("roles").hidden = names.length === 0;
     if (info.auth && info.auth !== "open") $("key-button").hidden = false;
   } catch {
     // /info is optional for the console to work.

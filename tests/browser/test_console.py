@@ -195,6 +195,9 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert page.inner_text("#post h1") and "#" in post  # a title and tags
     assert "质量" in page.inner_text("#quality")
     assert "scripted" in page.inner_text("#models")  # the model of each role
+    page.click("#roles summary")
+    roles = page.inner_text("#roles-list")
+    assert "writer_agent" in roles and "supervisor" in roles and "scripted" in roles
     assert _entries(page) == _expected_entries(_run_log(server, page))
 
     assert _draws_chinese(page)
