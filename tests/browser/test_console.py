@@ -211,6 +211,7 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
         "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
     )
     assert overflow <= 0
+    page.evaluate("() => document.querySelector('#live').scrollIntoView()")
     page.screenshot(path=str(SCREENSHOTS / "console-phone.png"))
 
 
