@@ -3,7 +3,8 @@
 The real service (uvicorn on 127.0.0.1, the real `atelier` pipeline, SQLite) with a
 scripted LLM on loopback (`tests/app/atelier_llm.py`). The browser only does what a
 person would: fill the form, watch the run, reload mid-run, answer the planner's
-question. Screenshots go to `docs/screenshots/` (the README shows them).
+question. Screenshots go to `tests/artifacts/screenshots/`, or to the README's
+`docs/screenshots/` with `ATELIER_SCREENSHOTS=docs/screenshots`.
 
 `playwright install` cannot download browsers here, so the test uses the system
 Chromium at /usr/bin/chromium; `.ci/run` installs it. Outside CI a machine without
@@ -34,7 +35,10 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+REPO = Path(__file__).resolve().parents[2]
+# Screenshots land in tests/artifacts/screenshots (git-ignored); the README's copies in
+# docs/screenshots are refreshed with ATELIER_SCREENSHOTS=docs/screenshots.
+SCREENSHOTS = REPO / os.environ.get("ATELIER_SCREENSHOTS", "tests/artifacts/screenshots")
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
 TIMEOUT_MS = 30_000
 
@@ -62,6 +66,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, llm: ScriptedOpenAIServer) 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield chromium
@@ -202,7 +207,6 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
 
     assert _draws_chinese(page)
 
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "console-desktop.png"), full_page=True)
 
     # The same page on a phone: nothing wider than the screen.
