@@ -155,6 +155,11 @@ async def follow_run(
         return b"".join(out)
 
     try:
+        if after > 0:
+            # A client that already has the run's `end` frame gets nothing more: close
+            # now rather than heartbeat forever for frames that will never come.
+            final = await store.read_events(run_id, await store.last_event_id(run_id) - 1)
+            ended = bool(final) and final[-1].event == "end" and final[-1].id <= after
         while not ended:
             # Replay what the log holds after the cursor (first, and after lagging).
             while not ended:

@@ -63,6 +63,21 @@ async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(store: tuple[RunSto
     assert "/threads/t/state" in frames[0].data["message"]
 
 
+async def test_a_cursor_at_or_past_the_end_frame_closes_at_once(
+    store: tuple[RunStore, Hub],
+) -> None:
+    runs, hub = store
+    for i, event in enumerate(["metadata", "custom", "end"], start=1):
+        runs.append("r", frame(i, event))
+    await runs.flush()
+    for cursor in (3, 9):  # the client has every frame: nothing is left to wait for
+        body = await asyncio.wait_for(collect(follow_run(runs, hub, "r", "t", after=cursor)), 2)
+        assert body == ""
+    frames = read_sse(await collect(follow_run(runs, hub, "r", "t", after=2)))
+    assert [f.event for f in frames] == ["end"]
+    assert hub.subscriber_count == 0
+
+
 async def test_a_lagging_subscriber_catches_up_from_the_log(store: tuple[RunStore, Hub]) -> None:
     runs, _ = store
     hub = Hub(subscriber_buffer=3)
