@@ -127,10 +127,10 @@ def mount_console(app: FastAPI) -> None:
     system fonts (with a CJK `unicode-range`): a browser downloads it only when none
     of the client's own fonts can draw Chinese, so the console never shows empty boxes.
     """
-    font = web_cjk_font(app.state.settings.font_path)
 
     @app.get("/console/fonts/cjk", include_in_schema=False)
     async def cjk_font() -> FileResponse:
+        font = web_cjk_font(app.state.settings.font_path)
         if font is None:
             raise HTTPException(404, "no CJK web font is installed")
         path, media_type = font

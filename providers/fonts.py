@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 # Well-known CJK-capable fonts, best first. Regular weights only: the card
@@ -168,10 +169,14 @@ def web_cjk_font(explicit: str | Path | None = None) -> tuple[Path, str] | None:
     cannot load font collections (.ttc), so: `FONT_PATH` when it is a single font,
     else the face `mplfonts` ships (always installed with Atelier), else a system one.
     """
-    candidates: list[Path | None] = [Path(explicit) if explicit else None, _packaged_cjk_font()]
-    with contextlib.suppress(FontNotFoundError):
-        candidates.append(find_cjk_font())
-    for path in candidates:
+
+    def candidates() -> Iterator[Path | None]:  # lazily: the system search runs last, if at all
+        yield Path(explicit) if explicit else None
+        yield _packaged_cjk_font()
+        with contextlib.suppress(FontNotFoundError):
+            yield find_cjk_font()
+
+    for path in candidates():
         if path is not None and path.is_file() and path.suffix.lower() in _WEB_FONT_TYPES:
             return path, _WEB_FONT_TYPES[path.suffix.lower()]
     return None

@@ -122,6 +122,11 @@ async function rejoin(threadId, runId) {
   state.threadId = threadId;
   state.runId = runId;
   restoreFrames();
+  if (state.frames.some((f) => f[0] === runId && f[2] === "end")) {
+    // This page already saw the run end: nothing more will come, just read its outcome.
+    await settle();
+    return;
+  }
   const last = lastFrameId(runId);
   await openStream("GET", `/threads/${threadId}/runs/${runId}/stream`, undefined, last);
 }
