@@ -171,7 +171,9 @@ async function settle() {
     setStatus(run.status);
     const threadState = await api("GET", `/threads/${state.threadId}/state`);
     const values = threadState.values || {};
-    if (values.result) renderResult(values.result);
+    // The thread's result is this run's only when it finished (an older run replayed
+    // from the history, e.g. the one that asked a question, did not write it).
+    if (values.result && run.status === "success") renderResult(values.result);
     const pending = (threadState.interrupts || []).concat(
       (threadState.tasks || []).flatMap((t) => t.interrupts || []));
     if (run.status === "interrupted" && pending.length) showInterrupt(pending[0]);
