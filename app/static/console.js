@@ -220,7 +220,7 @@ function handleFrame(runId, frame, live) {
     case "custom": onPipelineEvent(data); break;
     case "messages": onMessage(data); break;
     case "updates":
-    case "values": if (data && data.__interrupt__ && data.__interrupt__.length) showInterrupt(data.__interrupt__[0]); break;
+    case "values": break;  // a question is shown by settle(), and only while it is still open
     case "error": showError(`运行出错：${data.message || data.error || "未知错误"}`); setStatus("error"); break;
     case "gap": showError("部分事件已过期，已重新读取最新状态。"); break;
     case "end": break;

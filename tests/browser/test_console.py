@@ -80,9 +80,10 @@ def page(browser: Any) -> Iterator[Any]:
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     yield page
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not errors, f"errors on the page: {errors}"
 
 
 def _start(page: Any, url: str, request: str, *, auto_confirm: bool, images: int = 2) -> None:
@@ -233,7 +234,12 @@ def test_reloading_mid_run_rejoins_without_missing_or_repeating_anything(
 
     after = _entries(page)
     assert after["routes"] >= before["routes"]
-    assert after == _expected_entries(_run_log(server, page))  # every entry exactly once
+    expected = _expected_entries(_run_log(server, page))
+    assert after == expected  # every entry exactly once
+
+    page.reload()  # after the end: the page has every frame and shows the run as it was
+    _wait_for_result(page)
+    assert _entries(page) == expected
 
 
 def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: str) -> None:
@@ -243,11 +249,20 @@ def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: 
     assert page.inner_text("#run-status") == "已中断"
     page.screenshot(path=str(SCREENSHOTS / "console-clarify.png"))
 
+    page.reload()  # the question is still open after a reload
+    page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
+    assert page.inner_text("#run-status") == "已中断"
+
     page.fill("#clarify-details", "写给大学新生，讲平价护肤的三个步骤，轻松口吻")
     page.click("#clarify-options button[data-option='details']")
     _wait_for_result(page)
     assert page.is_hidden("#clarify")
     assert page.inner_text("#post h1")
+
+    # Replaying the run that asked shows its question answered: no card, no post.
+    page.locator("#history-list li", has_text="已中断").locator("button").click()
+    page.wait_for_function("() => document.querySelector('#run-status').textContent === '已中断'")
+    assert page.is_hidden("#clarify") and page.is_hidden("#result")
 
 
 def test_cancel_stops_the_run(page: Any, server: str) -> None:
