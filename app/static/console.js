@@ -240,7 +240,7 @@ function onPipelineEvent(ev) {
       $("attempt").textContent = `第 ${ev.attempt} / ${ev.max_attempts} 次尝试：${verdictLabel(ev.verdict)}`;
       break;
     case "knowledge.injected":
-      logRoute(`📚 注入知识库笔记 ${ev.notes.length} 条`, "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
+      logRoute(`知识库：注入笔记 ${ev.notes.length} 条`, "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
       break;
     case "supervisor.route":
       logRoute(`→ ${ev.next_agent}`, `#${ev.step}`, ev.guidance);
@@ -249,7 +249,7 @@ function onPipelineEvent(ev) {
       logRoute(`↪ ${ev.from} → ${ev.to}`, reasonLabel(ev.reason), ev.detail, "fallback");
       break;
     case "knowledge.deviation":
-      logRoute(`⚠ 忽略了笔记 ${ev.ignored_notes.join(", ")}`, ev.severity, ev.reason, "fallback");
+      logRoute(`! 忽略了笔记 ${ev.ignored_notes.join(", ")}`, ev.severity, ev.reason, "fallback");
       break;
     case "critic.verdict": renderVerdict(ev); break;
     case "asset.created": addImage(ev); break;

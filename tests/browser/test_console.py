@@ -14,7 +14,7 @@ it skips this module; in CI (`CI=true`) a missing browser fails it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import LiveServer, SseFrame, read_sse, service_settings
-from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -49,11 +49,28 @@ sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
 
 
+def _skipping_the_brief(respond: Callable[[ChatRequest], Reply]) -> Callable[[ChatRequest], Reply]:
+    """Have the supervisor's first decision of a team skip the brief.
+
+    Routing corrects it (writer_agent needs a brief: a `precondition` fallback to
+    brief_compiler_agent), so every run shows a fallback with its reason.
+    """
+
+    def wrapped(req: ChatRequest) -> Reply:
+        turn = str(req.messages[-1].get("content") or "") if req.messages else ""
+        if "SupervisorDecision" in req.tools and turn.startswith("第 1 / "):
+            decision = {"next_agent": "writer_agent", "guidance": "直接写正文"}
+            return Reply.tool_calls([("SupervisorDecision", decision)])
+        return respond(req)
+
+    return wrapped
+
+
 @pytest.fixture(scope="module")
 def llm() -> Iterator[ScriptedOpenAIServer]:
     # The writer streams its draft in slow chunks so a reload can land mid-run.
     responder = atelier_responder(images=2, writer_delay=0.5, writer_chunk_delay=0.15)
-    with ScriptedOpenAIServer(responder) as server:
+    with ScriptedOpenAIServer(_skipping_the_brief(responder)) as server:
         yield server
 
 
@@ -193,6 +210,7 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     routes = page.inner_text("#routes")
     for agent in ("brief_compiler_agent", "writer_agent", "image_agent", "review_agent"):
         assert f"→ {agent}" in routes
+    assert "↪ writer_agent → brief_compiler_agent" in routes and "前置条件" in routes
     verdict = page.inner_text("#verdicts")
     assert "通过" in verdict and "✓" in verdict and "阈值" in verdict
     assert page.inner_text("#draft").strip()  # the writer's tokens streamed in
