@@ -281,6 +281,7 @@ function onMessage(data) {
 // ---------------------------------------------------------------- rendering
 
 function resetView() {
+  saveFrames();  // the runs shown so far keep their frames for a later rejoin
   state.seen.clear();
   state.frames = [];
   state.draftIds.clear();
@@ -468,14 +469,29 @@ function showInterrupt(interrupt) {
 
 function storageKey(runId) { return `atelier.frames.${runId}`; }
 
+// Frames are written out at most every 300 ms (a token stream brings many a second)
+// and when the page goes away, so a reload finds every frame it rendered.
+const unsaved = new Set();   // run ids with frames not yet in sessionStorage
+let saveTimer = null;
+
 function persistFrame(runId, frame) {
   state.frames.push([runId, frame.id, frame.event, frame.data]);
-  try {
-    sessionStorage.setItem(storageKey(runId), JSON.stringify(state.frames.filter((f) => f[0] === runId)));
-  } catch {
-    // Storage full: a reload will replay the run from its first frame instead.
-    sessionStorage.removeItem(storageKey(runId));
+  unsaved.add(runId);
+  saveTimer ??= setTimeout(saveFrames, 300);
+}
+
+function saveFrames() {
+  clearTimeout(saveTimer);
+  saveTimer = null;
+  for (const runId of unsaved) {
+    try {
+      sessionStorage.setItem(storageKey(runId), JSON.stringify(state.frames.filter((f) => f[0] === runId)));
+    } catch {
+      // Storage full: a reload will replay the run from its first frame instead.
+      sessionStorage.removeItem(storageKey(runId));
+    }
   }
+  unsaved.clear();
 }
 
 function restoreFrames() {
@@ -568,6 +584,7 @@ $("run-form").addEventListener("submit", async (event) => {
   }
 });
 $("cancel").addEventListener("click", cancelRun);
+window.addEventListener("pagehide", saveFrames);
 $("key-button").addEventListener("click", askForKey);
 
 loadInfo();

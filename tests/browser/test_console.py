@@ -246,9 +246,19 @@ def test_reloading_mid_run_rejoins_without_missing_or_repeating_anything(
     page.wait_for_function("() => document.querySelector('#draft').textContent.length > 0")
     assert "run=" in page.url and page.is_hidden("#result")
     before = _entries(page)
+    cursors: list[str | None] = []  # Last-Event-ID of each join of a run's stream
+    page.on(
+        "request",
+        lambda r: (
+            cursors.append(r.headers.get("last-event-id"))
+            if r.method == "GET" and r.url.endswith("/stream")
+            else None
+        ),
+    )
 
     page.reload()
     _wait_for_result(page)
+    assert len(cursors) == 1 and int(cursors[0] or 0) > 0  # rejoined after what it had
 
     after = _entries(page)
     assert after["routes"] >= before["routes"]
@@ -258,6 +268,7 @@ def test_reloading_mid_run_rejoins_without_missing_or_repeating_anything(
     page.reload()  # after the end: the page has every frame and shows the run as it was
     _wait_for_result(page)
     assert _entries(page) == expected
+    assert len(cursors) == 1  # nothing left to join
 
 
 def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: str) -> None:
