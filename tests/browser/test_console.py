@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright import sync_api
 
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import LiveServer, SseFrame, read_sse, service_settings
@@ -45,8 +46,8 @@ TIMEOUT_MS = 30_000
 if not CHROMIUM.exists() and os.environ.get("CI") != "true":
     pytest.skip("needs Debian's chromium at /usr/bin/chromium", allow_module_level=True)
 
-sync_api = pytest.importorskip("playwright.sync_api")
-pytestmark = pytest.mark.slow
+# Each test takes about 10 s; a hung one fails instead of holding up the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 def _skipping_the_brief(respond: Callable[[ChatRequest], Reply]) -> Callable[[ChatRequest], Reply]:
