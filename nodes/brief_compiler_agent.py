@@ -43,16 +43,26 @@ class CreativeBrief(BaseModel):
     )
 
 
+#: The brief's fields the model writes (`CreativeBrief`). The critic's deviation
+#: check reads only these of the brief (`nodes.critic.team_actions`); `house_rules`,
+#: which code adds, is not among them.
+WRITTEN_FIELDS: tuple[str, ...] = tuple(CreativeBrief.model_fields)
+
+
 def house_rules(state: TeamState) -> list[str]:
     """Return the rules a brief must carry whatever the model wrote.
 
     Blocker notes from the vault and the planner's must-include / must-avoid
     terms are binding on the whole team, so they are copied into the brief by
-    code rather than left to the model to remember. They go in the brief's own
-    `house_rules` field, apart from the `constraints` the model wrote: every agent
-    that reads the brief sees them, but the critic's deviation check (which asks
-    whether the team *acted on* each injected note) does not count a copy made by
-    code as the team addressing the note — see `nodes.critic.team_actions`.
+    code rather than left to the model to remember.
+
+    Design: they go in the brief's own `house_rules` field, apart from the
+    `constraints` the model wrote (a rule the model already wrote is not repeated).
+    Every agent that reads the brief sees them in its prompt, but the critic's
+    deviation check, which asks whether the team *acted on* each injected note,
+    reads only the brief's `WRITTEN_FIELDS`: a copy made by code would otherwise
+    mark every blocker addressed whatever the agents did, and an ignored blocker
+    could never send the run back to the planner (`nodes.critic.team_actions`).
     """
     rules = [
         str(note.get("content", "")).strip()

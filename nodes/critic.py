@@ -6,11 +6,13 @@
    image count, must-include / must-avoid terms, image files exist in
    `ctx.assets` and decode). Each check reports what it measured.
 2. **Deviation** (`team_actions`): `KnowledgeCoordinator.check_deviation` over
-   what the team did — the supervisor's guidance and focus areas (team_log),
-   the creative brief and the generated post — against the injected notes. An
-   ignored blocker note is REPLAN_REQUIRED: the attempt cannot pass, and while
-   a replan is left (`ctx.max_replans` per run) the run goes back to the
-   planner with the note; other ignored notes become feedback.
+   what the team's models did — the supervisor's guidance and focus areas
+   (team_log), the fields of the creative brief the model wrote (not the
+   `house_rules` code copies the notes into), the generated post and the image
+   prompts — against the injected notes. An ignored blocker note is
+   REPLAN_REQUIRED: the attempt cannot pass, and while a replan is left
+   (`ctx.max_replans` per run) the run goes back to the planner with the note;
+   other ignored notes become feedback.
 3. **LLM judge** (`JudgeVerdict`, today's date in its prompt) under
    `asyncio.wait_for(ctx.critic_timeout)`. When it fails, times out or answers
    something unreadable, the verdict rests on layers 1–2 and says
@@ -51,6 +53,7 @@ from graphs.pipeline_routing import attempts_left, route_from_critic
 from graphs.state import PipelineState
 from knowledge.deviation import AlertType, DeviationAlert
 from knowledge.notes import NoteType
+from nodes.brief_compiler_agent import WRITTEN_FIELDS as BRIEF_WRITTEN_FIELDS
 from nodes.checks import (
     CheckResult,
     answer_checks_as_results,
@@ -154,12 +157,19 @@ def code_checks(state: Mapping[str, Any], ctx: AtelierContext) -> list[CheckResu
 
 
 def team_actions(state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Collect what the team did: supervisor guidance and focus areas, the brief, the post.
+    """Collect what the team's models did, for the deviation check.
 
-    The brief's `house_rules` are left out: code copies every injected blocker into
-    them (`nodes.brief_compiler_agent.house_rules`), so counting them would mark
-    every blocker addressed whatever the agents did. What counts is what the models
-    wrote: the guidance, the brief's own fields and the post.
+    The actions are what an LLM wrote: the supervisor's guidance and focus areas
+    (`team_log`), the brief's `WRITTEN_FIELDS` (topic, audience, goal, the
+    constraints the model wrote, keywords), the post (title, body, tags) and the
+    image plans' descriptions and prompts.
+
+    Anything code copies in is left out — above all the brief's `house_rules`,
+    where code puts every injected blocker note
+    (`nodes.brief_compiler_agent.house_rules`): counting them would mark every
+    blocker addressed whatever the agents did. The brief is read through an
+    allow-list of the fields the model writes, not by dropping `house_rules`, so a
+    field code adds later cannot leak into the actions either.
     """
     actions: list[dict[str, Any]] = []
     for entry in state.get("team_log") or []:
@@ -167,13 +177,20 @@ def team_actions(state: Mapping[str, Any]) -> list[dict[str, Any]]:
             actions.append({"type": "supervisor_guidance", "content": entry["guidance"]})
         if entry.get("focus_areas"):
             actions.append({"type": "focus_areas", "content": list(entry["focus_areas"])})
-    if state.get("creative_brief"):
-        brief = {k: v for k, v in state["creative_brief"].items() if k != "house_rules"}
-        actions.append({"type": "creative_brief", "content": brief})
+    brief = state.get("creative_brief") or {}
+    written = {k: brief[k] for k in BRIEF_WRITTEN_FIELDS if brief.get(k)}
+    if written:
+        actions.append({"type": "creative_brief", "content": written})
     content = state.get("generated_content") or {}
     if content:
         post = {k: content.get(k) for k in ("title", "body", "tags")}
         actions.append({"type": "generated_content", "content": post})
+    plans = [
+        {k: plan.get(k) for k in ("desc", "prompt") if plan.get(k)}
+        for plan in state.get("image_plans") or []
+    ]
+    if any(plans):
+        actions.append({"type": "image_prompts", "content": [p for p in plans if p]})
     return actions
 
 

@@ -13,6 +13,9 @@ from langgraph.runtime import Runtime
 from PIL import Image
 
 from graphs.pipeline_routing import route_from_critic
+from knowledge.coordinator import KnowledgeCoordinator
+from knowledge.deviation import AlertSeverity, AlertType, action_text
+from nodes.brief_compiler_agent import brief_compiler_agent
 from nodes.critic import best_attempt, code_checks, critic, team_actions
 from tests.support.fake_models import FakeModels, fake_context, tool_call
 from tests.support.slow_model import SlowChat
@@ -219,16 +222,99 @@ async def test_a_rule_only_code_copied_into_the_brief_does_not_count_as_addresse
     assert "house_rules" not in brief_action["content"]
 
 
-def test_team_actions_are_guidance_focus_brief_and_post() -> None:
+def test_team_actions_are_guidance_focus_brief_post_and_image_prompts() -> None:
     state = attempt_state(
         creative_brief={"topic": "护肤"},
         team_log=[
             {"step": 1, "guidance": "先写简报", "focus_areas": ["合规"]},
             {"step": 2, "guidance": "", "focus_areas": []},
         ],
+        image_plans=[{"slot": 1, "type": "cover", "desc": "封面", "prompt": "产品平铺"}],
     )
     kinds = [a["type"] for a in team_actions(state)]
-    assert kinds == ["supervisor_guidance", "focus_areas", "creative_brief", "generated_content"]
+    assert kinds == [
+        "supervisor_guidance",
+        "focus_areas",
+        "creative_brief",
+        "generated_content",
+        "image_prompts",
+    ]
+    (plans,) = [a["content"] for a in team_actions(state) if a["type"] == "image_prompts"]
+    assert plans == [{"desc": "封面", "prompt": "产品平铺"}]
+
+
+def test_team_actions_read_only_the_brief_fields_the_model_writes() -> None:
+    brief = {
+        "topic": "平价护肤",
+        "audience": "大学生",
+        "goal": "讲清成分",
+        "constraints": ["不夸大"],
+        "keywords": ["护肤"],
+        "house_rules": [BLOCKER["content"]],
+        "added_by_code_later": BLOCKER["content"],  # an allow-list, not a deny-list
+    }
+    state = attempt_state(creative_brief=brief)
+    (brief_action,) = [a for a in team_actions(state) if a["type"] == "creative_brief"]
+    assert set(brief_action["content"]) == {"topic", "audience", "goal", "constraints", "keywords"}
+    assert "绝对化" not in action_text(team_actions(state))
+
+
+async def test_the_real_brief_compilers_house_rules_do_not_address_a_blocker(
+    tmp_path: Path,
+) -> None:
+    """A blocker only code copied into the brief, ignored by every model: REPLAN_REQUIRED."""
+    brief_reply = tool_call(
+        "CreativeBrief",
+        topic="平价护肤",
+        audience="大学生",
+        goal="讲清成分",
+        constraints=["不夸大功效"],
+        keywords=["护肤", "学生党"],
+    )
+    models = FakeModels({"brief_compiler_agent": brief_reply, "critic": judge("passed", 0.95)})
+    ctx = fake_context(models, tmp_path)
+    team_state: dict[str, Any] = {"request": "写一篇平价护肤笔记", "knowledge_notes": [BLOCKER]}
+    compiled = await brief_compiler_agent(team_state, Runtime(context=ctx))
+    brief = compiled["creative_brief"]
+    assert brief["house_rules"] == [BLOCKER["content"]]  # code copied it: agents still see it
+
+    state = attempt_state(
+        knowledge_notes=[BLOCKER],
+        creative_brief=brief,
+        team_log=[{"step": 1, "guidance": "写简报", "focus_areas": ["学生党"]}],
+        image_plans=[{"slot": 1, "desc": "封面", "prompt": "产品平铺，柔和自然光"}],
+    )
+    alert = KnowledgeCoordinator().check_deviation("s", team_actions(state), [BLOCKER])
+    assert alert is not None and alert.alert_type is AlertType.REPLAN_REQUIRED
+    assert alert.severity is AlertSeverity.HIGH and alert.ignored_ids == ["rule-absolute"]
+
+    update, events = await run_critic(state, ctx)
+    (deviation,) = [e for e in events if e["type"] == "knowledge.deviation"]
+    assert deviation["alert_type"] == "replan_required"
+    assert update["verdict"]["replan"] is True and verdict_event(events)["next"] == "planner"
+
+
+BRIEF_WITH_HOUSE_RULE = {
+    "topic": "平价护肤",
+    "constraints": [],
+    "house_rules": [BLOCKER["content"]],  # code's copy: addresses nothing
+}
+
+
+@pytest.mark.parametrize(
+    "addressed_by",
+    [
+        {"creative_brief": {**BRIEF_WITH_HOUSE_RULE, "constraints": ["避免绝对化用语"]}},
+        {"team_log": [{"step": 1, "guidance": "注意不要用绝对化用语", "focus_areas": []}]},
+        {"team_log": [{"step": 1, "guidance": "", "focus_areas": ["不用绝对化用语"]}]},
+        {"generated_content": {"title": "平价护肤", "body": BODY + "全文不用绝对化用语。"}},
+        {"image_plans": [{"slot": 1, "desc": "封面", "prompt": "画面文字不含绝对化用语"}]},
+    ],
+    ids=["brief", "guidance", "focus", "post", "image-prompt"],
+)
+def test_a_blocker_any_model_addressed_raises_no_alert(addressed_by: dict[str, Any]) -> None:
+    state = attempt_state(**{"creative_brief": BRIEF_WITH_HOUSE_RULE, **addressed_by})
+    assert KnowledgeCoordinator().check_deviation("s", team_actions(state), [BLOCKER]) is None
 
 
 # --- decision ----------------------------------------------------------------------
