@@ -7,6 +7,7 @@ reaches a network. Scenario numbers follow cycles.md.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,13 @@ from tests.graphs.pipeline_runs import (
     rules_aware_brief,
     run_pipeline,
 )
-from tests.support.fake_models import FakeModels, happy_team
+from tests.support.fake_models import (
+    HAPPY_BODY,
+    FakeModels,
+    decision,
+    happy_supervisor,
+    happy_team,
+)
 from tests.support.slow_model import SlowChat
 
 CYCLES = Path(__file__).resolve().parents[2].parent / "shared" / "cases" / "cycles.md"
@@ -285,9 +292,62 @@ async def test_5_ignored_blocker_replans_once(tmp_path: Path) -> None:
     assert BLOCKER_TEXT not in planner_calls[0].prompt
     assert BLOCKER_TEXT in planner_calls[1].prompt
     assert BLOCKER_TEXT in run.state["intent"]["rules"]
-    assert BLOCKER_TEXT in str(run.state["creative_brief"])
+    assert BLOCKER_TEXT in run.state["creative_brief"]["constraints"]  # the model wrote it
     assert run.result["outcome"] == "completed"
     assert run.ctx.coordinator.get_session_summary(run.state["session_id"])["total_deviations"] == 1
+    # Attempt 1's writer did see the rule, copied into the brief's house rules by code;
+    # that copy is not the team acting on the note, so it did not stop the replan.
+    first_brief = brief_in(models.calls_for("writer_agent")[0].prompt)
+    assert first_brief["house_rules"] == [BLOCKER_TEXT]
+    assert BLOCKER_TEXT not in first_brief["constraints"]
+
+
+def brief_in(prompt: str) -> dict[str, Any]:
+    """Return the creative brief an agent's prompt showed."""
+    match = re.search(r"<<<创作简报>>>\n(.*?)\n<<<end 创作简报>>>", prompt, re.S)
+    assert match is not None, "no brief in the prompt"
+    brief: dict[str, Any] = json.loads(match.group(1))
+    return brief
+
+
+#: The happy post, without an absolute claim, saying it keeps to the rule.
+RULE_ABIDING_BODY = (
+    HAPPY_BODY.replace("这是最划算的抗老方式", "这是很划算的抗老方式")
+    + "\n\n全文不用绝对化用语，功效不夸大。"
+)
+
+
+@pytest.mark.parametrize("addressed_by", ["writer", "supervisor"])
+async def test_5_a_blocker_the_team_addresses_raises_no_alert(
+    tmp_path: Path, addressed_by: str
+) -> None:
+    # The brief compiler leaves the rule out of the constraints it writes; code still
+    # copies it into the brief's house rules. The writer's post, or the supervisor's
+    # guidance, is what addresses it.
+    team = happy_team(1, body=RULE_ABIDING_BODY if addressed_by == "writer" else HAPPY_BODY)
+    if addressed_by == "supervisor":
+
+        def supervisor(messages: list[BaseMessage]) -> Any:
+            reply = happy_supervisor(messages)
+            (call,) = reply.tool_calls
+            args = {**call["args"], "guidance": call["args"]["guidance"] + "全文避免绝对化用语。"}
+            return decision(**args)
+
+        team["supervisor"] = supervisor
+    models = FakeModels({**team, "planner": planner_reply(), "critic": judge_reply("passed", 0.9)})
+    ctx = context_for(models, tmp_path, notes=blocker_vault())
+    run = await run_pipeline(models, tmp_path, ctx=ctx)
+
+    assert [n["id"] for n in run.of_type("knowledge.injected")[0]["notes"]] == ["rule-absolute"]
+    assert run.state["creative_brief"]["house_rules"] == [BLOCKER_TEXT]
+    assert BLOCKER_TEXT not in run.state["creative_brief"]["constraints"]
+    assert run.of_type("knowledge.deviation") == []
+    assert [v["next"] for v in run.of_type("critic.verdict")] == ["finalize"]
+    assert [e["stage"] for e in run.of_type("stage.started")].count("planner") == 1
+    assert attempts_of(run) == [1] and run.result["outcome"] == "completed"
+    (verdict,) = run.of_type("critic.verdict")
+    (deviation_check,) = [c for c in verdict["checks"] if c["name"] == "knowledge_deviation"]
+    assert deviation_check["passed"] is True
 
 
 # --- 6. Planner cannot tell what is wanted -------------------------------------------
