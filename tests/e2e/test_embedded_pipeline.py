@@ -31,33 +31,10 @@ import pytest
 from PIL import Image
 
 from tests.app.harness import HOST, SseFrame, free_port, parse_sse
+from tests.support.processes import alive, children
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
 ATELIER = Path(sys.executable).with_name("atelier")
-
-
-def _children(pid: int) -> list[int]:
-    """Return the pids whose parent is `pid` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture
@@ -109,7 +86,7 @@ def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_ima
     served: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     url, process = served
-    models = _children(process.pid)
+    models = children(process.pid)
     assert models, "no embedded model process was started"
 
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=600)) as client:
@@ -163,6 +140,6 @@ def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_ima
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in models) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in models) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in models), "the embedded model outlived the server"
+    assert not any(alive(pid) for pid in models), "the embedded model outlived the server"

@@ -35,6 +35,7 @@ from providers.local_llm import (
     serve_embedded_model,
     server_command,
 )
+from tests.support.processes import alive
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,22 +45,13 @@ def _settings(**overrides: Any) -> Settings:
     return Settings(_env_file=None, **{"llm_base_url": None, **overrides})  # type: ignore[call-arg]
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a running process (a zombie waiting to be reaped counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _wait_gone(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.05)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 class LongAnswer(BaseModel):
@@ -346,7 +338,7 @@ async def test_a_crashed_child_is_restarted_on_the_same_url() -> None:
         second = server.pid
     finally:
         await server.stop()
-    assert second is not None and not _alive(second)
+    assert second is not None and not alive(second)
 
 
 @pytest.mark.slow
@@ -370,10 +362,10 @@ async def test_child_is_gone_after_the_block() -> None:
     server = EmbeddedModelServer(_settings(local_model_ctx=1024))
     await server.start()
     pid = server.pid
-    assert pid is not None and _alive(pid)
+    assert pid is not None and alive(pid)
     assert os.getpgid(pid) == pid  # leads its own process group
     await server.stop()
-    assert not _alive(pid)
+    assert not alive(pid)
     await server.stop()  # idempotent
 
 
@@ -425,7 +417,7 @@ def test_parent_death_leaves_no_child(sig: signal.Signals) -> None:
         line = parent.stdout.readline()
         assert line.strip().isdigit(), f"parent printed {line!r}"
         child = int(line)
-        assert _alive(child)
+        assert alive(child)
         parent.send_signal(sig)
         parent.wait(timeout=10)
         assert _wait_gone(child, 5.0), f"llama.cpp server {child} outlived its parent"
