@@ -12,6 +12,7 @@ const dom = new JSDOM("<!doctype html><html><body></body></html>", {
 globalThis.window = dom.window;
 globalThis.document = dom.window.document;
 globalThis.sessionStorage = dom.window.sessionStorage;
+if (globalThis.navigator === undefined) globalThis.navigator = dom.window.navigator; // Node 20 has none
 globalThis.IS_REACT_ACT_ENVIRONMENT = false; // updates arrive as in a browser, not in act()
 
 export const requests = [];
