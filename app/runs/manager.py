@@ -525,6 +525,14 @@ class RunManager:
             raise Invalid(
                 f"as_node {as_node!r} is not a node of the graph; nodes: {known}", field="as_node"
             )
+        if isinstance(values, dict):
+            keys = {c for c in graph.channels if not c.startswith("__") and ":" not in c}
+            unknown = sorted(set(values) - keys)
+            if unknown:
+                raise Invalid(
+                    f"values names keys {unknown} that are not in the state; keys: {sorted(keys)}",
+                    field="values",
+                )
         async with self._lock:
             busy = await self.store.active_runs(thread.thread_id)
             if busy:
