@@ -475,6 +475,21 @@ class ThreadSearch(_Strict):
         return _bounded_mapping(value, "metadata")
 
 
+class ThreadCount(_Strict):
+    """Body of POST /threads/count: the filters of POST /threads/search."""
+
+    metadata: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    values: dict[str, Any] | None = Field(default=None, description="Refused when set.")
+
+    @field_validator("values")
+    @classmethod
+    def _no_values(cls, value: dict[str, Any] | None) -> None:
+        if value:
+            raise ValueError("filtering threads by values is not supported; use metadata")
+        return None
+
+
 class ThreadOut(BaseModel):
     """A thread."""
 
@@ -566,6 +581,14 @@ class AssistantSearch(_Strict):
     offset: int = Field(default=0, ge=0)
     sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: Literal["asc", "desc"] | None = None
+
+
+class AssistantCount(_Strict):
+    """Body of POST /assistants/count."""
+
+    graph_id: str | None = Field(default=None, max_length=128)
+    name: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, Any] | None = None
 
 
 class AssistantOut(BaseModel):

@@ -1,6 +1,7 @@
 """Assistants: the graphs this service runs, searchable and drawable.
 
 POST /assistants/search          list them (filter by graph_id, name, metadata)
+POST /assistants/count           how many match
 GET  /assistants/{id}            one assistant
 GET  /assistants/{id}/graph      its graph as nodes and edges (`xray` opens subgraphs)
 GET  /assistants/{id}/schemas    JSON schemas of its input, output and state
@@ -19,7 +20,7 @@ from app.deps import RunsDep
 from app.runs.assistants import Assistant
 from app.runs.manager import RunManager
 from app.runs.serde import to_jsonable
-from app.schemas import AssistantOut, AssistantSearch
+from app.schemas import AssistantCount, AssistantOut, AssistantSearch
 from app.security import PrincipalDep
 
 router = APIRouter(tags=["assistants"])
@@ -48,6 +49,18 @@ async def search_assistants(
         key = body.sort_by
         found.sort(key=lambda a: str(a[key]), reverse=body.sort_order == "desc")
     return found[body.offset : body.offset + body.limit]
+
+
+@router.post("/assistants/count", response_model=int, summary="Count assistants")
+async def count_assistants(body: AssistantCount, manager: RunsDep, _owner: PrincipalDep) -> int:
+    """Return how many assistants match every given filter."""
+    return sum(
+        1
+        for a in manager.assistants.values()
+        if (body.graph_id is None or a.graph_id == body.graph_id)
+        and (body.name is None or a.name == body.name)
+        and not body.metadata  # assistants carry no metadata: any filter excludes them
+    )
 
 
 @router.get("/assistants/{assistant_id}", response_model=AssistantOut, summary="Get an assistant")

@@ -5,6 +5,7 @@
     PATCH  /threads/{t}                     merge metadata
     DELETE /threads/{t}                     cancel its runs, delete it and its checkpoints
     POST   /threads/search                  filter by metadata, status, ids
+    POST   /threads/count                   how many match metadata and status
     GET    /threads/{t}/state               the latest checkpointed state
     GET    /threads/{t}/state/{checkpoint}  a past state
     POST   /threads/{t}/state/checkpoint    a past state, the checkpoint in the body (SDKs)
@@ -37,6 +38,7 @@ from app.schemas import (
     StateCheckpointRequest,
     StateUpdate,
     StateUpdateOut,
+    ThreadCount,
     ThreadCreate,
     ThreadOut,
     ThreadPatch,
@@ -97,6 +99,15 @@ async def search_threads(
         sort_order=body.sort_order,
     )
     return [thread.to_json() for thread in threads]
+
+
+@router.post("/threads/count", response_model=int, summary="Count threads")
+async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
+    """Return how many of the caller's threads match every given filter."""
+    found = await manager.store.search_threads(
+        owner, metadata=body.metadata, status=body.status, limit=-1
+    )
+    return len(found)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")

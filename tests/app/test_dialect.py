@@ -277,6 +277,18 @@ def test_state_of_a_subgraph_checkpoint_namespace(http: httpx.Client) -> None:
     assert all(s["checkpoint"]["checkpoint_ns"] == "" for s in history)
 
 
+def test_count_threads_and_assistants(http: httpx.Client) -> None:
+    tid = new_thread(http)
+    http.patch(f"/threads/{tid}", json={"metadata": {"team": "counting"}})
+    assert http.post("/threads/count", json={"metadata": {"team": "counting"}}).json() == 1
+    assert http.post("/threads/count", json={"metadata": {"team": "nobody"}}).json() == 0
+    idle = http.post("/threads/count", json={"status": "idle"}).json()
+    assert idle >= 1 and http.post("/threads/count", json={}).json() >= idle
+    refused(http.post("/threads/count", json={"values": {"x": 1}}), "values")
+    assert http.post("/assistants/count", json={"graph_id": "chat"}).json() == 1
+    assert http.post("/assistants/count", json={}).json() == 5
+
+
 # --------------------------------------------------------------------------- run options
 
 

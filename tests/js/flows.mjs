@@ -210,6 +210,9 @@ const flows = {
     check(JSON.stringify(copied.values) === JSON.stringify(after.values), "the copy has the same state");
     check((await client.threads.getHistory(copy.thread_id, { limit: 50 })).length === history.length, "and the same history");
 
+    check((await client.threads.count()) >= 2, "threads.count");
+    check((await client.assistants.count({ graphId: "chat" })) === 1, "assistants.count");
+
     const subgraphs = await client.assistants.getSubgraphs("studio");
     check(Object.keys(subgraphs).join() === "executor", "studio's subgraph", subgraphs);
     const one = await client.assistants.getSubgraphs("studio", { namespace: "executor" });
