@@ -440,3 +440,39 @@ def test_the_openapi_document_lists_the_new_routes_with_typed_bodies(http: httpx
         "feedback_keys",
     ):
         assert option in run_create, option
+
+
+# --------------------------------------------------------------------------- ownership
+
+KEY = "dialect-key-0123456789abcdef"
+OTHER_KEY = "dialect-other-abcdefghijklmn"
+
+
+def test_another_keys_thread_is_not_found_on_the_new_routes(tmp_path_factory: Any) -> None:
+    with ScriptedOpenAIServer(chat_reply) as llm:
+        settings = service_settings(
+            tmp_path_factory.mktemp("keyed"), llm.base_url, auth_api_keys=[KEY, OTHER_KEY]
+        )
+        with LiveServer(settings, dialect_assistants) as live:
+            mine = httpx.Client(base_url=live.url, headers={"X-Api-Key": KEY}, timeout=30)
+            theirs = httpx.Client(base_url=live.url, headers={"X-Api-Key": OTHER_KEY}, timeout=30)
+            with mine, theirs:
+                tid = new_thread(mine)
+                wait_run(mine, tid, input=human("mine"))
+                head = mine.get(f"/threads/{tid}/state").json()["checkpoint"]
+                attempts = [
+                    theirs.post(f"/threads/{tid}/copy"),
+                    theirs.post(f"/threads/{tid}/state", json={"values": human("x")}),
+                    theirs.post(f"/threads/{tid}/state/checkpoint", json={"checkpoint": head}),
+                    theirs.post(f"/threads/{tid}/history", json={"checkpoint": head}),
+                    theirs.post(
+                        f"/threads/{tid}/runs",
+                        json={"assistant_id": "chat", "input": human("x"), "checkpoint": head},
+                    ),
+                ]
+                assert [r.status_code for r in attempts] == [404] * 5
+                assert theirs.post("/threads/count", json={}).json() == 0
+                assert mine.post("/threads/count", json={}).json() == 1
+                copy = mine.post(f"/threads/{tid}/copy").json()["thread_id"]
+                assert theirs.get(f"/threads/{copy}").status_code == 404
+                assert mine.get(f"/threads/{copy}").status_code == 200
