@@ -12,7 +12,8 @@ awaits (an LLM request included) are cancelled at once. The cancel reason decide
 what the run's record says:
 
     interrupt   status interrupted, the checkpoints kept (resume later)
-    rollback    status interrupted, the checkpoints this run wrote deleted
+    rollback    the checkpoints this run wrote deleted, then the run itself (as on
+                the Platform; its stream still ends with `end`)
     shutdown    nothing recorded: the run stays pending/running, and the next
                 start-up resumes it from its last checkpoint (`recover`)
 
@@ -214,10 +215,8 @@ class RunManager:
         if active is not None:
             await asyncio.shield(active.done)
         stored = await self.store.get_run(run_id)
-        if (
-            stored is None and run_id in self._ended
-        ):  # deleted as it ended (rollback, on_completion)
-            return self._ended[run_id][0]
+        if stored is None and run_id in self._ended:
+            return self._ended[run_id][0]  # deleted as it ended (rollback, on_completion)
         return stored
 
     async def result(self, run: RunRecord) -> dict[str, Any]:
@@ -332,6 +331,8 @@ class RunManager:
 
             previous: list[_Active] = []
             if new_thread is None:
+                if kwargs.get("checkpoint"):  # before a strategy cancels anything
+                    await self._check_checkpoint(tid, kwargs["checkpoint"])
                 busy = await self.store.active_runs(tid)
                 if busy and multitask_strategy == "reject":
                     raise Conflict(
@@ -342,8 +343,6 @@ class RunManager:
                     await self._cancel_all(busy, multitask_strategy)
                 elif busy:  # enqueue: start after every active run of the thread
                     previous = [self._active[r.run_id] for r in busy if r.run_id in self._active]
-                if kwargs.get("checkpoint"):
-                    await self._check_checkpoint(tid, kwargs["checkpoint"])
                 if kwargs.get("command"):
                     await self._check_command(
                         assistant, tid, kwargs["command"], kwargs.get("checkpoint")
