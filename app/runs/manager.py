@@ -777,8 +777,8 @@ class RunManager:
             thread_status = "busy"
         elif outcome.status in ("error", "timeout"):
             thread_status = "error"
-        elif interrupts:
-            thread_status = "interrupted"
+        elif interrupts or (outcome.status == "interrupted" and outcome.cancel_reason is None):
+            thread_status = "interrupted"  # an interrupt() or a breakpoint (interrupt_before/after)
         else:
             thread_status = "idle"
         if outcome.error is not None:

@@ -357,8 +357,10 @@ def test_interrupt_before_pauses_and_a_run_without_input_continues(http: httpx.C
     assert texts(values) == ["x"]
     assert run_status(http, tid) == "interrupted"
     assert http.get(f"/threads/{tid}/state").json()["next"] == ["agent"]
+    assert http.get(f"/threads/{tid}").json()["status"] == "interrupted"
     assert texts(wait_run(http, tid)) == ["x", "echo: x"]
     assert run_status(http, tid) == "success"
+    assert http.get(f"/threads/{tid}").json()["status"] == "idle"
     wait_run(http, tid, input=human("y"), interrupt_after="*")
     assert run_status(http, tid) == "success"  # nothing after agent: the run ends there
 
