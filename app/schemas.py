@@ -36,9 +36,7 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 MAX_MAPPING_KEYS = 64
 MAX_MAPPING_BYTES = 16_384
 #: `configurable` keys the server sets itself.
-RESERVED_CONFIGURABLE = frozenset(
-    {"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map", "run_id", "assistant_id"}
-)
+RESERVED_CONFIGURABLE = frozenset({"thread_id", "run_id", "assistant_id"})
 
 ResourceId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
@@ -232,7 +230,127 @@ class RunConfigIn(_Strict):
         return _bounded_mapping(value, "configurable") or {}
 
 
-class RunCreate(_Strict):
+class CheckpointRef(BaseModel):
+    """A checkpoint of a thread, as the SDKs send it (`checkpoint` of a run or a state read)."""
+
+    model_config = ConfigDict(extra="ignore")  # the SDKs echo back what the server sent
+
+    checkpoint_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    checkpoint_ns: Annotated[str, StringConstraints(max_length=512)] = ""
+    checkpoint_map: dict[str, Any] | None = None
+    thread_id: str | None = Field(default=None, description="Ignored: the path names the thread.")
+
+
+#: Run options of the current SDKs this server refuses, and why (README cross-check).
+REFUSED_RUN_OPTIONS: dict[str, str] = {
+    "webhook": "webhooks are not supported; follow the run with /join or its stream",
+    "feedback_keys": "feedback keys need LangSmith, which this server does not use",
+    "context": "the runtime context is the server's own (models, assets, notes); "
+    "per-run settings go in config.configurable",
+    "langsmith_tracer": "LangSmith tracing is not supported",
+}
+
+
+class RunPlatformOptions(_Strict):
+    """LangGraph Platform run options beyond input and streaming (mixed into RunCreate).
+
+    Each option the current SDKs send is either honoured with the Platform's meaning
+    or, when set, refused with a 422 that names it and says why — never ignored.
+    """
+
+    checkpoint: CheckpointRef | None = Field(
+        default=None,
+        description="Start from this checkpoint of the thread (a fork when it is not the "
+        "head): the edit-and-regenerate path of Studio and useStream.",
+    )
+    checkpoint_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = Field(
+        default=None, description="Same as checkpoint.checkpoint_id."
+    )
+    interrupt_before: (
+        Literal["*"] | list[Annotated[str, StringConstraints(max_length=128)]] | None
+    ) = Field(default=None, description="Pause before these nodes ('*': every node).")
+    interrupt_after: (
+        Literal["*"] | list[Annotated[str, StringConstraints(max_length=128)]] | None
+    ) = Field(default=None, description="Pause after these nodes ('*': every node).")
+    durability: Literal["sync", "async", "exit"] | None = Field(
+        default=None,
+        description="When checkpoints are written: sync (before the next step), async "
+        "(while it runs, the default), exit (only when the run ends).",
+    )
+    checkpoint_during: bool | None = Field(
+        default=None, description="Deprecated form of durability: true async, false exit."
+    )
+    on_completion: Literal["delete", "keep"] | None = Field(
+        default=None,
+        description="Thread-less runs only: delete the run's thread when it ends, or keep "
+        "it (the default here; see README).",
+    )
+    after_seconds: float | None = Field(
+        default=None, ge=0, le=86_400, description="Start the run this many seconds later."
+    )
+    strict_resume: bool | None = Field(
+        default=None,
+        description="True (or unset): a resume must answer pending interrupts, which this "
+        "server always checks; false is refused.",
+    )
+    webhook: Any = Field(default=None, description="Refused when set.")
+    feedback_keys: Any = Field(default=None, description="Refused when set.")
+    context: Any = Field(default=None, description="Refused when set (non-empty).")
+    langsmith_tracer: Any = Field(default=None, description="Refused when set.")
+
+    @field_validator("webhook", "feedback_keys", "context", "langsmith_tracer")
+    @classmethod
+    def _refuse(cls, value: Any, info: Any) -> Any:
+        if value is None or value == {} or value == []:
+            return None
+        raise ValueError(
+            f"{info.field_name} is not supported: {REFUSED_RUN_OPTIONS[info.field_name]}"
+        )
+
+    @field_validator("strict_resume")
+    @classmethod
+    def _always_strict(cls, value: bool | None) -> bool | None:
+        if value is False:
+            raise ValueError(
+                "strict_resume false is not supported: a resume is always checked against "
+                "the pending interrupts"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_checkpoint(self) -> RunPlatformOptions:
+        if (
+            self.checkpoint is not None
+            and self.checkpoint_id is not None
+            and self.checkpoint.checkpoint_id not in (None, self.checkpoint_id)
+        ):
+            raise ValueError(
+                "checkpoint.checkpoint_id and checkpoint_id name different checkpoints"
+            )
+        if self.durability is not None and self.checkpoint_during is not None:
+            raise ValueError("give durability or checkpoint_during, not both")
+        return self
+
+    def start_checkpoint(self, configurable: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Return the checkpoint the run starts from ({checkpoint_id, checkpoint_ns}), if any."""
+        ref = self.checkpoint
+        checkpoint_id = (ref.checkpoint_id if ref else None) or self.checkpoint_id
+        checkpoint_ns = ref.checkpoint_ns if ref else ""
+        configurable = configurable or {}
+        checkpoint_id = checkpoint_id or configurable.get("checkpoint_id")
+        checkpoint_ns = checkpoint_ns or str(configurable.get("checkpoint_ns") or "")
+        if not checkpoint_id:
+            return None
+        return {"checkpoint_id": str(checkpoint_id), "checkpoint_ns": checkpoint_ns}
+
+    def graph_durability(self) -> str | None:
+        """Return the LangGraph durability the run asked for (None: LangGraph's default)."""
+        if self.checkpoint_during is not None:
+            return "async" if self.checkpoint_during else "exit"
+        return self.durability
+
+
+class RunCreate(RunPlatformOptions, _Strict):
     """Body of the run-creating endpoints (`/runs`, `/runs/stream`, `/runs/wait`)."""
 
     assistant_id: str = Field(
@@ -284,8 +402,7 @@ class RunCreate(_Strict):
     def _input_or_command(self) -> RunCreate:
         if self.input is not None and self.command is not None:
             raise ValueError("input and command are mutually exclusive")
-        if self.input is None and self.command is None:
-            raise ValueError("a run needs input or command")
+        # Neither: continue a thread paused at a breakpoint (checked by the run manager).
         return self
 
     @property
@@ -358,6 +475,21 @@ class ThreadSearch(_Strict):
         return _bounded_mapping(value, "metadata")
 
 
+class ThreadCount(_Strict):
+    """Body of POST /threads/count: the filters of POST /threads/search."""
+
+    metadata: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    values: dict[str, Any] | None = Field(default=None, description="Refused when set.")
+
+    @field_validator("values")
+    @classmethod
+    def _no_values(cls, value: dict[str, Any] | None) -> None:
+        if value:
+            raise ValueError("filtering threads by values is not supported; use metadata")
+        return None
+
+
 class ThreadOut(BaseModel):
     """A thread."""
 
@@ -378,6 +510,49 @@ class HistoryRequest(_Strict):
         default=None, description="A checkpoint id, or a checkpoint object with one."
     )
     metadata: dict[str, Any] | None = None
+
+
+class HistoryQuery(HistoryRequest):
+    """Body of POST /threads/{thread_id}/history: also `checkpoint`, the SDKs' start point.
+
+    `checkpoint` narrows the history to a checkpoint namespace (a subgraph's) and to
+    the checkpoints up to the one it names; `metadata` keeps the checkpoints whose
+    metadata has every given key and value.
+    """
+
+    checkpoint: CheckpointRef | None = None
+
+
+class StateCheckpointRequest(_Strict):
+    """Body of POST /threads/{thread_id}/state/checkpoint (the SDKs' `get_state(checkpoint)`)."""
+
+    checkpoint: CheckpointRef
+    subgraphs: bool = Field(default=False, description="Include subgraph states.")
+
+
+class StateUpdate(_Strict):
+    """Body of POST /threads/{thread_id}/state: update the state as a node would.
+
+    Goes through the graph's own `aupdate_state`, so reducers apply and the next run
+    continues from the new checkpoint (the edit-and-regenerate path).
+    """
+
+    values: dict[str, Any] | list[Any] | None = Field(
+        default=None, description="Values to write, as the node `as_node` would return them."
+    )
+    as_node: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = Field(
+        default=None, description="Node the update is attributed to (decides what runs next)."
+    )
+    checkpoint: CheckpointRef | None = Field(
+        default=None, description="Update from this checkpoint instead of the head (a fork)."
+    )
+    checkpoint_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+
+
+class StateUpdateOut(BaseModel):
+    """Answer of POST /threads/{thread_id}/state: the checkpoint the update wrote."""
+
+    checkpoint: dict[str, Any]
 
 
 class ThreadStateOut(BaseModel):
@@ -406,6 +581,14 @@ class AssistantSearch(_Strict):
     offset: int = Field(default=0, ge=0)
     sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: Literal["asc", "desc"] | None = None
+
+
+class AssistantCount(_Strict):
+    """Body of POST /assistants/count."""
+
+    graph_id: str | None = Field(default=None, max_length=128)
+    name: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, Any] | None = None
 
 
 class AssistantOut(BaseModel):

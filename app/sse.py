@@ -198,6 +198,8 @@ def parse_cursor(header: str | None, query: str | None) -> int:
         return 0
     assert raw is not None
     value = raw.strip()
+    if value == "-1":  # useStream's "from the first frame" (joinStream's default)
+        return 0
     if not value.isdigit() or len(value) > 18:
         raise ValueError("Last-Event-ID must be the id of a frame (a non-negative integer)")
     return int(value)

@@ -1,9 +1,11 @@
 """Assistants: the graphs this service runs, searchable and drawable.
 
 POST /assistants/search          list them (filter by graph_id, name, metadata)
+POST /assistants/count           how many match
 GET  /assistants/{id}            one assistant
 GET  /assistants/{id}/graph      its graph as nodes and edges (`xray` opens subgraphs)
 GET  /assistants/{id}/schemas    JSON schemas of its input, output and state
+GET  /assistants/{id}/subgraphs  its subgraphs' schemas by namespace (`/subgraphs/{ns}`, `recurse`)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from app.deps import RunsDep
 from app.runs.assistants import Assistant
 from app.runs.manager import RunManager
 from app.runs.serde import to_jsonable
-from app.schemas import AssistantOut, AssistantSearch
+from app.schemas import AssistantCount, AssistantOut, AssistantSearch
 from app.security import PrincipalDep
 
 router = APIRouter(tags=["assistants"])
@@ -47,6 +49,18 @@ async def search_assistants(
         key = body.sort_by
         found.sort(key=lambda a: str(a[key]), reverse=body.sort_order == "desc")
     return found[body.offset : body.offset + body.limit]
+
+
+@router.post("/assistants/count", response_model=int, summary="Count assistants")
+async def count_assistants(body: AssistantCount, manager: RunsDep, _owner: PrincipalDep) -> int:
+    """Return how many assistants match every given filter."""
+    return sum(
+        1
+        for a in manager.assistants.values()
+        if (body.graph_id is None or a.graph_id == body.graph_id)
+        and (body.name is None or a.name == body.name)
+        and not body.metadata  # assistants carry no metadata: any filter excludes them
+    )
 
 
 @router.get("/assistants/{assistant_id}", response_model=AssistantOut, summary="Get an assistant")
@@ -123,3 +137,58 @@ async def get_schemas(
         "config_schema": None,
         "context_schema": None,
     }
+
+
+def _graph_schemas(graph_id: str, graph: Any) -> dict[str, Any]:
+    """Return a (sub)graph's schemas in the Platform's `GraphSchema` shape."""
+
+    def schema(get: Any) -> dict[str, Any] | None:
+        try:
+            return to_jsonable(get())
+        except Exception:  # a schema LangGraph cannot describe is left out
+            return None
+
+    return {
+        "graph_id": graph_id,
+        "input_schema": schema(graph.get_input_jsonschema),
+        "output_schema": schema(graph.get_output_jsonschema),
+        "state_schema": schema(lambda: _state_schema(graph)),
+        "config_schema": None,
+        "context_schema": None,
+    }
+
+
+async def _subgraphs(
+    manager: RunManager, assistant_id: str, namespace: str | None, recurse: bool
+) -> dict[str, Any]:
+    assistant = _assistant(manager, assistant_id)
+    found = {
+        ns: _graph_schemas(assistant.graph_id, subgraph)
+        async for ns, subgraph in assistant.graph.aget_subgraphs(
+            namespace=namespace, recurse=recurse
+        )
+    }
+    return found
+
+
+@router.get("/assistants/{assistant_id}/subgraphs", summary="An assistant's subgraphs")
+async def get_subgraphs(
+    assistant_id: AssistantId,
+    manager: RunsDep,
+    _owner: PrincipalDep,
+    recurse: bool = False,
+) -> dict[str, Any]:
+    """Return the schemas of the graph's subgraphs by namespace (`recurse`: nested too)."""
+    return await _subgraphs(manager, assistant_id, None, recurse)
+
+
+@router.get("/assistants/{assistant_id}/subgraphs/{namespace}", summary="One subgraph's schemas")
+async def get_subgraphs_at(
+    assistant_id: AssistantId,
+    namespace: Annotated[str, Path(min_length=1, max_length=512, description="Namespace.")],
+    manager: RunsDep,
+    _owner: PrincipalDep,
+    recurse: bool = False,
+) -> dict[str, Any]:
+    """Return the schemas of the subgraphs under one namespace (e.g. `executor`)."""
+    return await _subgraphs(manager, assistant_id, namespace, recurse)

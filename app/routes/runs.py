@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.deps import RunsDep, SettingsDep
+from app.runs.assistants import Assistant
 from app.runs.frames import STREAM_MODES
 from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
 from app.runs.serde import dumps
@@ -116,6 +117,54 @@ def _validation_error(error: ValidationError, prefix: tuple[str, ...]) -> Reques
     return RequestValidationError(errors)
 
 
+_CHECKPOINT_KEYS = ("checkpoint_id", "checkpoint_ns", "checkpoint_map")
+
+
+def _body_error(field: str, message: str) -> RequestValidationError:
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
+
+
+def _platform_options(
+    assistant: Assistant, thread_id: str | None, body: RunCreate, config: dict[str, Any]
+) -> dict[str, Any]:
+    """Check the Platform run options against the assistant; return the kwargs they add.
+
+    The start checkpoint (`checkpoint`, `checkpoint_id` or `config.configurable`'s
+    `checkpoint_id`) leaves `configurable`, so only the run's start uses it.
+    """
+    configurable = config.get("configurable") or {}
+    start = body.start_checkpoint(configurable)
+    for key in _CHECKPOINT_KEYS:
+        configurable.pop(key, None)
+    if start is not None and thread_id is None:
+        raise _body_error(
+            "checkpoint", "a run from a checkpoint needs a thread (POST /threads/{thread_id}/runs…)"
+        )
+    if body.on_completion is not None and thread_id is not None:
+        raise _body_error(
+            "on_completion",
+            "on_completion applies to thread-less runs (POST /runs, /runs/stream, /runs/wait)",
+        )
+    nodes = set(assistant.graph.nodes) - {"__start__"}
+    for field in ("interrupt_before", "interrupt_after"):
+        value = getattr(body, field)
+        if isinstance(value, list):
+            unknown = sorted(set(value) - nodes)
+            if unknown:
+                raise _body_error(
+                    field, f"{field} names unknown nodes {unknown}; nodes: {sorted(nodes)}"
+                )
+    options: dict[str, Any] = {
+        "checkpoint": start,
+        "interrupt_before": body.interrupt_before,
+        "interrupt_after": body.interrupt_after,
+        "durability": body.graph_durability(),
+        "on_completion": body.on_completion,
+        "after_seconds": body.after_seconds,
+    }
+    return {key: value for key, value in options.items() if value is not None}
+
+
 async def _create(
     manager: RunManager,
     owner: str,
@@ -155,6 +204,7 @@ async def _create(
         "on_disconnect": body.on_disconnect,
         "config": body.config.model_dump(exclude_defaults=True) if body.config else {},
     }
+    kwargs.update(_platform_options(assistant, thread_id, body, kwargs["config"]))
     fingerprint = None
     if idempotency_key is not None:
         fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))

@@ -5,9 +5,14 @@
     PATCH  /threads/{t}                     merge metadata
     DELETE /threads/{t}                     cancel its runs, delete it and its checkpoints
     POST   /threads/search                  filter by metadata, status, ids
+    POST   /threads/count                   how many match metadata and status
     GET    /threads/{t}/state               the latest checkpointed state
     GET    /threads/{t}/state/{checkpoint}  a past state
-    GET    /threads/{t}/history             past states, newest first (POST: the SDK's form)
+    POST   /threads/{t}/state/checkpoint    a past state, the checkpoint in the body (SDKs)
+    POST   /threads/{t}/state               update the state as a node (graph's aupdate_state)
+    GET    /threads/{t}/history             past states, newest first (POST: the SDK's form,
+                                            with checkpoint and metadata filters)
+    POST   /threads/{t}/copy                a new thread with the same checkpoints
 
 A thread belongs to the API key that created it; another key gets 404.
 """
@@ -19,7 +24,6 @@ from typing import Annotated, Any
 
 import aiosqlite
 from fastapi import APIRouter, Path, Query, Response
-from fastapi.exceptions import RequestValidationError
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
@@ -30,7 +34,11 @@ from app.runs.serde import to_jsonable
 from app.runs.store import ThreadRecord, now
 from app.schemas import (
     ID_PATTERN,
-    HistoryRequest,
+    HistoryQuery,
+    StateCheckpointRequest,
+    StateUpdate,
+    StateUpdateOut,
+    ThreadCount,
     ThreadCreate,
     ThreadOut,
     ThreadPatch,
@@ -91,6 +99,15 @@ async def search_threads(
         sort_order=body.sort_order,
     )
     return [thread.to_json() for thread in threads]
+
+
+@router.post("/threads/count", response_model=int, summary="Count threads")
+async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
+    """Return how many of the caller's threads match every given filter."""
+    found = await manager.store.search_threads(
+        owner, metadata=body.metadata, status=body.status, limit=-1
+    )
+    return len(found)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")
@@ -217,7 +234,14 @@ async def get_state_at(
 
 
 async def _history(
-    manager: RunManager, owner: str, thread_id: str, limit: int, before: str | None
+    manager: RunManager,
+    owner: str,
+    thread_id: str,
+    limit: int,
+    before: str | None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    checkpoint: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     thread = await _owned_thread(manager, owner, thread_id)
     graph = _graph_of(manager, thread)
@@ -226,10 +250,13 @@ async def _history(
     before_config = (
         {"configurable": {"thread_id": thread_id, "checkpoint_id": before}} if before else None
     )
+    config = manager.graph_config(thread_id)
+    if checkpoint:
+        config["configurable"].update({k: v for k, v in checkpoint.items() if v is not None})
     return [
         snapshot_json(snapshot)
         async for snapshot in graph.aget_state_history(
-            manager.graph_config(thread_id), limit=limit, before=before_config
+            config, filter=metadata or None, limit=limit, before=before_config
         )
     ]
 
@@ -252,20 +279,94 @@ async def get_history(
     "/threads/{thread_id}/history", response_model=list[ThreadStateOut], summary="Thread history"
 )
 async def post_history(
-    thread_id: ThreadId, body: HistoryRequest, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: HistoryQuery, manager: RunsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
-    """Return the thread's past states, newest first (the SDK's `get_history`)."""
-    if body.metadata:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ("body", "metadata"),
-                    "msg": "filtering history by metadata is not supported",
-                }
-            ]
-        )
+    """Return the thread's past states, newest first (the SDK's `get_history`).
+
+    `checkpoint` starts the history at that checkpoint (its namespace: a subgraph's
+    history); `metadata` keeps the states whose checkpoint metadata has every given
+    key and value (`{"source": "update"}`, `{"run_id": ...}`).
+    """
     before = body.before
     if isinstance(before, dict):
         before = (before.get("configurable") or before).get("checkpoint_id")
-    return await _history(manager, owner, thread_id, body.limit, before)
+    checkpoint = body.checkpoint.model_dump(exclude={"thread_id"}) if body.checkpoint else None
+    return await _history(
+        manager,
+        owner,
+        thread_id,
+        body.limit,
+        before,
+        metadata=body.metadata,
+        checkpoint=checkpoint,
+    )
+
+
+def _checkpoint_config(checkpoint: Any) -> dict[str, Any]:
+    """Return the LangGraph configurable of a `CheckpointRef` (the thread id left out)."""
+    ref = checkpoint.model_dump(exclude={"thread_id"})
+    return {key: value for key, value in ref.items() if value not in (None, {})}
+
+
+@router.post(
+    "/threads/{thread_id}/state/checkpoint",
+    response_model=ThreadStateOut,
+    summary="Thread state at a checkpoint (SDK form)",
+)
+async def get_state_at_checkpoint(
+    thread_id: ThreadId, body: StateCheckpointRequest, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Return the thread's state at the checkpoint in the body (`get_state(checkpoint=...)`).
+
+    With only `checkpoint_ns` (no id) it is the latest state of that namespace.
+    """
+    thread = await _owned_thread(manager, owner, thread_id)
+    graph = _graph_of(manager, thread)
+    wanted = body.checkpoint.checkpoint_id or body.checkpoint.checkpoint_ns or "head"
+    if graph is None:
+        raise NotFound(f"checkpoint {wanted!r} not found")
+    config = manager.graph_config(thread_id)
+    config["configurable"].update(_checkpoint_config(body.checkpoint))
+    try:
+        snapshot = await graph.aget_state(config, subgraphs=body.subgraphs)
+    except ValueError:  # a namespace that names no subgraph of the graph
+        raise NotFound(
+            f"checkpoint namespace {body.checkpoint.checkpoint_ns!r} not found"
+        ) from None
+    if snapshot.config is None or not snapshot.created_at:
+        raise NotFound(f"checkpoint {wanted!r} not found")
+    return snapshot_json(snapshot)
+
+
+@router.post(
+    "/threads/{thread_id}/state", response_model=StateUpdateOut, summary="Update thread state"
+)
+async def update_state(
+    thread_id: ThreadId, body: StateUpdate, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Update the state as node `as_node` would, through the graph's own `aupdate_state`.
+
+    Reducers apply, and the next run continues from the checkpoint written (with
+    `checkpoint`/`checkpoint_id`, a fork from that checkpoint): how an edited post is
+    checked again by the same critic. Answers the new checkpoint.
+    """
+    thread = await _owned_thread(manager, owner, thread_id)
+    assistant = manager.assistants.get(str(thread.metadata.get("graph_id", "")))
+    if assistant is None:
+        raise Conflict(f"thread {thread_id!r} has no graph yet; start a run on it first")
+    checkpoint = _checkpoint_config(body.checkpoint) if body.checkpoint else {}
+    if body.checkpoint_id:
+        checkpoint["checkpoint_id"] = body.checkpoint_id
+    if checkpoint and "checkpoint_id" not in checkpoint:
+        checkpoint = {}
+    written = await manager.update_state(
+        thread, assistant, body.values, as_node=body.as_node, checkpoint=checkpoint or None
+    )
+    return {"checkpoint": written}
+
+
+@router.post("/threads/{thread_id}/copy", response_model=ThreadOut, summary="Copy a thread")
+async def copy_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
+    """Copy the thread with its whole checkpoint history under a new id (runs stay)."""
+    thread = await _owned_thread(manager, owner, thread_id)
+    return (await manager.copy_thread(thread)).to_json()

@@ -12,7 +12,8 @@ awaits (an LLM request included) are cancelled at once. The cancel reason decide
 what the run's record says:
 
     interrupt   status interrupted, the checkpoints kept (resume later)
-    rollback    status interrupted, the checkpoints this run wrote deleted
+    rollback    the checkpoints this run wrote deleted, then the run itself (as on
+                the Platform; its stream still ends with `end`)
     shutdown    nothing recorded: the run stays pending/running, and the next
                 start-up resumes it from its last checkpoint (`recover`)
 
@@ -161,6 +162,8 @@ class RunManager:
         self.metrics = metrics
         self.callbacks = list(callbacks)
         self._active: dict[str, _Active] = {}
+        #: Record and result of runs deleted as they ended, for their /wait and /join.
+        self._ended: dict[str, tuple[RunRecord, dict[str, Any]]] = {}
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
 
@@ -211,7 +214,10 @@ class RunManager:
         active = self._active.get(run_id)
         if active is not None:
             await asyncio.shield(active.done)
-        return await self.store.get_run(run_id)
+        stored = await self.store.get_run(run_id)
+        if stored is None and run_id in self._ended:
+            return self._ended[run_id][0]  # deleted as it ended (rollback, on_completion)
+        return stored
 
     async def result(self, run: RunRecord) -> dict[str, Any]:
         """Return what `/wait` and `/join` answer: the thread's values after the run.
@@ -221,6 +227,8 @@ class RunManager:
         """
         if run.status in ("error", "timeout"):
             return {"__error__": run.error or {"error": run.status, "message": run.status}}
+        if run.run_id in self._ended:
+            return self._ended[run.run_id][1]
         thread = await self.store.get_thread(run.owner, run.thread_id)
         if thread is None:
             return {}
@@ -323,6 +331,8 @@ class RunManager:
 
             previous: list[_Active] = []
             if new_thread is None:
+                if kwargs.get("checkpoint"):  # before a strategy cancels anything
+                    await self._check_checkpoint(tid, kwargs["checkpoint"])
                 busy = await self.store.active_runs(tid)
                 if busy and multitask_strategy == "reject":
                     raise Conflict(
@@ -334,9 +344,17 @@ class RunManager:
                 elif busy:  # enqueue: start after every active run of the thread
                     previous = [self._active[r.run_id] for r in busy if r.run_id in self._active]
                 if kwargs.get("command"):
-                    await self._check_command(assistant, tid, kwargs["command"])
+                    await self._check_command(
+                        assistant, tid, kwargs["command"], kwargs.get("checkpoint")
+                    )
+                elif kwargs.get("input") is None:
+                    await self._check_continuation(assistant, tid, kwargs.get("checkpoint"))
             elif (kwargs.get("command") or {}).get("resume") is not None:
                 raise Conflict(f"thread {tid!r} has no pending interrupt to resume")
+            elif kwargs.get("checkpoint"):
+                raise NotFound(f"checkpoint {kwargs['checkpoint']['checkpoint_id']!r} not found")
+            elif kwargs.get("input") is None and not kwargs.get("command"):
+                raise Invalid("a run on a new thread needs input or command", field="input")
 
             stamp = now()
             run = RunRecord(
@@ -364,7 +382,41 @@ class RunManager:
     async def _owned_thread(self, owner: str, thread_id: str) -> bool:
         return await self.store.get_thread(owner, thread_id) is not None
 
-    async def _check_command(self, assistant: Assistant, thread_id: str, command: dict) -> None:
+    def _at_checkpoint(self, thread_id: str, checkpoint: dict[str, Any] | None) -> RunnableConfig:
+        """Return the config of a thread's head, or of one of its checkpoints."""
+        config = self.graph_config(thread_id)
+        if checkpoint:
+            config["configurable"].update(checkpoint)
+        return config
+
+    async def _check_checkpoint(self, thread_id: str, checkpoint: dict[str, Any]) -> None:
+        """Refuse a start checkpoint the thread does not have."""
+        found = await self.checkpointer.aget_tuple(self._at_checkpoint(thread_id, checkpoint))
+        if found is None:
+            raise NotFound(
+                f"checkpoint {checkpoint['checkpoint_id']!r} not found on thread {thread_id!r}",
+                field="checkpoint",
+            )
+
+    async def _check_continuation(
+        self, assistant: Assistant, thread_id: str, checkpoint: dict[str, Any] | None
+    ) -> None:
+        """Refuse a run without input or command unless the thread has nodes left to run."""
+        snapshot = await assistant.graph.aget_state(self._at_checkpoint(thread_id, checkpoint))
+        if not snapshot.next:
+            raise Invalid(
+                "a run needs input or command; without them it continues a thread paused at "
+                "a breakpoint, and this thread has nothing left to run",
+                field="input",
+            )
+
+    async def _check_command(
+        self,
+        assistant: Assistant,
+        thread_id: str,
+        command: dict,
+        checkpoint: dict[str, Any] | None = None,
+    ) -> None:
         """Refuse a resume with nothing to resume, unknown interrupt ids or a wrong answer."""
         goto = command.get("goto")
         if goto is not None:
@@ -374,7 +426,7 @@ class RunManager:
                 raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
         if "resume" not in command or command["resume"] is None:
             return
-        snapshot = await assistant.graph.aget_state(self.graph_config(thread_id))
+        snapshot = await assistant.graph.aget_state(self._at_checkpoint(thread_id, checkpoint))
         pending: list[Interrupt] = list(snapshot.interrupts)
         if not pending:
             raise Conflict(f"thread {thread_id!r} has no pending interrupt to resume")
@@ -413,7 +465,7 @@ class RunManager:
         self._request_cancel(active, action)
         if wait:
             await asyncio.shield(active.done)
-        return await self.store.get_run(run.run_id) or run
+        return await self.store.get_run(run.run_id) or self._ended.get(run.run_id, (run, {}))[0]
 
     def cancel_soon(self, run_id: str, action: str = "interrupt") -> None:
         """Cancel a run if it is still executing (a disconnected `on_disconnect=cancel`)."""
@@ -446,6 +498,110 @@ class RunManager:
         await self.store.flush()
         await self.store.delete_thread(thread_id)
         await self.checkpointer.adelete_thread(thread_id)
+
+    # -- thread state --------------------------------------------------------------
+
+    async def update_state(
+        self,
+        thread: ThreadRecord,
+        assistant: Assistant,
+        values: Any,
+        *,
+        as_node: str | None,
+        checkpoint: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Write a state update through the graph's own `aupdate_state`; return the new checkpoint.
+
+        Refused while the thread has an active run (its next checkpoint would race the
+        update). The thread record's values and status follow the new head.
+
+        Raises:
+            RunsError: Conflict (busy thread), NotFound (checkpoint) or Invalid (update).
+        """
+        graph = assistant.graph
+        if as_node is not None and as_node not in graph.nodes:
+            known = sorted(n for n in graph.nodes if n != "__start__")
+            raise Invalid(
+                f"as_node {as_node!r} is not a node of the graph; nodes: {known}", field="as_node"
+            )
+        if isinstance(values, dict):
+            keys = {c for c in graph.channels if not c.startswith("__") and ":" not in c}
+            unknown = sorted(set(values) - keys)
+            if unknown:
+                raise Invalid(
+                    f"values names keys {unknown} that are not in the state; keys: {sorted(keys)}",
+                    field="values",
+                )
+        async with self._lock:
+            busy = await self.store.active_runs(thread.thread_id)
+            if busy:
+                raise Conflict(
+                    f"thread {thread.thread_id!r} is busy with run {busy[0].run_id!r}; "
+                    "update its state once the run ended"
+                )
+            if checkpoint:
+                await self._check_checkpoint(thread.thread_id, checkpoint)
+            config = self._at_checkpoint(thread.thread_id, checkpoint)
+            try:
+                written = await graph.aupdate_state(config, values, as_node=as_node)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise Invalid(f"values: {public_error(exc)['message']}", field="values") from None
+            probe = RunRecord(
+                run_id="",
+                thread_id=thread.thread_id,
+                owner=thread.owner,
+                assistant_id=assistant.assistant_id,
+                status="success",
+                created_at=now(),
+                updated_at=now(),
+                kwargs={},
+                multitask_strategy="reject",
+            )
+            values_now, interrupts = await self._thread_state(probe)
+            status = "interrupted" if interrupts else "idle"
+            self.store.queue_statement(
+                *RunStore.thread_state_statement(thread.thread_id, status, values_now, interrupts)
+            )
+            await self.store.flush()
+        configurable = dict(written.get("configurable") or {})
+        return {
+            "thread_id": thread.thread_id,
+            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+            "checkpoint_id": configurable.get("checkpoint_id"),
+            "checkpoint_map": configurable.get("checkpoint_map"),
+        }
+
+    async def copy_thread(self, thread: ThreadRecord) -> ThreadRecord:
+        """Copy a thread with every checkpoint (subgraphs' too) under a new id; return it.
+
+        The runs and their event logs stay with the original (as on the Platform).
+        """
+        copy = dataclasses.replace(
+            thread, thread_id=str(uuid.uuid4()), created_at=now(), updated_at=now()
+        )
+        if copy.status == "busy":
+            copy.status = "idle"
+        await self.store.insert_thread(copy)
+        source = self.graph_config(thread.thread_id)
+        tuples = [t async for t in self.checkpointer.alist(source)]
+        for item in reversed(tuples):  # oldest first: each parent exists before its child
+            ns = item.config["configurable"].get("checkpoint_ns", "")
+            parent_id = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            target: dict[str, Any] = {"thread_id": copy.thread_id, "checkpoint_ns": ns}
+            if parent_id:
+                target["checkpoint_id"] = parent_id
+            written = await self.checkpointer.aput(
+                {"configurable": target},
+                item.checkpoint,
+                item.metadata,
+                dict(item.checkpoint.get("channel_versions") or {}),
+            )
+            by_task: dict[str, list[tuple[str, Any]]] = {}
+            for task_id, channel, value in item.pending_writes or ():
+                by_task.setdefault(task_id, []).append((channel, value))
+            for task_id, writes in by_task.items():
+                await self.checkpointer.aput_writes(written, writes, task_id)
+        return copy
 
     # -- execution -----------------------------------------------------------------
 
@@ -482,6 +638,8 @@ class RunManager:
             try:
                 if after:
                     await asyncio.wait([asyncio.ensure_future(f) for f in after])
+                if run.kwargs.get("after_seconds") and run.attempt == 0:
+                    await asyncio.sleep(float(run.kwargs["after_seconds"]))
                 outcome = await self._execute(active)
             except asyncio.CancelledError:
                 reason = active.cancel_reason
@@ -496,6 +654,7 @@ class RunManager:
                     deleted = await self.store.delete_run_checkpoints(run.thread_id, run.run_id)
                     log.info("rolled back run %s: %d checkpoint(s) deleted", run.run_id, deleted)
             await self._finish(active, outcome)
+            await self._after_end(run, outcome)
         except asyncio.CancelledError:
             raise
         except Exception:  # the store failed: nothing more can be recorded
@@ -532,15 +691,17 @@ class RunManager:
             keep_message=assistant.keep_message,
         )
         config = self.graph_config(run.thread_id, run)
+        start = self._start_config(run, config, payload)
         deadline = asyncio.timeout(self.run_timeout)
         try:
             async with deadline:
                 async for item in graph.astream(
                     payload,
-                    config,
+                    start,
                     context=self.context,
                     stream_mode=graph_modes([*modes, "custom"]),
                     subgraphs=True,
+                    **self._graph_options(run),
                 ):
                     namespace, mode, chunk = cast(tuple[tuple[str, ...], str, Any], item)
                     if mode == "custom" and self.metrics is not None and isinstance(chunk, dict):
@@ -563,7 +724,27 @@ class RunManager:
             log.exception("run %s failed", run.run_id)
             return _Outcome("error", error=public_error(exc))
         snapshot = await graph.aget_state(config)
-        return _Outcome("interrupted" if snapshot.interrupts else "success")
+        # Pending interrupts, or nodes left to run after a breakpoint (interrupt_before/after).
+        paused = bool(snapshot.interrupts) or bool(snapshot.next)
+        return _Outcome("interrupted" if paused else "success")
+
+    @staticmethod
+    def _start_config(run: RunRecord, config: RunnableConfig, payload: Any) -> RunnableConfig:
+        """Return the config the run starts from: its start checkpoint, if it asked for one.
+
+        LangGraph forks when that checkpoint is not the thread's head. An execution that
+        resumes the run's own last checkpoint after a restart starts from the head.
+        """
+        checkpoint = run.kwargs.get("checkpoint")
+        if not checkpoint or (payload is None and run.attempt > 1):
+            return config
+        return {**config, "configurable": {**config["configurable"], **checkpoint}}
+
+    @staticmethod
+    def _graph_options(run: RunRecord) -> dict[str, Any]:
+        """Return the run's Platform options LangGraph's `astream` takes itself."""
+        keys = ("interrupt_before", "interrupt_after", "durability")
+        return {key: run.kwargs[key] for key in keys if run.kwargs.get(key) is not None}
 
     async def _payload(self, run: RunRecord) -> Any:
         """Return what the graph is invoked with: input, a Command, or None to continue."""
@@ -596,8 +777,8 @@ class RunManager:
             thread_status = "busy"
         elif outcome.status in ("error", "timeout"):
             thread_status = "error"
-        elif interrupts:
-            thread_status = "interrupted"
+        elif interrupts or (outcome.status == "interrupted" and outcome.cancel_reason is None):
+            thread_status = "interrupted"  # an interrupt() or a breakpoint (interrupt_before/after)
         else:
             thread_status = "idle"
         if outcome.error is not None:
@@ -618,6 +799,31 @@ class RunManager:
         await self.store.flush()
         if self.metrics is not None:
             self.metrics.run_finished(outcome.status, time.monotonic() - active.started)
+
+    async def _after_end(self, run: RunRecord, outcome: _Outcome) -> None:
+        """Drop what the Platform drops once a run ended.
+
+        A `rollback` cancel deletes the run (its checkpoints are already gone); a
+        thread-less run with `on_completion: delete` deletes its thread. What
+        `/wait` and `/join` answer is kept in memory for their waiters first.
+        """
+        rolled_back = outcome.cancel_reason == "rollback"
+        delete_thread = run.kwargs.get("on_completion") == "delete"
+        if not (rolled_back or delete_thread):
+            return
+        record = await self.store.get_run(run.run_id)
+        if record is not None:
+            self._ended[run.run_id] = (record, await self.result(record))
+            while len(self._ended) > 256:
+                self._ended.pop(next(iter(self._ended)))
+        if delete_thread:
+            await self.store.delete_thread(run.thread_id)
+            await self.checkpointer.adelete_thread(run.thread_id)
+            log.info(
+                "deleted thread %s of run %s (on_completion delete)", run.thread_id, run.run_id
+            )
+        else:
+            await self.store.delete_run(run.run_id)
 
     async def _thread_state(self, run: RunRecord) -> tuple[dict | None, dict]:
         """Return the thread's values and pending interrupts (by task id) after a run."""
