@@ -39,9 +39,12 @@ team = build_team(context_schema=RunOptions)
 
 
 @asynccontextmanager
-async def serve_services(_app: Starlette) -> AsyncIterator[None]:
-    """Open the services `Settings()` names and bind them for the server's lifetime."""
-    settings = await asyncio.to_thread(Settings)
+async def served_services(settings: Settings) -> AsyncIterator[AtelierContext]:
+    """Open the services `settings` name, bind them inside the block, then close them.
+
+    The same services `atelier serve` opens at start-up (`app.main.lifespan`);
+    the blocking parts run in worker threads.
+    """
     await asyncio.to_thread(settings.data_dir.mkdir, parents=True, exist_ok=True)
     async with AsyncExitStack() as stack:
         notes = await stack.enter_async_context(SqliteNoteRepository(settings.database_path))
@@ -50,7 +53,15 @@ async def serve_services(_app: Starlette) -> AsyncIterator[None]:
             AtelierContext.from_settings, settings, models=models, notes=notes
         )
         with bind_services(context):
-            yield
+            yield context
 
 
-app = Starlette(lifespan=serve_services)
+@asynccontextmanager
+async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    """The server's start-up and shutdown: `served_services(Settings())`."""
+    settings = await asyncio.to_thread(Settings)  # reads `.env`
+    async with served_services(settings):
+        yield
+
+
+app = Starlette(lifespan=lifespan)
