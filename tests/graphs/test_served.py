@@ -13,6 +13,7 @@ call goes through the real model factory to the scripted OpenAI server.
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from blockbuster import BlockBuster
+from PIL import Image
 from pydantic import ValidationError
 
 from graphs.context import AtelierContext, RunOptions, bind_services, context_of
@@ -72,6 +74,13 @@ async def no_blocking_calls() -> AsyncIterator[None]:
         buster.deactivate()
 
 
+def png_bytes() -> bytes:
+    """A small reference image, as a user would upload."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (224, 122, 95)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 async def stream(graph: Any, inputs: dict[str, Any], context: Any) -> tuple[dict[str, Any], list]:
     """Run `graph` as the server does; return its last values and its custom events."""
     values: dict[str, Any] = {}
@@ -92,9 +101,16 @@ async def test_served_pipeline_runs_with_a_json_context_and_no_blocking_call(
     # Regression: LangGraph's server passes context={} and LangGraph coerced it with
     # AtelierContext(**{}), a TypeError before the first node; rag then loaded jieba's
     # dictionary on the event loop (a BlockingError under langgraph dev).
-    inputs = {"request": REQUEST, "auto_confirm": True, "image_count": 1}
-    async with served(tmp_path, llm), no_blocking_calls():
-        values, events = await stream(atelier, inputs, context={})
+    async with served(tmp_path, llm) as context:
+        reference = context.assets.put(png_bytes(), kind="uploaded").asset_id
+        inputs = {
+            "request": REQUEST,
+            "auto_confirm": True,
+            "image_count": 1,
+            "reference_images": [reference],
+        }
+        async with no_blocking_calls():
+            values, events = await stream(atelier, inputs, context={})
 
     result = values["result"]
     assert result["outcome"] == "completed", result
