@@ -33,6 +33,7 @@ from graphs.pipeline import build_pipeline
 from graphs.team import build_team
 from knowledge.repository import SqliteNoteRepository
 from providers.llm import open_model_factory
+from providers.local_llm import model_path
 
 atelier = build_pipeline(context_schema=RunOptions)
 team = build_team(context_schema=RunOptions)
@@ -46,6 +47,10 @@ async def served_services(settings: Settings) -> AsyncIterator[AtelierContext]:
     the blocking parts run in worker threads.
     """
     await asyncio.to_thread(settings.data_dir.mkdir, parents=True, exist_ok=True)
+    if settings.llm_base_url is None and settings.local_model_path is None:
+        # The embedded model: find its GGUF file (a directory search) in a thread.
+        found = await asyncio.to_thread(model_path, settings)
+        settings = settings.model_copy(update={"local_model_path": found})
     async with AsyncExitStack() as stack:
         notes = await stack.enter_async_context(SqliteNoteRepository(settings.database_path))
         models = await stack.enter_async_context(open_model_factory(settings))
