@@ -61,9 +61,13 @@ START_TIMEOUT = 180.0  # imports and start-up on a loaded 2-core CI machine
 class LanggraphDev:
     """`langgraph dev --config langgraph.json` in a child process, in `project`."""
 
-    def __init__(self, project: Path) -> None:
-        """Serve the project directory (its langgraph.json and .env) on a free loopback port."""
+    def __init__(self, project: Path, *extra_args: str) -> None:
+        """Serve the project directory (its langgraph.json and .env) on a free loopback port.
+
+        `extra_args` go to `langgraph dev` (e.g. `--n-jobs-per-worker 50`).
+        """
         self.project = project
+        self.extra_args = extra_args
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log_path = project / "langgraph-dev.log"
@@ -86,6 +90,7 @@ class LanggraphDev:
         command = [
             *(sys.executable, "-m", "langgraph_cli", "dev", "--config", "langgraph.json"),
             *("--host", HOST, "--port", str(self.port), "--no-browser", "--no-reload"),
+            *self.extra_args,
         ]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
