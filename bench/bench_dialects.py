@@ -183,9 +183,8 @@ def langgraph_dev_project(root: Path, llm_url: str) -> Path:
 
 async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
     """Measure every way at every concurrency and print the table."""
-    header = (
-        f"{'way':<42} {'runs/s':>7} {'first p50':>9} {'first p95':>9} {'RSS MiB':>7} {'failed':>6}"
-    )
+    columns = ("runs/s", "first p50", "first p95", "RSS MiB", "failed")
+    header = f"{'way':<42} " + " ".join(f"{column:>9}" for column in columns)
     print(header + "\n" + "-" * len(header))
     for concurrency in args.concurrency:
         label = f"c={concurrency:<3}"
