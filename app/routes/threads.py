@@ -31,6 +31,8 @@ from app.runs.store import ThreadRecord, now
 from app.schemas import (
     ID_PATTERN,
     HistoryRequest,
+    QueryBool,
+    QueryInt,
     ThreadCreate,
     ThreadOut,
     ThreadPatch,
@@ -180,7 +182,7 @@ def _graph_of(manager: RunManager, thread: ThreadRecord) -> Any:
 
 @router.get("/threads/{thread_id}/state", response_model=ThreadStateOut, summary="Thread state")
 async def get_state(
-    thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: bool = False
+    thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: QueryBool = False
 ) -> dict[str, Any]:
     """Return the thread's latest checkpointed state."""
     thread = await _owned_thread(manager, owner, thread_id)
@@ -201,7 +203,7 @@ async def get_state_at(
     checkpoint_id: Annotated[str, Path(max_length=64)],
     manager: RunsDep,
     owner: PrincipalDep,
-    subgraphs: bool = False,
+    subgraphs: QueryBool = False,
 ) -> dict[str, Any]:
     """Return the thread's state at one checkpoint."""
     thread = await _owned_thread(manager, owner, thread_id)
@@ -241,7 +243,7 @@ async def get_history(
     thread_id: ThreadId,
     manager: RunsDep,
     owner: PrincipalDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 10,
     before: Annotated[str | None, Query(max_length=64, description="A checkpoint id.")] = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first."""
@@ -265,7 +267,10 @@ async def post_history(
                 }
             ]
         )
-    before = body.before
-    if isinstance(before, dict):
-        before = (before.get("configurable") or before).get("checkpoint_id")
+    try:
+        before = body.before_checkpoint()
+    except ValueError as exc:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": ("body", "before"), "msg": str(exc)}]
+        ) from None
     return await _history(manager, owner, thread_id, body.limit, before)
