@@ -137,8 +137,11 @@ def _query_bool(value: Any) -> Any:
     return value
 
 
-#: An integer query parameter: decimal digits only (bounds come with `Query`).
-QueryInt = Annotated[int, BeforeValidator(_whole_number)]
+#: Put after the bounds of an integer query parameter: decimal digits only, e.g.
+#: `Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()]`. The bounds go
+#: in `Field` before it, not in `Query`: only then does the document show them as
+#: minimum/maximum.
+DIGITS_ONLY = BeforeValidator(_whole_number)
 #: A boolean query parameter: true/false or 1/0, nothing else.
 QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 

@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from app.deps import NotesDep
-from app.schemas import QueryInt
+from app.schemas import DIGITS_ONLY
 from app.security import PrincipalDep
 from knowledge.notes import (
     MAX_CONTENT_CHARS,
@@ -305,8 +305,12 @@ async def list_notes(
             description="Only notes with this tag (case-insensitive).",
         ),
     ] = None,
-    limit: Annotated[QueryInt, Query(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 50,
-    offset: Annotated[QueryInt, Query(ge=0, le=MAX_OFFSET, description="Notes to skip.")] = 0,
+    limit: Annotated[
+        int, Field(ge=1, le=MAX_LIST_LIMIT), DIGITS_ONLY, Query(description="Page size.")
+    ] = 50,
+    offset: Annotated[
+        int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query(description="Notes to skip.")
+    ] = 0,
 ) -> NotePage:
     """Return a page of notes in insertion order, archived ones included unless filtered."""
     if tag is None:

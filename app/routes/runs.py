@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import StringConstraints, ValidationError
+from pydantic import Field, StringConstraints, ValidationError
 
 from app.deps import RunsDep, SettingsDep
 from app.runs.assistants import Assistant
@@ -36,13 +36,13 @@ from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_
 from app.runs.serde import dumps
 from app.runs.store import RunRecord
 from app.schemas import (
+    DIGITS_ONLY,
     ID_PATTERN,
     IDEMPOTENCY_KEY_RE,
     MAX_OFFSET,
     STREAM_EXAMPLE,
     CommandIn,
     QueryBool,
-    QueryInt,
     RunCreate,
     RunOut,
 )
@@ -442,8 +442,8 @@ async def list_runs(
     thread_id: ThreadId,
     manager: RunsDep,
     owner: PrincipalDep,
-    limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 10,
-    offset: Annotated[QueryInt, Query(ge=0, le=MAX_OFFSET)] = 0,
+    limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()] = 0,
     status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
     | None = None,
 ) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
+from pydantic import Field
 
 from app.deps import RunsDep
 from app.runs.frames import public_error
@@ -29,10 +30,10 @@ from app.runs.manager import Conflict, NotFound, RunManager
 from app.runs.serde import to_jsonable
 from app.runs.store import ThreadRecord, now
 from app.schemas import (
+    DIGITS_ONLY,
     ID_PATTERN,
     HistoryRequest,
     QueryBool,
-    QueryInt,
     ThreadCreate,
     ThreadOut,
     ThreadPatch,
@@ -243,7 +244,7 @@ async def get_history(
     thread_id: ThreadId,
     manager: RunsDep,
     owner: PrincipalDep,
-    limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 10,
+    limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
     before: Annotated[str | None, Query(max_length=64, description="A checkpoint id.")] = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first."""
