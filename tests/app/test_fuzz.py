@@ -15,13 +15,17 @@ from tests.app.fuzz import UNHANDLED, fuzz
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-EXAMPLES = 8
 PHASES = "examples,coverage,fuzzing"
 
 
-@pytest.mark.parametrize("keyed", [False, True], ids=["open", "keyed"])
-def test_schemathesis_finds_no_5xx_and_no_mismatch_with_the_document(keyed: bool) -> None:
-    result = fuzz(keyed=keyed, examples=EXAMPLES, phases=PHASES, timeout=600)
+# The open run is the thorough one (30 examples per operation find, e.g., a note id
+# outside Latin-1 copied into a header; 8 do not); the keyed run adds the API key
+# and the documented 401s, and shares everything else, so fewer examples do.
+@pytest.mark.parametrize(("keyed", "examples"), [(False, 30), (True, 10)], ids=["open", "keyed"])
+def test_schemathesis_finds_no_5xx_and_no_mismatch_with_the_document(
+    keyed: bool, examples: int
+) -> None:
+    result = fuzz(keyed=keyed, examples=examples, phases=PHASES, timeout=600)
 
     assert result.returncode == 0, result.output[-8000:]
     assert "passed" in result.output  # it did test something
