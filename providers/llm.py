@@ -8,7 +8,10 @@ Every HTTP attempt the OpenAI client makes goes through a transport of ours
 metrics) about each retry and each failed attempt. The OpenAI SDK retries 429s,
 5xx answers, timeouts and connection errors itself (`LLM_MAX_RETRIES`), below
 LangChain, where no callback sees them; the transport sees every attempt, and
-the SDK numbers them in its `x-stainless-retry-count` request header.
+the SDK numbers them in its `x-stainless-retry-count` request header. A deliberate
+deviation: these clients replace langchain-openai's default ones, so its TCP
+keep-alive socket options (`LANGCHAIN_OPENAI_TCP_*`) do not apply; `LLM_TIMEOUT`
+still bounds every attempt, and the run timeout every run.
 """
 
 from __future__ import annotations
