@@ -57,7 +57,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     db = database_path(settings)
     async with AsyncExitStack() as stack:
         notes = await stack.enter_async_context(SqliteNoteRepository(db))
-        models = await stack.enter_async_context(open_model_factory(settings))
+        models = await stack.enter_async_context(
+            open_model_factory(settings, observer=app.state.metrics)
+        )
         app.state.notes = notes
         app.state.assets = AssetStore(settings.assets_dir)
         context = AtelierContext.from_settings(settings, models=models, notes=notes)

@@ -14,7 +14,7 @@ well-formed call):
                                                from start to end
     metrics.node_finished(node, seconds)       a graph node ran (only for nodes the
                                                callback handler cannot see)
-    metrics.retry(kind)                        a retry happened: "critic", "replan", "llm"
+    metrics.retry(kind, role)                  a retry happened: "critic", "replan", "llm"
     metrics.observe_event(event)               every `custom`-mode pipeline event: a
                                                critic.verdict sending the run back to
                                                rag / planner counts as a critic retry /
@@ -24,16 +24,25 @@ well-formed call):
     config["callbacks"] = [metrics.callback]   per run: LLM calls, tokens and
                                                durations by role, LLM retries that
                                                LangChain sees, and node durations
+    metrics.llm_retry(role)                    the OpenAI client retried an HTTP attempt
+    metrics.llm_failure(role, reason)          an HTTP attempt failed (both called by
+                                               `providers.llm.CountingTransport`; the
+                                               app hands the metrics to the model factory)
 
 `metrics.callback` is one `MetricsCallbackHandler` shared by every run (it keys what
 it tracks by LangChain run id). It learns a call's role from `metadata["role"]` or
 a `role:<name>` tag, both set by `providers.llm.OpenAIModelFactory`; a model built
 elsewhere counts as role "unknown". Token counts come from the message's
 `usage_metadata` (the factory asks for `stream_usage`), else from the provider's
-`token_usage`. LLM retries are counted where LangChain shows them: a model call
-tagged `retry:attempt:N` by `with_retry` (not one merely inside a retried chain), and
-the `on_retry` callback of legacy LLM wrappers. Retries made inside the OpenAI client
-(`LLM_MAX_RETRIES`) never reach LangChain callbacks and are not counted.
+`token_usage`. LLM retries are counted where they happen, in
+`atelier_retries_total{kind="llm",role=...}`: a model call tagged `retry:attempt:N`
+by `with_retry` (not one merely inside a retried chain), the `on_retry` callback of
+legacy LLM wrappers, and every retry the OpenAI client makes underneath
+(`LLM_MAX_RETRIES`: 429s, 5xx, timeouts, lost connections), which its HTTP transport
+reports. Each failed HTTP attempt counts in `atelier_llm_failures_total{role,reason}`
+(reason: rate_limited, server_error, client_error, timeout, connection); a call that
+fails for good also counts as `atelier_llm_calls_total{outcome="error"}`. Critic
+retries and replans carry role `critic`, whose verdict sends the run back.
 
 Node durations are measured by the same handler from LangGraph's own callbacks: a
 chain whose run name equals its `langgraph_node` metadata is a node's task, so
@@ -62,6 +71,13 @@ from core.settings import LLM_ROLES
 
 RUN_STATUSES: tuple[str, ...] = ("pending", "running", "success", "error", "timeout", "interrupted")
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
+FAILURE_REASONS: tuple[str, ...] = (
+    "rate_limited",
+    "server_error",
+    "client_error",
+    "timeout",
+    "connection",
+)
 UNKNOWN_ROLE = "unknown"
 OTHER = "other"
 MAX_NODE_LABEL_CHARS = 64
@@ -124,15 +140,26 @@ class AtelierMetrics:
         )
         self.retries = Counter(
             "atelier_retries",
-            "Retries by kind: critic (back to rag), replan (back to planner), llm.",
-            ["kind"],
+            "Retries by kind (critic: back to rag, replan: back to planner, llm: a model "
+            "call or HTTP attempt again) and role.",
+            ["kind", "role"],
+            registry=r,
+        )
+        self.llm_failures = Counter(
+            "atelier_llm_failures",
+            "Failed HTTP attempts of LLM calls (retried or not), by role and reason.",
+            ["role", "reason"],
             registry=r,
         )
         # Every label value shows from the start, so a dashboard sees zeros, not gaps.
         for status in RUN_STATUSES:
             self.runs.labels(status=status)
-        for kind in RETRY_KINDS:
-            self.retries.labels(kind=kind)
+        self.retries.labels(kind="critic", role="critic")
+        self.retries.labels(kind="replan", role="critic")
+        for role in LLM_ROLES:
+            self.retries.labels(kind="llm", role=role)
+            for reason in FAILURE_REASONS:
+                self.llm_failures.labels(role=role, reason=reason)
         self.callback = MetricsCallbackHandler(self)
 
     # --- runs -----------------------------------------------------------------
@@ -153,9 +180,21 @@ class AtelierMetrics:
         """Record the wall time of one node's task."""
         self.node_duration.labels(node=_node_label(node)).observe(max(0.0, seconds))
 
-    def retry(self, kind: str) -> None:
-        """Count a retry of a kind in `RETRY_KINDS` ("critic", "replan", "llm")."""
-        self.retries.labels(kind=kind if kind in RETRY_KINDS else OTHER).inc()
+    def retry(self, kind: str, role: str = UNKNOWN_ROLE) -> None:
+        """Count a retry of a kind in `RETRY_KINDS` ("critic", "replan", "llm") by a role."""
+        self.retries.labels(
+            kind=kind if kind in RETRY_KINDS else OTHER, role=_role_label(role)
+        ).inc()
+
+    def llm_retry(self, role: str) -> None:
+        """Count an HTTP attempt the OpenAI client made again for `role`'s model."""
+        self.retry("llm", role)
+
+    def llm_failure(self, role: str, reason: str) -> None:
+        """Count a failed HTTP attempt of `role`'s model (`FAILURE_REASONS`)."""
+        self.llm_failures.labels(
+            role=_role_label(role), reason=reason if reason in FAILURE_REASONS else OTHER
+        ).inc()
 
     def observe_event(self, event: Mapping[str, Any]) -> None:
         """Learn from a pipeline event (custom stream mode): critic retries and replans."""
@@ -163,9 +202,9 @@ class AtelierMetrics:
             return
         next_step = event.get("next")
         if next_step == "rag":
-            self.retry("critic")
+            self.retry("critic", "critic")
         elif next_step == "planner":
-            self.retry("replan")
+            self.retry("replan", "critic")
 
     # --- SSE ------------------------------------------------------------------
 
@@ -223,8 +262,9 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Remember the role and start time of a chat model call."""
-        _remember(self._llm_runs, run_id, role_of(metadata, tags))
-        self._count_llm_retry(tags, kwargs.get("parent_run_id"))
+        role = role_of(metadata, tags)
+        _remember(self._llm_runs, run_id, role)
+        self._count_llm_retry(role, tags, kwargs.get("parent_run_id"))
 
     def on_llm_start(
         self,
@@ -237,8 +277,9 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Remember the role and start time of a completion model call."""
-        _remember(self._llm_runs, run_id, role_of(metadata, tags))
-        self._count_llm_retry(tags, kwargs.get("parent_run_id"))
+        role = role_of(metadata, tags)
+        _remember(self._llm_runs, run_id, role)
+        self._count_llm_retry(role, tags, kwargs.get("parent_run_id"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """Count a finished call, its tokens and its duration."""
@@ -262,14 +303,17 @@ class MetricsCallbackHandler(BaseCallbackHandler):
 
     def on_retry(self, retry_state: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Count a retry reported by a legacy LLM wrapper's retry decorator."""
-        self._metrics.retry("llm")
+        role = self._llm_runs.get(run_id, (UNKNOWN_ROLE, 0.0))[0]
+        self._metrics.retry("llm", role)
 
-    def _count_llm_retry(self, tags: Sequence[str] | None, parent_run_id: UUID | None) -> None:
+    def _count_llm_retry(
+        self, role: str, tags: Sequence[str] | None, parent_run_id: UUID | None
+    ) -> None:
         """Count a model call that is a `with_retry` attempt after the first."""
         if parent_run_id in self._retried_chains:
             return  # the whole chain around the call is being retried, not the call
         if any(tag.startswith(_RETRY_TAG) for tag in tags or ()):
-            self._metrics.retry("llm")
+            self._metrics.retry("llm", role)
 
     # --- graph nodes --------------------------------------------------------------
 
@@ -340,6 +384,10 @@ def token_usage(response: LLMResult) -> tuple[int, int]:
         input_tokens = int(usage.get("prompt_tokens", 0) or 0)
         output_tokens = int(usage.get("completion_tokens", 0) or 0)
     return input_tokens, output_tokens
+
+
+def _role_label(role: str) -> str:
+    return role if role in LLM_ROLES or role == UNKNOWN_ROLE else OTHER
 
 
 def _node_label(node: str) -> str:

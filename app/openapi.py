@@ -9,6 +9,20 @@ schemas added by hand. `install_openapi` adds to `components.schemas`:
   `EndData`);
 * `StreamFrame`, one SSE frame (`id`, `event`, `data`), which the stream endpoints
   reference from their `text/event-stream` response (with an example stream).
+
+It also documents the error answers FastAPI cannot see, so the document says
+what the server does (schemathesis checks every status against it, and Apifox
+imports it): `ErrorResponse`, the one error body of the service (app/security.py),
+on every error status, and per operation
+
+* 401 on everything but the public paths, when API keys are configured (the
+  document describes the server it is served by);
+* 404 where a path names a resource, and on the run-creating operations (unknown
+  assistant or thread);
+* 409 where `CONFLICTS` says an operation can conflict;
+* 400, 413 and 422 on every operation with a request body (an unreadable body,
+  the body limit and the validation apply to all of them), 422 also where there
+  are parameters.
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from app.schemas import EndData, ErrorData, GapData, RunMetadataData
+from app.security import ERROR_CODES, is_public
 from core.events import PipelineEvent
 
 _REF = "#/components/schemas/{model}"
@@ -57,7 +72,13 @@ def stream_schemas() -> dict[str, Any]:
         "type": "object",
         "required": ["id", "event", "data"],
         "properties": {
-            "id": {"type": "integer", "minimum": 1, "description": "Per-run sequence number."},
+            "id": {
+                "type": "string",
+                "pattern": "^[1-9][0-9]*$",
+                "description": "Per-run sequence number, as the SSE `id:` line carries it "
+                "(decimal text); send it back as Last-Event-ID to resume after it.",
+                "examples": ["5"],
+            },
             "event": {
                 "type": "string",
                 "pattern": r"^(metadata|values|updates|messages|custom|tasks|debug|gap|error|end)"
@@ -78,8 +99,126 @@ def stream_schemas() -> dict[str, Any]:
     return components
 
 
+#: Operations that answer 409, and why.
+CONFLICTS: dict[tuple[str, str], str] = {
+    ("post", "/threads"): "A thread with this thread_id exists (if_exists raise).",
+    ("post", "/threads/{thread_id}/runs/{run_id}/cancel"): "The run has already ended.",
+    ("delete", "/threads/{thread_id}/runs/{run_id}"): "The run is still pending or running.",
+    ("post", "/knowledge/notes"): "The given id is taken.",
+    ("patch", "/knowledge/notes/{note_id}"): "The note is no longer at `expected_version`.",
+    ("post", "/knowledge/notes/{note_id}/archive"): "The note is no longer at `expected_version`.",
+}
+_RUN_CONFLICT = (
+    "The thread is busy (multitask_strategy reject), has no interrupt to resume, the "
+    "server is shutting down, or the Idempotency-Key was used for another request."
+)
+_RUN_CREATING = (
+    "/runs",
+    "/runs/stream",
+    "/runs/wait",
+    "/threads/{thread_id}/runs",
+    "/threads/{thread_id}/runs/stream",
+    "/threads/{thread_id}/runs/wait",
+)
+_DESCRIPTIONS = {
+    400: "The body cannot be read at all (not UTF-8 text, a broken multipart form).",
+    401: "No valid API key (AUTH_API_KEYS): send 'Authorization: Bearer <key>' or "
+    "'X-Api-Key: <key>'.",
+    404: "What the path or body names does not exist (or belongs to another API key).",
+    413: "The request body is larger than MAX_BODY_BYTES.",
+    422: "The request is invalid; `detail` names each field and the rule it broke.",
+}
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+
+def error_schema() -> dict[str, Any]:
+    """Return the schema of the service's error body (`app.security.error_body`)."""
+    return {
+        "title": "ErrorResponse",
+        "type": "object",
+        "required": ["detail", "error", "message"],
+        "properties": {
+            "detail": {
+                "description": "A message, the list of field errors of a 422, or an "
+                "object with details (a 409 of the vault names the versions).",
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"$ref": _REF.format(model="FieldError")}},
+                    {"type": "object"},
+                ],
+            },
+            "error": {
+                "type": "string",
+                "description": "Error code.",
+                "examples": sorted(set(ERROR_CODES.values())),
+            },
+            "message": {"type": "string", "description": "One sentence, safe to show."},
+        },
+    }
+
+
+def field_error_schema() -> dict[str, Any]:
+    """Return the schema of one field error in a 422's `detail`."""
+    return {
+        "title": "FieldError",
+        "type": "object",
+        "required": ["loc", "msg", "type"],
+        "properties": {
+            "loc": {
+                "type": "array",
+                "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                "description": "Where: body, query, path or header, then the field path.",
+            },
+            "msg": {"type": "string", "description": "The rule the value broke."},
+            "type": {"type": "string", "description": "Error type."},
+            "ctx": {"type": "object", "description": "The rule's values (limits, patterns)."},
+        },
+    }
+
+
+def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
+    """Add the error answers of every operation to an OpenAPI document, in place."""
+    error_ref = {"$ref": _REF.format(model="ErrorResponse")}
+    for path, item in document.get("paths", {}).items():
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            parameters = operation.get("parameters", [])
+            statuses: dict[int, str] = {}
+            if keyed and not is_public(path):
+                statuses[401] = _DESCRIPTIONS[401]
+            if any(p.get("in") == "path" for p in parameters) or path in _RUN_CREATING:
+                statuses[404] = _DESCRIPTIONS[404]
+            if (method, path) in CONFLICTS:
+                statuses[409] = CONFLICTS[method, path]
+            elif method == "post" and path in _RUN_CREATING:
+                statuses[409] = _RUN_CONFLICT
+            if "requestBody" in operation:
+                statuses[400] = _DESCRIPTIONS[400]
+                statuses[413] = _DESCRIPTIONS[413]
+            if "requestBody" in operation or parameters:
+                statuses[422] = _DESCRIPTIONS[422]
+            responses = operation.setdefault("responses", {})
+            for status, description in statuses.items():
+                responses.setdefault(str(status), {"description": description})
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {"application/json": {"schema": error_ref}}
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas["ErrorResponse"] = error_schema()
+    schemas["FieldError"] = field_error_schema()
+    # FastAPI's own 422 schemas are no longer referenced: every 422 is an ErrorResponse.
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Add the stream schemas to the app's OpenAPI document (built once, then cached)."""
+    """Complete the app's OpenAPI document (built once, then cached).
+
+    Adds the stream schemas and the error answers (`document_errors`); 401s are
+    documented when `app.state.settings` has API keys.
+    """
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -88,6 +227,8 @@ def install_openapi(app: FastAPI) -> None:
             schemas = document.setdefault("components", {}).setdefault("schemas", {})
             for name, schema in stream_schemas().items():
                 schemas.setdefault(name, schema)
+            settings = getattr(app.state, "settings", None)
+            document_errors(document, keyed=bool(settings and settings.auth_api_keys))
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -16,9 +16,13 @@ from typing import Annotated, Any, Literal
 
 from langgraph.types import Interrupt
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -38,6 +42,14 @@ MAX_MAPPING_BYTES = 16_384
 #: `configurable` keys the server sets itself.
 RESERVED_CONFIGURABLE = frozenset({"thread_id", "run_id", "assistant_id"})
 
+#: Integers a client may put anywhere in free-form JSON (metadata, config, input,
+#: command): SQLite, the event log (orjson) and the checkpointer (msgpack) store
+#: signed 64-bit integers, so anything wider is refused where it enters.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+#: Largest page offset any list or search accepts.
+MAX_OFFSET = 1_000_000
+
 ResourceId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -47,17 +59,89 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def check_json_integers(value: Any) -> Any:
+    """Refuse free-form JSON holding an integer outside the signed 64-bit range.
+
+    Walks lists and objects without recursion (the body's depth is bounded by the
+    JSON parser, not here) and returns `value` unchanged.
+
+    Raises:
+        ValueError: An integer anywhere inside is below -2^63 or above 2^63-1.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise ValueError(
+                    f"integers must be within the signed 64-bit range ({INT64_MIN} to {INT64_MAX})"
+                )
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return value
+
+
+#: Free-form JSON a client sends (graph input, resume values, state updates).
+JsonAny = Annotated[Any, AfterValidator(check_json_integers)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(check_json_integers)]
+
+
 def _bounded_mapping(value: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """Refuse mappings with too many keys or too large a JSON form."""
+    """Refuse mappings with too many keys, too large a JSON form or too wide an integer."""
     if value is None:
         return value
     from app.runs.serde import dumps
 
+    check_json_integers(value)
     if len(value) > MAX_MAPPING_KEYS:
         raise ValueError(f"{name} may have at most {MAX_MAPPING_KEYS} keys")
     if len(dumps(value).encode()) > MAX_MAPPING_BYTES:
         raise ValueError(f"{name} may be at most {MAX_MAPPING_BYTES} bytes of JSON")
     return value
+
+
+# --------------------------------------------------------------------------- query values
+
+# Query values arrive as text. Pydantic's lax parsing would turn "254695.0" into an
+# integer and "yes", "on" or "t" into true; a query parameter the document declares
+# integer or boolean takes exactly what the type says instead: decimal digits for an
+# integer, `true`/`false` for a boolean (also `1`/`0`, which langgraph-sdk sends).
+# JSON bodies are strict the same way (StrictInt, StrictBool): `1.0` is not an
+# integer and `"true"` not a boolean.
+
+_DIGITS = re.compile(r"^-?[0-9]{1,30}$")
+
+
+def _whole_number(value: Any) -> Any:
+    if isinstance(value, str):
+        if not _DIGITS.match(value):
+            raise ValueError("must be a whole number written in decimal digits")
+        return int(value)
+    return value
+
+
+def _query_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        lowered = value.lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise ValueError("must be true or false (or 1 or 0)")
+    return value
+
+
+#: Put after the bounds of an integer query parameter: decimal digits only, e.g.
+#: `Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()]`. The bounds go
+#: in `Field` before it, not in `Query`: only then does the document show them as
+#: minimum/maximum.
+DIGITS_ONLY = BeforeValidator(_whole_number)
+#: A boolean query parameter: true/false or 1/0, nothing else.
+QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 
 # --------------------------------------------------------------------------- atelier input
@@ -104,9 +188,13 @@ class AtelierInput(_Strict):
     image_provider: Literal["local", "openai"] | None = Field(
         default=None, description="Image provider (default: IMAGE_PROVIDER)."
     )
-    image_count: int | None = Field(default=None, ge=1, le=9, description="Images wanted (1–9).")
-    fast_mode: bool = Field(default=False, description="One attempt, smaller team budget.")
-    auto_confirm: bool = Field(default=False, description="Never ask a clarification question.")
+    image_count: StrictInt | None = Field(
+        default=None, ge=1, le=9, description="Images wanted (1–9)."
+    )
+    fast_mode: StrictBool = Field(default=False, description="One attempt, smaller team budget.")
+    auto_confirm: StrictBool = Field(
+        default=False, description="Never ask a clarification question."
+    )
 
     @field_validator("request")
     @classmethod
@@ -192,24 +280,51 @@ def writer_tokens_only(metadata: Mapping[str, Any]) -> bool:
 # --------------------------------------------------------------------------- runs
 
 
+#: A node name in `command.goto` and a state key in `command.update`.
+NodeName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+StateKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
 class CommandIn(_Strict):
     """A command for the graph: resume an interrupt, update state, or jump to nodes."""
 
-    resume: Any = Field(
+    resume: JsonAny = Field(
         default=None,
         description="Answer to the pending interrupt, or a map of interrupt id → answer.",
         examples=["defaults"],
     )
-    update: dict[str, Any] | list[tuple[str, Any]] | None = Field(
-        default=None, description="State update applied before continuing."
+    update: (
+        Annotated[dict[str, Any] | list[tuple[StateKey, Any]], AfterValidator(check_json_integers)]
+        | None
+    ) = Field(
+        default=None,
+        max_length=MAX_MAPPING_KEYS,
+        description="State update applied before continuing: state key → value, or a list "
+        "of [key, value] pairs. Keys must be state keys of the assistant's graph.",
     )
-    goto: str | list[str] | None = Field(default=None, description="Node(s) to run next.")
+    goto: NodeName | Annotated[list[NodeName], Field(min_length=1, max_length=32)] | None = Field(
+        default=None, description="Node(s) of the assistant's graph to run next."
+    )
 
     @model_validator(mode="after")
     def _not_empty(self) -> CommandIn:
         if self.resume is None and self.update is None and self.goto is None:
             raise ValueError("command needs at least one of resume, update, goto")
         return self
+
+    def goto_targets(self) -> list[str]:
+        """Return the nodes `goto` names (none when unset)."""
+        if self.goto is None:
+            return []
+        return [self.goto] if isinstance(self.goto, str) else list(self.goto)
+
+    def update_keys(self) -> list[str]:
+        """Return the state keys `update` writes (none when unset)."""
+        if self.update is None:
+            return []
+        if isinstance(self.update, dict):
+            return list(self.update)
+        return [key for key, _ in self.update]
 
 
 class RunConfigIn(_Strict):
@@ -218,7 +333,7 @@ class RunConfigIn(_Strict):
     tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
         default_factory=list, max_length=16
     )
-    recursion_limit: int | None = Field(default=None, ge=1, le=10_000)
+    recursion_limit: StrictInt | None = Field(default=None, ge=1, le=10_000)
     configurable: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("configurable")
@@ -356,7 +471,7 @@ class RunCreate(RunPlatformOptions, _Strict):
     assistant_id: str = Field(
         min_length=1, max_length=128, description="Assistant to run.", examples=["atelier"]
     )
-    input: dict[str, Any] | None = Field(
+    input: JsonObject | None = Field(
         default=None,
         description="Graph input; for `atelier` see AtelierInput.",
         examples=[{"request": "写一篇小红书笔记：平价护肤，学生党友好", "auto_confirm": True}],
@@ -365,10 +480,10 @@ class RunCreate(RunPlatformOptions, _Strict):
     stream_mode: StreamModeName | list[StreamModeName] = Field(
         default="values", description="Stream mode(s) of the run's stream."
     )
-    stream_subgraphs: bool = Field(
+    stream_subgraphs: StrictBool = Field(
         default=False, description="Send subgraph events, namespaced `mode|node:<task id>`."
     )
-    stream_resumable: bool = Field(
+    stream_resumable: StrictBool = Field(
         default=False,
         description="Advertise the stream for reconnection (`Location` header). Every "
         "run's events are kept either way, so any run can be joined and replayed.",
@@ -458,20 +573,30 @@ class ThreadPatch(_Strict):
         return _bounded_mapping(value, "metadata") or {}
 
 
+#: A metadata key a search may filter by: it becomes a quoted SQLite JSON path label.
+_SEARCH_KEY = re.compile(r'^[^"\\\x00-\x1f\x7f]{1,128}$')
+
+
 class ThreadSearch(_Strict):
     """Body of POST /threads/search."""
 
     metadata: dict[str, Any] | None = None
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     ids: list[ResourceId] | None = Field(default=None, max_length=1000)
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0, le=1_000_000)
+    limit: StrictInt = Field(default=10, ge=1, le=1000)
+    offset: StrictInt = Field(default=0, ge=0, le=MAX_OFFSET)
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] = "created_at"
     sort_order: Literal["asc", "desc"] = "desc"
 
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in value or {}:
+            if not _SEARCH_KEY.match(key):
+                raise ValueError(
+                    "metadata keys to search by are 1-128 characters without double "
+                    "quotes, backslashes or control characters"
+                )
         return _bounded_mapping(value, "metadata")
 
 
@@ -505,11 +630,34 @@ class ThreadOut(BaseModel):
 class HistoryRequest(_Strict):
     """Body of POST /threads/{thread_id}/history (the SDK's `get_history`)."""
 
-    limit: int = Field(default=10, ge=1, le=1000)
-    before: str | dict[str, Any] | None = Field(
+    limit: StrictInt = Field(default=10, ge=1, le=1000)
+    before: Annotated[str, StringConstraints(max_length=64)] | JsonObject | None = Field(
         default=None, description="A checkpoint id, or a checkpoint object with one."
     )
     metadata: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(value, "metadata")
+
+    def before_checkpoint(self) -> str | None:
+        """Return the checkpoint id `before` names (an id, or an object with one).
+
+        Raises:
+            ValueError: `before` is an object without a checkpoint id of 1-64 characters.
+        """
+        before = self.before
+        if before is None or isinstance(before, str):
+            return before or None
+        inner = before.get("configurable", before)
+        checkpoint_id = inner.get("checkpoint_id") if isinstance(inner, Mapping) else None
+        if not isinstance(checkpoint_id, str) or not 1 <= len(checkpoint_id) <= 64:
+            raise ValueError(
+                "before is a checkpoint id or an object with a checkpoint_id "
+                "(or configurable.checkpoint_id) of 1-64 characters"
+            )
+        return checkpoint_id
 
 
 class HistoryQuery(HistoryRequest):
@@ -577,10 +725,15 @@ class AssistantSearch(_Strict):
     graph_id: str | None = Field(default=None, max_length=128)
     name: str | None = Field(default=None, max_length=128)
     metadata: dict[str, Any] | None = None
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
+    limit: StrictInt = Field(default=10, ge=1, le=1000)
+    offset: StrictInt = Field(default=0, ge=0, le=MAX_OFFSET)
     sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: Literal["asc", "desc"] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(value, "metadata")
 
 
 class AssistantCount(_Strict):

@@ -41,7 +41,7 @@ import hashlib
 import hmac
 import logging
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request, Security
@@ -53,6 +53,7 @@ from pydantic import SecretStr
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.settings import Settings
@@ -362,7 +363,36 @@ async def _http_exception_handler(request: Request, exc: Exception) -> JSONRespo
         message = detail["message"]
     else:
         message = _status_phrase(exc.status_code)
-    return error_response(exc.status_code, message, detail, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette names only the methods of the first route matching the path; one
+        # FastAPI route serves one method, so the header would list just that one.
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+    return error_response(exc.status_code, message, detail, headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Return every method some route of the app serves at the request's path."""
+    methods: set[str] = set()
+    for route in _endpoint_routes(request.app.router.routes):
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods.update(getattr(route, "methods", ()))
+    return sorted(methods)
+
+
+def _endpoint_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """Yield the routes with methods, inside routers included with `include_router` too.
+
+    FastAPI (0.16x) keeps an included router as one entry pointing at the original
+    router, whose routes carry their full paths (this app includes routers without
+    an extra prefix).
+    """
+    for route in routes:
+        if getattr(route, "methods", None):
+            yield route
+        inner = getattr(getattr(route, "original_router", None), "routes", None)
+        if inner:
+            yield from _endpoint_routes(inner)
 
 
 async def _validation_exception_handler(request: Request, exc: Exception) -> JSONResponse:

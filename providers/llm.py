@@ -2,14 +2,25 @@
 
 Nodes ask a `ModelFactory` for the model of their role and never build one
 themselves, so tests swap the whole LLM layer by passing another factory.
+
+Every HTTP attempt the OpenAI client makes goes through a transport of ours
+(`CountingTransport`), one per role, which tells an `AttemptObserver` (the app's
+metrics) about each retry and each failed attempt. The OpenAI SDK retries 429s,
+5xx answers, timeouts and connection errors itself (`LLM_MAX_RETRIES`), below
+LangChain, where no callback sees them; the transport sees every attempt, and
+the SDK numbers them in its `x-stainless-retry-count` request header. A deliberate
+deviation: these clients replace langchain-openai's default ones, so its TCP
+keep-alive socket options (`LANGCHAIN_OPENAI_TCP_*`) do not apply; `LLM_TIMEOUT`
+still bounds every attempt, and the run timeout every run.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
+import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
 from langgraph.constants import TAG_NOSTREAM
@@ -32,6 +43,108 @@ def role_tags(role: str) -> list[str]:
     return tags
 
 
+FailureReason = Literal["rate_limited", "server_error", "client_error", "timeout", "connection"]
+#: The request header in which the OpenAI SDK numbers an attempt (0: the first).
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+
+
+class AttemptObserver(Protocol):
+    """Told about every HTTP attempt of a role's model that is a retry or failed."""
+
+    def llm_retry(self, role: str) -> None:
+        """Count an attempt after the first of one call (the client retried)."""
+
+    def llm_failure(self, role: str, reason: FailureReason) -> None:
+        """Count an attempt that failed (an error status, a timeout, a lost connection)."""
+
+
+def failure_reason(status_code: int) -> FailureReason | None:
+    """Return how an answer with this status failed, or None when it did not."""
+    if status_code == 429:
+        return "rate_limited"
+    if status_code >= 500:
+        return "server_error"
+    if status_code >= 400:
+        return "client_error"
+    return None
+
+
+class _Attempts:
+    """What both transports do around one attempt."""
+
+    def __init__(self, role: str, observer: AttemptObserver) -> None:
+        self.role = role
+        self.observer = observer
+
+    def started(self, request: httpx.Request) -> None:
+        retry = request.headers.get(RETRY_COUNT_HEADER, "0")
+        if retry.isdigit() and int(retry) > 0:
+            self.observer.llm_retry(self.role)
+
+    def answered(self, response: httpx.Response) -> None:
+        reason = failure_reason(response.status_code)
+        if reason is not None:
+            self.observer.llm_failure(self.role, reason)
+
+    def failed(self, error: httpx.TransportError) -> None:
+        timeout = isinstance(error, httpx.TimeoutException)
+        self.observer.llm_failure(self.role, "timeout" if timeout else "connection")
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """An async httpx transport that reports retries and failed attempts of one role."""
+
+    def __init__(
+        self, role: str, observer: AttemptObserver, inner: httpx.AsyncBaseTransport
+    ) -> None:
+        """Report for `role` to `observer`; send through `inner`."""
+        self._attempts = _Attempts(role, observer)
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send one attempt and report it."""
+        self._attempts.started(request)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx.TransportError as exc:
+            self._attempts.failed(exc)
+            raise
+        self._attempts.answered(response)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport's connections."""
+        await self._inner.aclose()
+
+
+class SyncCountingTransport(httpx.BaseTransport):
+    """The synchronous twin of `CountingTransport` (for `invoke`)."""
+
+    def __init__(self, role: str, observer: AttemptObserver, inner: httpx.BaseTransport) -> None:
+        """Report for `role` to `observer`; send through `inner`."""
+        self._attempts = _Attempts(role, observer)
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send one attempt and report it."""
+        self._attempts.started(request)
+        try:
+            response = self._inner.handle_request(request)
+        except httpx.TransportError as exc:
+            self._attempts.failed(exc)
+            raise
+        self._attempts.answered(response)
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport's connections."""
+        self._inner.close()
+
+
+#: Connection pool of each role's client (the OpenAI SDK's own default).
+_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
 class OpenAIModelFactory:
     """Build `ChatOpenAI` models against any OpenAI-compatible endpoint.
 
@@ -42,10 +155,19 @@ class OpenAIModelFactory:
     `base_url` (see `providers.local_llm`): the model is named after the GGUF file,
     completion budgets come from `LOCAL_MODEL_MAX_TOKENS`, and requests are sent in
     the dialect that server reads.
+
+    With an `observer`, each role's model gets HTTP clients of its own whose
+    transport reports retries and failed attempts (`CountingTransport`); close them
+    with `aclose()`.
     """
 
     def __init__(
-        self, settings: Settings, *, base_url: str | None = None, embedded: bool = False
+        self,
+        settings: Settings,
+        *,
+        base_url: str | None = None,
+        embedded: bool = False,
+        observer: AttemptObserver | None = None,
     ) -> None:
         """Bind the factory to settings; `base_url` overrides `LLM_BASE_URL` (embedded model)."""
         if embedded and not base_url:
@@ -53,7 +175,9 @@ class OpenAIModelFactory:
         self._settings = settings
         self._base_url = base_url or settings.llm_base_url
         self._embedded_name = embedded_model_name(settings) if embedded else None
+        self._observer = observer
         self._cache: dict[str, BaseChatModel] = {}
+        self._clients: list[httpx.Client | httpx.AsyncClient] = []
 
     def model_name(self, role: str) -> str:
         """Return the name of the model `role` uses (what /info shows)."""
@@ -101,19 +225,62 @@ class OpenAIModelFactory:
             stream_usage=True,
             tags=role_tags(role),
             metadata={"role": role},
+            **self._http_clients(role),
         )
+
+    def _http_clients(self, role: str) -> dict[str, Any]:
+        """Return counting HTTP clients for `role`'s model (none without an observer)."""
+        if self._observer is None:
+            return {}
+        timeout = httpx.Timeout(self._settings.llm_timeout)
+        sync_client = httpx.Client(
+            transport=SyncCountingTransport(
+                role, self._observer, httpx.HTTPTransport(limits=_LIMITS)
+            ),
+            timeout=timeout,
+            follow_redirects=True,
+        )
+        async_client = httpx.AsyncClient(
+            transport=CountingTransport(
+                role, self._observer, httpx.AsyncHTTPTransport(limits=_LIMITS)
+            ),
+            timeout=timeout,
+            follow_redirects=True,
+        )
+        self._clients += [sync_client, async_client]
+        return {"http_client": sync_client, "http_async_client": async_client}
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients built for the roles' models."""
+        clients, self._clients = self._clients, []
+        for client in clients:
+            if isinstance(client, httpx.AsyncClient):
+                await client.aclose()
+            else:
+                client.close()
 
 
 @asynccontextmanager
-async def open_model_factory(settings: Settings) -> AsyncIterator[OpenAIModelFactory]:
+async def open_model_factory(
+    settings: Settings, *, observer: AttemptObserver | None = None
+) -> AsyncIterator[OpenAIModelFactory]:
     """Yield the model factory for `settings`, serving the embedded model if needed.
 
     With `LLM_BASE_URL` set, every role talks to that endpoint. Without it, the
     embedded llama.cpp server runs for the block's duration and every role talks
-    to it (see `providers.local_llm.serve_embedded_model`).
+    to it (see `providers.local_llm.serve_embedded_model`). `observer` is told
+    about every retried and failed HTTP attempt, by role.
     """
     if settings.llm_base_url:
-        yield OpenAIModelFactory(settings)
+        factory = OpenAIModelFactory(settings, observer=observer)
+        try:
+            yield factory
+        finally:
+            await factory.aclose()
         return
     async with serve_embedded_model(settings) as base_url:
-        yield OpenAIModelFactory(settings, base_url=base_url, embedded=True)
+        factory = OpenAIModelFactory(settings, base_url=base_url, embedded=True, observer=observer)
+        try:
+            yield factory
+        finally:
+            await factory.aclose()

@@ -113,7 +113,9 @@ _UPLOAD_BODY: dict[str, Any] = {
                     },
                 }
             },
-            "application/json": {"schema": {"$ref": "#/components/schemas/Base64Upload"}},
+            # Inline: no route takes Base64Upload as its body parameter (the route reads
+            # the body itself), so FastAPI never adds it to components.schemas.
+            "application/json": {"schema": Base64Upload.model_json_schema()},
         },
     }
 }

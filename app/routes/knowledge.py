@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from fastapi.exceptions import RequestValidationError
@@ -27,6 +28,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -34,6 +37,7 @@ from pydantic import (
 )
 
 from app.deps import NotesDep
+from app.schemas import DIGITS_ONLY
 from app.security import PrincipalDep
 from knowledge.notes import (
     MAX_CONTENT_CHARS,
@@ -132,7 +136,7 @@ class NoteUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    expected_version: int = Field(
+    expected_version: StrictInt = Field(
         ge=1,
         le=2**31,
         description="The version these changes are based on; 409 when the note has moved on.",
@@ -170,7 +174,7 @@ class NoteArchive(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    expected_version: int | None = Field(
+    expected_version: StrictInt | None = Field(
         default=None,
         ge=1,
         le=2**31,
@@ -201,10 +205,10 @@ class SearchRequest(BaseModel):
         description="What to look for; Chinese text is segmented (no spaces needed).",
         examples=["小红书 标题 绝对化用语"],
     )
-    limit: int = Field(
+    limit: StrictInt = Field(
         default=6, ge=1, le=MAX_SEARCH_LIMIT, description="Most notes to return.", examples=[6]
     )
-    only_approved: bool = Field(
+    only_approved: StrictBool = Field(
         default=False, description="Return approved notes only.", examples=[True]
     )
 
@@ -280,7 +284,9 @@ async def create_note(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"A note with id {note.id!r} already exists."
         ) from None
-    response.headers["Location"] = f"/knowledge/notes/{note.id}"
+    # A note id may be any text without spaces or slashes (Chinese included); a
+    # header holds Latin-1 at most, so the path is percent-encoded (RFC 3986).
+    response.headers["Location"] = f"/knowledge/notes/{quote(note.id, safe='')}"
     return note
 
 
@@ -299,8 +305,12 @@ async def list_notes(
             description="Only notes with this tag (case-insensitive).",
         ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = 50,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Notes to skip.")] = 0,
+    limit: Annotated[
+        int, Field(ge=1, le=MAX_LIST_LIMIT), DIGITS_ONLY, Query(description="Page size.")
+    ] = 50,
+    offset: Annotated[
+        int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query(description="Notes to skip.")
+    ] = 0,
 ) -> NotePage:
     """Return a page of notes in insertion order, archived ones included unless filtered."""
     if tag is None:

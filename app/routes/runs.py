@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import Field, StringConstraints, ValidationError
 
 from app.deps import RunsDep, SettingsDep
 from app.runs.assistants import Assistant
@@ -35,7 +35,17 @@ from app.runs.frames import STREAM_MODES
 from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
 from app.runs.serde import dumps
 from app.runs.store import RunRecord
-from app.schemas import ID_PATTERN, IDEMPOTENCY_KEY_RE, STREAM_EXAMPLE, RunCreate, RunOut
+from app.schemas import (
+    DIGITS_ONLY,
+    ID_PATTERN,
+    IDEMPOTENCY_KEY_RE,
+    MAX_OFFSET,
+    STREAM_EXAMPLE,
+    CommandIn,
+    QueryBool,
+    RunCreate,
+    RunOut,
+)
 from app.security import PrincipalDep, error_response
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
 
@@ -184,6 +194,8 @@ async def _create(
             ]
         )
     assistant = manager.assistant(body.assistant_id)
+    if body.command is not None:
+        _check_targets(assistant, body.command)
     graph_input: dict[str, Any] | None = None
     if body.input is not None:
         if assistant.input_model is not None:
@@ -219,6 +231,32 @@ async def _create(
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
     )
+
+
+def _check_targets(assistant: Assistant, command: CommandIn) -> None:
+    """Refuse a `goto` or `update` naming what the assistant's graph does not have.
+
+    LangGraph takes any name and fails only inside the run; refusing here makes it
+    a 422 naming the field, before anything is recorded.
+    """
+    graph = assistant.graph
+    nodes = sorted(n for n in graph.nodes if not n.startswith("__"))
+    unknown = sorted({t for t in command.goto_targets() if t not in nodes})
+    if unknown:
+        raise _body_error(
+            ("command", "goto"), f"command.goto names unknown nodes {unknown}; nodes: {nodes}"
+        )
+    keys = sorted(k for k in graph.channels if not k.startswith("__") and ":" not in k)
+    unknown = sorted({k for k in command.update_keys() if k not in keys})
+    if unknown:
+        raise _body_error(
+            ("command", "update"),
+            f"command.update names unknown state keys {unknown}; keys: {keys}",
+        )
+
+
+def _body_error(loc: tuple[str, ...], message: str) -> RequestValidationError:
+    return RequestValidationError([{"type": "value_error", "loc": ("body", *loc), "msg": message}])
 
 
 def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:
@@ -453,8 +491,8 @@ async def list_runs(
     thread_id: ThreadId,
     manager: RunsDep,
     owner: PrincipalDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()] = 0,
     status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
     | None = None,
 ) -> list[dict[str, Any]]:
@@ -509,9 +547,10 @@ async def join_stream(
         str | None, Query(max_length=20, description="Same as the Last-Event-ID header.")
     ] = None,
     stream_mode: Annotated[
-        list[str] | None, Query(description="Only these of the run's stream modes.")
+        list[Annotated[str, StringConstraints(max_length=32)]] | None,
+        Query(max_length=len(STREAM_MODES), description="Only these of the run's stream modes."),
     ] = None,
-    cancel_on_disconnect: bool = False,
+    cancel_on_disconnect: QueryBool = False,
 ) -> DisconnectAwareResponse:
     """Replay a run's frames after the cursor, then follow it live until its end.
 
@@ -577,7 +616,7 @@ async def cancel_run(
     owner: PrincipalDep,
     response: Response,
     action: Literal["interrupt", "rollback"] = "interrupt",
-    wait: bool = False,
+    wait: QueryBool = False,
 ) -> dict[str, Any]:
     """Cancel a pending or running run.
 

@@ -24,8 +24,10 @@ from typing import Annotated, Any
 
 import aiosqlite
 from fastapi import APIRouter, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
+from pydantic import Field
 
 from app.deps import RunsDep
 from app.runs.frames import public_error
@@ -33,8 +35,10 @@ from app.runs.manager import Conflict, NotFound, RunManager
 from app.runs.serde import to_jsonable
 from app.runs.store import ThreadRecord, now
 from app.schemas import (
+    DIGITS_ONLY,
     ID_PATTERN,
     HistoryQuery,
+    QueryBool,
     StateCheckpointRequest,
     StateUpdate,
     StateUpdateOut,
@@ -197,7 +201,7 @@ def _graph_of(manager: RunManager, thread: ThreadRecord) -> Any:
 
 @router.get("/threads/{thread_id}/state", response_model=ThreadStateOut, summary="Thread state")
 async def get_state(
-    thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: bool = False
+    thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: QueryBool = False
 ) -> dict[str, Any]:
     """Return the thread's latest checkpointed state."""
     thread = await _owned_thread(manager, owner, thread_id)
@@ -218,7 +222,7 @@ async def get_state_at(
     checkpoint_id: Annotated[str, Path(max_length=64)],
     manager: RunsDep,
     owner: PrincipalDep,
-    subgraphs: bool = False,
+    subgraphs: QueryBool = False,
 ) -> dict[str, Any]:
     """Return the thread's state at one checkpoint."""
     thread = await _owned_thread(manager, owner, thread_id)
@@ -268,7 +272,7 @@ async def get_history(
     thread_id: ThreadId,
     manager: RunsDep,
     owner: PrincipalDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
     before: Annotated[str | None, Query(max_length=64, description="A checkpoint id.")] = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first."""
@@ -287,9 +291,12 @@ async def post_history(
     history); `metadata` keeps the states whose checkpoint metadata has every given
     key and value (`{"source": "update"}`, `{"run_id": ...}`).
     """
-    before = body.before
-    if isinstance(before, dict):
-        before = (before.get("configurable") or before).get("checkpoint_id")
+    try:
+        before = body.before_checkpoint()
+    except ValueError as exc:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": ("body", "before"), "msg": str(exc)}]
+        ) from None
     checkpoint = body.checkpoint.model_dump(exclude={"thread_id"}) if body.checkpoint else None
     return await _history(
         manager,

@@ -131,7 +131,7 @@ async def test_with_retry_attempts_of_a_model_count_as_llm_retries() -> None:
     reply = await retrying.ainvoke("写", config={"callbacks": [metrics.callback]})
 
     assert reply.content == "ok"
-    assert value(metrics, "atelier_retries_total", kind="llm") == 2
+    assert value(metrics, "atelier_retries_total", kind="llm", role="writer_agent") == 2
     assert value(metrics, "atelier_llm_calls_total", role="writer_agent", outcome="error") == 2
     assert value(metrics, "atelier_llm_calls_total", role="writer_agent", outcome="ok") == 1
 
@@ -155,7 +155,7 @@ async def test_a_model_inside_a_retried_chain_is_not_an_llm_retry() -> None:
     )
     await chain.ainvoke("x", config={"callbacks": [metrics.callback]})
 
-    assert value(metrics, "atelier_retries_total", kind="llm") == 0
+    assert value(metrics, "atelier_retries_total", kind="llm", role="critic") == 0
     assert value(metrics, "atelier_llm_calls_total", role="critic", outcome="ok") == 2
 
 
@@ -186,8 +186,8 @@ def test_critic_verdicts_count_retries_and_replans() -> None:
     metrics.observe_event({**verdict, "next": "finalize"})
     metrics.observe_event({"type": "stage.completed", "stage": "critic", "duration_ms": 5})
 
-    assert value(metrics, "atelier_retries_total", kind="critic") == 2
-    assert value(metrics, "atelier_retries_total", kind="replan") == 1
+    assert value(metrics, "atelier_retries_total", kind="critic", role="critic") == 2
+    assert value(metrics, "atelier_retries_total", kind="replan", role="critic") == 1
 
 
 def test_sse_subscribers_gauge_follows_streams() -> None:
@@ -208,7 +208,7 @@ def test_label_values_stay_bounded() -> None:
     metrics.retry("made-up-kind")
 
     assert value(metrics, "atelier_runs_total", status="other") == 1
-    assert value(metrics, "atelier_retries_total", kind="other") == 1
+    assert value(metrics, "atelier_retries_total", kind="other", role="unknown") == 1
     assert role_of({"role": "writer_agent"}, None) == "writer_agent"
     assert role_of(None, ["nostream", "role:critic"]) == "critic"
     assert role_of({"role": "attacker-chosen"}, None) == "other"

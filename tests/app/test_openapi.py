@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -64,3 +65,112 @@ def test_run_requests_document_their_bounds(document: dict[str, Any]) -> None:
     assert schemas["RunCreate"]["additionalProperties"] is False
     for path in ("/threads", "/threads/search", "/assistants/search", "/runs/wait"):
         assert path in document["paths"]
+
+
+# --------------------------------------------------------------------------- the truth (issue 11)
+
+
+@pytest.fixture(scope="module")
+def keyed_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    settings = service_settings(
+        tmp_path_factory.mktemp("keyed"), "http://127.0.0.1:9/v1", auth_api_keys=["k" * 32]
+    )
+    client = TestClient(create_app(settings))
+    return client.get("/openapi.json").json()  # public: no key needed
+
+
+def operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method in ("get", "post", "put", "patch", "delete"):
+                yield path, method, operation
+
+
+def refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from refs(item)
+
+
+def test_the_keyed_document_validates(keyed_document: dict[str, Any]) -> None:
+    validate(keyed_document)
+
+
+@pytest.mark.parametrize("which", ["open", "keyed"])
+def test_every_ref_resolves(
+    which: str, document: dict[str, Any], keyed_document: dict[str, Any]
+) -> None:
+    doc = document if which == "open" else keyed_document
+    schemas = doc["components"]["schemas"]
+    dangling = {
+        ref for ref in refs(doc) if ref.removeprefix("#/components/schemas/") not in schemas
+    }
+    assert not dangling
+    upload = doc["paths"]["/assets"]["post"]["requestBody"]["content"]["application/json"]
+    assert upload["schema"]["properties"]["data"]["type"] == "string"  # Base64Upload, inline
+
+
+def test_401_is_documented_on_every_protected_operation_when_keyed(
+    document: dict[str, Any], keyed_document: dict[str, Any]
+) -> None:
+    for path, _method, operation in operations(keyed_document):
+        public = path in ("/ok", "/health", "/ready", "/")
+        assert ("401" in operation["responses"]) is not public, path
+    assert not any("401" in op["responses"] for _p, _m, op in operations(document))
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "statuses"),
+    [
+        ("/threads", "post", {"200", "400", "409", "413", "422"}),
+        ("/threads/{thread_id}", "get", {"200", "404", "422"}),
+        ("/threads/{thread_id}/runs/stream", "post", {"200", "404", "409", "413", "422"}),
+        ("/runs/wait", "post", {"200", "404", "409", "413", "422"}),
+        ("/threads/{thread_id}/runs/{run_id}", "delete", {"204", "404", "409", "422"}),
+        ("/threads/{thread_id}/runs/{run_id}/cancel", "post", {"200", "202", "404", "409"}),
+        ("/knowledge/notes/{note_id}", "patch", {"200", "404", "409", "413", "422"}),
+        ("/assets", "post", {"200", "201", "413", "415", "422"}),
+        ("/assistants/{assistant_id}", "get", {"200", "404", "422"}),
+    ],
+)
+def test_error_statuses_are_documented_where_they_happen(
+    document: dict[str, Any], path: str, method: str, statuses: set[str]
+) -> None:
+    responses = document["paths"][path][method]["responses"]
+    assert statuses <= set(responses)
+    for status, response in responses.items():
+        if int(status) >= 400:
+            schema = response["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/ErrorResponse"}
+
+
+def test_probes_document_no_invented_errors(document: dict[str, Any]) -> None:
+    assert set(document["paths"]["/health"]["get"]["responses"]) == {"200"}
+    assert set(document["paths"]["/ready"]["get"]["responses"]) == {"200", "503"}
+
+
+def test_a_frame_id_is_documented_as_the_text_the_id_line_carries(
+    document: dict[str, Any],
+) -> None:
+    frame_id = document["components"]["schemas"]["StreamFrame"]["properties"]["id"]
+    assert frame_id["type"] == "string" and frame_id["pattern"] == "^[1-9][0-9]*$"
+
+
+def test_query_integers_and_booleans_are_documented_with_their_bounds(
+    document: dict[str, Any],
+) -> None:
+    params = {
+        p["name"]: p["schema"]
+        for p in document["paths"]["/threads/{thread_id}/runs"]["get"]["parameters"]
+    }
+    assert params["offset"]["type"] == "integer" and params["offset"]["maximum"] == 1_000_000
+    assert params["limit"]["maximum"] == 1000
+    cancel = document["paths"]["/threads/{thread_id}/runs/{run_id}/cancel"]["post"]
+    wait = next(p for p in cancel["parameters"] if p["name"] == "wait")
+    assert wait["schema"]["type"] == "boolean"
