@@ -302,12 +302,16 @@ class CommandIn(_Strict):
         description="State update applied before continuing: state key → value, or a list "
         "of [key, value] pairs. Keys must be state keys of the assistant's graph.",
     )
-    goto: NodeName | Annotated[list[NodeName], Field(min_length=1, max_length=32)] | None = Field(
-        default=None, description="Node(s) of the assistant's graph to run next."
+    goto: NodeName | Annotated[list[NodeName], Field(max_length=32)] | None = Field(
+        default=None,
+        description="Node(s) of the assistant's graph to run next; an empty list means none "
+        "(RemoteGraph sends `goto: []` with every resume).",
     )
 
     @model_validator(mode="after")
     def _not_empty(self) -> CommandIn:
+        if self.goto == []:
+            self.goto = None
         if self.resume is None and self.update is None and self.goto is None:
             raise ValueError("command needs at least one of resume, update, goto")
         return self

@@ -130,10 +130,6 @@ def _validation_error(error: ValidationError, prefix: tuple[str, ...]) -> Reques
 _CHECKPOINT_KEYS = ("checkpoint_id", "checkpoint_ns", "checkpoint_map")
 
 
-def _body_error(field: str, message: str) -> RequestValidationError:
-    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
-
-
 def _platform_options(
     assistant: Assistant, thread_id: str | None, body: RunCreate, config: dict[str, Any]
 ) -> dict[str, Any]:
@@ -255,8 +251,10 @@ def _check_targets(assistant: Assistant, command: CommandIn) -> None:
         )
 
 
-def _body_error(loc: tuple[str, ...], message: str) -> RequestValidationError:
-    return RequestValidationError([{"type": "value_error", "loc": ("body", *loc), "msg": message}])
+def _body_error(loc: str | tuple[str, ...], message: str) -> RequestValidationError:
+    """Return a 422 naming the body field at `loc` (a field name or a path)."""
+    path = (loc,) if isinstance(loc, str) else loc
+    return RequestValidationError([{"type": "value_error", "loc": ("body", *path), "msg": message}])
 
 
 def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:
