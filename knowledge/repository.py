@@ -445,10 +445,13 @@ class SqliteNoteRepository:
         self, query: str, limit: int = 6, only_approved: bool = False
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query."""
-        async with self._lock, self._db.execute(
-            f"SELECT {_COLUMNS} FROM {TABLE} WHERE status != ? ORDER BY seq",
-            (NoteStatus.ARCHIVED.value,),
-        ) as cursor:
+        async with (
+            self._lock,
+            self._db.execute(
+                f"SELECT {_COLUMNS} FROM {TABLE} WHERE status != ? ORDER BY seq",
+                (NoteStatus.ARCHIVED.value,),
+            ) as cursor,
+        ):
             rows = await cursor.fetchall()
         candidates = [_from_row(row) for row in rows]
         return _search(self._retriever, query, candidates, limit, only_approved)
