@@ -23,7 +23,7 @@ from app.routes.runs import runs_error_handler
 from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
 from app.runs.manager import RunManager, RunsError
-from app.runs.store import RunStore
+from app.runs.store import BUSY_TIMEOUT, RunStore
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from graphs.context import AtelierContext
@@ -66,6 +66,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.context = context
 
         checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
+        # One rule for every writer of atelier.db (see app/runs/store.py): a busy timeout,
+        # and writes that begin with a write. The saver keeps the second by itself (each
+        # operation under its lock, each write transaction opened by its INSERT).
+        await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
         await checkpointer.setup()
         graphs = dict(app.state.assistant_factory(checkpointer))
         app.state.graphs = sorted(graphs)

@@ -176,6 +176,10 @@ class AtelierMetrics:
         self.active_runs.dec()
         self.run_duration.labels(status=label).observe(max(0.0, seconds))
 
+    def run_left(self) -> None:
+        """A run this process stopped executing without an outcome (left for recovery)."""
+        self.active_runs.dec()
+
     def node_finished(self, node: str, seconds: float) -> None:
         """Record the wall time of one node's task."""
         self.node_duration.labels(node=_node_label(node)).observe(max(0.0, seconds))

@@ -7,6 +7,13 @@ live neither drops nor repeats a frame), with a `: heartbeat` comment whenever t
 stream has been idle for SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame. A
 cursor older than what the log keeps gets a `gap` frame first.
 
+Heartbeats never hide a dead run: a follower sends one only while this process
+executes the run (`Hub.is_live`). When the run is not executed here and its log
+holds no `end` — its storage failed and it waits for the recovery sweep — the
+stream gets a `stalled` `error` frame *without an id* (so the client's
+`Last-Event-ID` still names the last real frame) and is closed; the client may
+rejoin later and continue where it was.
+
 `DisconnectAwareResponse` streams a body while listening for the client's
 disconnect, and calls a callback when the client went away (not when the server is
 shutting down), which is how `on_disconnect=cancel` cancels a run.
@@ -97,6 +104,17 @@ class DisconnectAwareResponse(StreamingResponse):
             self.on_disconnect()
 
 
+def stalled_notice(run_id: str, thread_id: str, last: int) -> bytes:
+    """Return the `error` frame (no id) telling a follower that the run cannot progress now."""
+    data = {
+        "error": "RunStalled",
+        "message": f"run {run_id} is not progressing on this server (its events could not "
+        "be saved); it is resumed when storage recovers. Rejoin "
+        f"/threads/{thread_id}/runs/{run_id}/stream with Last-Event-ID: {last} later.",
+    }
+    return f"event: error\ndata: {dumps(data)}\n\n".encode()
+
+
 def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
     """Return the frame standing for log frames that are no longer kept."""
     data = {
@@ -161,7 +179,11 @@ async def follow_run(
             final = await store.read_events(run_id, await store.last_event_id(run_id) - 1)
             ended = bool(final) and final[-1].event == "end" and final[-1].id <= after
         while not ended:
-            # Replay what the log holds after the cursor (first, and after lagging).
+            # A run that stops being executed here commits its `end` first, so a log
+            # read after seeing it gone has the `end` if there is one.
+            live = hub.is_live(run_id)
+            # Replay what the log holds after the cursor (first, after lagging, and
+            # whenever the run may have stopped).
             while not ended:
                 frames = await store.read_events(run_id, last)
                 if not frames:
@@ -170,15 +192,22 @@ async def follow_run(
                     yield chunk
             if ended:
                 break
+            if not live:
+                yield stalled_notice(run_id, thread_id, last)
+                return
             # Then live frames, as they are committed.
             while not ended:
                 batch = await sub.next_batch(heartbeat)
                 if batch is None:
+                    if not hub.is_live(run_id):
+                        break  # quiet because it is dead: re-read the log, then say so
                     yield HEARTBEAT
                     continue
                 if sub.lagged:
                     sub.caught_up()
                     break  # back to the log for what was dropped
+                if not batch:
+                    break  # woken without frames: the run stopped here; re-check it
                 if chunk := render(batch):
                     yield chunk
     finally:
@@ -190,8 +219,11 @@ async def follow_run(
 def parse_cursor(header: str | None, query: str | None) -> int:
     """Return the client's cursor from `Last-Event-ID` or `?last_event_id=` (0: none).
 
+    `-1` means "from the first frame", like no cursor (PRODUCT.md; the official
+    `useStream` sends it to replay a run from its start).
+
     Raises:
-        ValueError: The cursor is not a frame id (a non-negative integer).
+        ValueError: The cursor is not a frame id (a non-negative integer) or -1.
     """
     raw = header if header not in (None, "") else query
     if raw in (None, ""):
@@ -201,5 +233,5 @@ def parse_cursor(header: str | None, query: str | None) -> int:
     if value == "-1":  # useStream's "from the first frame" (joinStream's default)
         return 0
     if not value.isdigit() or len(value) > 18:
-        raise ValueError("Last-Event-ID must be the id of a frame (a non-negative integer)")
+        raise ValueError("Last-Event-ID must be the id of a frame (a non-negative integer) or -1")
     return int(value)

@@ -269,6 +269,13 @@ class SqliteNoteRepository:
     Nothing connects at construction: call `await repo.open()` (and `close()`),
     or use `async with SqliteNoteRepository(path) as repo:`. The table lives
     happily in the service's shared database file.
+
+    The file has other writers (the run store, the checkpointer), so this
+    connection keeps SQLite's rule for waiting its turn: one operation at a time
+    (an asyncio lock: no task's read is still in flight when another task's write
+    begins) and every write transaction begins `IMMEDIATE`, with the write lock,
+    never as a read that upgrades — an upgrade skips the busy timeout and fails
+    with "database is locked" at once while another connection writes.
     """
 
     def __init__(self, path: str | Path, retriever: VaultRetriever | None = None) -> None:
@@ -276,6 +283,7 @@ class SqliteNoteRepository:
         self.path = str(path)
         self._retriever = retriever or VaultRetriever()
         self._conn: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
 
     async def open(self) -> Self:
         """Connect, switch to WAL and create the table if needed; idempotent."""
@@ -283,7 +291,8 @@ class SqliteNoteRepository:
             return self
         if self.path != ":memory:":  # a blocking call: in a worker thread, off the event loop
             await asyncio.to_thread(Path(self.path).parent.mkdir, parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(self.path)
+        # IMMEDIATE: the implicit BEGIN before a write takes the write lock up front.
+        conn = await aiosqlite.connect(self.path, isolation_level="IMMEDIATE", timeout=5.0)
         try:
             conn.row_factory = aiosqlite.Row
             await conn.execute("PRAGMA journal_mode=WAL")
@@ -324,36 +333,45 @@ class SqliteNoteRepository:
 
     async def add(self, note: KnowledgeNote) -> KnowledgeNote:
         """Store a new note; raise `DuplicateNoteError` when its id is taken."""
-        try:
-            await self._db.execute(
-                f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _to_row(note),
-            )
-        except sqlite3.IntegrityError:
-            await self._db.rollback()
-            raise DuplicateNoteError(f"note {note.id!r} already exists") from None
-        await self._db.commit()
-        return note
+        async with self._lock:
+            try:
+                await self._db.execute(
+                    f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _to_row(note),
+                )
+            except sqlite3.IntegrityError:
+                await self._db.rollback()
+                raise DuplicateNoteError(f"note {note.id!r} already exists") from None
+            except BaseException:
+                await self._db.rollback()
+                raise
+            await self._db.commit()
+            return note
 
     async def add_many(self, notes: Iterable[KnowledgeNote]) -> builtins.list[KnowledgeNote]:
         """Store new notes in one transaction, or none of them when any id is taken."""
-        batch = builtins.list(notes)
-        try:
-            await self._db.executemany(
-                f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_to_row(note) for note in batch],
-            )
-        except sqlite3.IntegrityError:
-            await self._db.rollback()
-            raise DuplicateNoteError("a note id of the batch already exists") from None
-        except BaseException:
-            await self._db.rollback()
-            raise
-        await self._db.commit()
-        return batch
+        async with self._lock:
+            batch = builtins.list(notes)
+            try:
+                await self._db.executemany(
+                    f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_to_row(note) for note in batch],
+                )
+            except sqlite3.IntegrityError:
+                await self._db.rollback()
+                raise DuplicateNoteError("a note id of the batch already exists") from None
+            except BaseException:
+                await self._db.rollback()
+                raise
+            await self._db.commit()
+            return batch
 
     async def get(self, note_id: str) -> KnowledgeNote | None:
         """Return the note with this id, or None."""
+        async with self._lock:
+            return await self._get(note_id)
+
+    async def _get(self, note_id: str) -> KnowledgeNote | None:
         async with self._db.execute(
             f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = ?", (note_id,)
         ) as cursor:
@@ -369,34 +387,35 @@ class SqliteNoteRepository:
         (another task or process) surfaces as `VersionConflictError`, never as a
         lost update.
         """
-        current = await self.get(note_id)
-        if current is None:
-            raise NoteNotFoundError(note_id)
-        if expected_version is not None and expected_version != current.version:
-            raise VersionConflictError(note_id, expected_version, current.version)
-        revised = _revise(current, changes)
-        cursor = await self._db.execute(
-            f"UPDATE {TABLE} SET type = ?, status = ?, content = ?, tags = ?, owner = ?,"
-            " version = ?, updated_at = ? WHERE id = ? AND version = ?",
-            (
-                revised.type.value,
-                revised.status.value,
-                revised.content,
-                json.dumps(revised.tags, ensure_ascii=False),
-                revised.owner,
-                revised.version,
-                revised.updated_at.isoformat(),
-                note_id,
-                current.version,
-            ),
-        )
-        await self._db.commit()
-        if cursor.rowcount == 0:
-            latest = await self.get(note_id)
-            if latest is None:
+        async with self._lock:
+            current = await self._get(note_id)
+            if current is None:
                 raise NoteNotFoundError(note_id)
-            raise VersionConflictError(note_id, current.version, latest.version)
-        return revised
+            if expected_version is not None and expected_version != current.version:
+                raise VersionConflictError(note_id, expected_version, current.version)
+            revised = _revise(current, changes)
+            cursor = await self._db.execute(
+                f"UPDATE {TABLE} SET type = ?, status = ?, content = ?, tags = ?, owner = ?,"
+                " version = ?, updated_at = ? WHERE id = ? AND version = ?",
+                (
+                    revised.type.value,
+                    revised.status.value,
+                    revised.content,
+                    json.dumps(revised.tags, ensure_ascii=False),
+                    revised.owner,
+                    revised.version,
+                    revised.updated_at.isoformat(),
+                    note_id,
+                    current.version,
+                ),
+            )
+            await self._db.commit()
+            if cursor.rowcount == 0:
+                latest = await self._get(note_id)
+                if latest is None:
+                    raise NoteNotFoundError(note_id)
+                raise VersionConflictError(note_id, current.version, latest.version)
+            return revised
 
     async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
         """Set a note's status to archived."""
@@ -412,23 +431,27 @@ class SqliteNoteRepository:
         offset: int = 0,
     ) -> builtins.list[KnowledgeNote]:
         """Return a page of notes in insertion order, optionally filtered by type and status."""
-        _check_page(limit, offset)
-        where, params = _where(type, status)
-        async with self._db.execute(
-            f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq LIMIT ? OFFSET ?",
-            (*params, limit, offset),
-        ) as cursor:
-            rows = await cursor.fetchall()
-        return [_from_row(row) for row in rows]
+        async with self._lock:
+            _check_page(limit, offset)
+            where, params = _where(type, status)
+            async with self._db.execute(
+                f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            ) as cursor:
+                rows = await cursor.fetchall()
+            return [_from_row(row) for row in rows]
 
     async def search(
         self, query: str, limit: int = 6, only_approved: bool = False
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query."""
-        async with self._db.execute(
-            f"SELECT {_COLUMNS} FROM {TABLE} WHERE status != ? ORDER BY seq",
-            (NoteStatus.ARCHIVED.value,),
-        ) as cursor:
+        async with (
+            self._lock,
+            self._db.execute(
+                f"SELECT {_COLUMNS} FROM {TABLE} WHERE status != ? ORDER BY seq",
+                (NoteStatus.ARCHIVED.value,),
+            ) as cursor,
+        ):
             rows = await cursor.fetchall()
         candidates = [_from_row(row) for row in rows]
         return _search(self._retriever, query, candidates, limit, only_approved)
@@ -437,10 +460,11 @@ class SqliteNoteRepository:
         self, type: NoteType | str | None = None, status: NoteStatus | str | None = None
     ) -> int:
         """Return how many notes match the filters."""
-        where, params = _where(type, status)
-        async with self._db.execute(f"SELECT COUNT(*) FROM {TABLE}{where}", params) as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row is not None else 0
+        async with self._lock:
+            where, params = _where(type, status)
+            async with self._db.execute(f"SELECT COUNT(*) FROM {TABLE}{where}", params) as cursor:
+                row = await cursor.fetchone()
+            return int(row[0]) if row is not None else 0
 
 
 def _where(

@@ -4,6 +4,11 @@ The run store calls `Hub.publish` right after a batch of frames is committed; ev
 subscription of that run gets the frames at once (no polling). A subscriber that
 falls too far behind (a slow client) is marked `lagged` and its buffer dropped: it
 then catches up from the durable log, so memory stays bounded and nothing is lost.
+
+The hub also knows which runs this process is executing (`run_live` / `run_gone`,
+told by the run manager), so a follower can tell a quiet run from a dead one: when
+a run stops being executed, its followers are woken at once to re-read the log
+(its `end` is there) or to learn that the run stalled.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ class Subscription:
         """Resume live delivery after the subscriber re-read the log."""
         self.lagged = False
 
+    def poke(self) -> None:
+        """Wake the subscriber with no frames (the run's state changed: re-check it)."""
+        self._ready.set()
+
 
 class Hub:
     """Subscriptions by run id."""
@@ -70,6 +79,7 @@ class Hub:
         self._subs: dict[str, set[Subscription]] = {}
         self._count = 0
         self._buffer = subscriber_buffer
+        self._live: set[str] = set()
 
     @property
     def subscriber_count(self) -> int:
@@ -92,6 +102,20 @@ class Hub:
         if not subs:
             del self._subs[sub.run_id]
         self._count -= 1
+
+    def run_live(self, run_id: str) -> None:
+        """Note that this process executes the run from now on."""
+        self._live.add(run_id)
+
+    def run_gone(self, run_id: str) -> None:
+        """Note that this process stopped executing the run, and wake its followers."""
+        self._live.discard(run_id)
+        for sub in self._subs.get(run_id, ()):
+            sub.poke()
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether this process is executing the run."""
+        return run_id in self._live
 
     def publish(self, run_id: str, frames: list[Frame]) -> None:
         """Hand committed frames to every subscription of the run."""

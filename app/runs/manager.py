@@ -17,11 +17,21 @@ what the run's record says:
     shutdown    nothing recorded: the run stays pending/running, and the next
                 start-up resumes it from its last checkpoint (`recover`)
 
+Storage failures: the event log retries a failing commit with backoff (see
+`app.runs.store`). When it gives a run's writes up, the run's task is cancelled
+(reason `storage`) and the run ends with an `error` frame (`StorageError`) and an
+`end` frame, written from its first lost frame id so its ids stay gapless. When
+even those cannot be written, the run is left as its record says (pending or
+running): this process stops executing it, its streams are told it stalled, and
+the recovery sweep below starts it again once the database takes writes.
+
 Restart recovery: runs a previous process left pending or running are started
 again under the same run id, a running one from its thread's last checkpoint
 (when that checkpoint is its own) with `attempt` + 1, at most RUN_MAX_ATTEMPTS
 executions in all. Their event logs continue after the last durable id, with a
-new `metadata` frame telling the attempt.
+new `metadata` frame telling the attempt. The same recovery runs every
+RECOVERY_INTERVAL seconds while the server is up, for runs this process stopped
+executing without an outcome (their storage failed).
 
 One process owns a DATA_DIR: the busy check is one SQL statement and so atomic
 across processes, but runs execute in the process that accepted them.
@@ -30,10 +40,12 @@ across processes, but runs execute in the process that accepted them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import re
+import sqlite3
 import time
 import uuid
 from collections.abc import Sequence
@@ -51,12 +63,27 @@ from app.runs.checkpoints import settle
 from app.runs.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
 from app.runs.hub import Hub
 from app.runs.serde import dumps, to_jsonable
-from app.runs.store import ACTIVE_STATUSES, Frame, RunRecord, RunStore, ThreadRecord, now
+from app.runs.store import (
+    ACTIVE_STATUSES,
+    Frame,
+    RunRecord,
+    RunStore,
+    StoreError,
+    ThreadRecord,
+    now,
+)
 from graphs.context import AtelierContext
 
 log = logging.getLogger(__name__)
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
+#: Seconds between sweeps for runs this process left without an outcome.
+RECOVERY_INTERVAL = 5.0
+#: What a client learns about a run whose event log could not be written.
+STORAGE_ERROR = {
+    "error": "StorageError",
+    "message": "the run's events could not be saved; the run was stopped",
+}
 
 
 class RunsError(Exception):
@@ -95,11 +122,18 @@ class Invalid(RunsError):
     status = 422
 
 
+class Unavailable(RunsError):
+    """The database takes no writes now (locked past its busy timeout, or full)."""
+
+    status = 503
+
+
 class RunMetrics(Protocol):
     """What the run manager reports (implemented by `app.metrics.AtelierMetrics`)."""
 
     def run_started(self) -> None: ...
     def run_finished(self, status: str, seconds: float) -> None: ...
+    def run_left(self) -> None: ...
     def observe_event(self, event: Any) -> None: ...
 
 
@@ -149,6 +183,7 @@ class RunManager:
         event_retention_hours: float = 0,
         metrics: RunMetrics | None = None,
         callbacks: Sequence[BaseCallbackHandler] = (),
+        recovery_interval: float = RECOVERY_INTERVAL,
     ) -> None:
         """Bind the manager to its store, fan-out, graphs and limits."""
         self.store = store
@@ -161,17 +196,22 @@ class RunManager:
         self.event_retention_hours = event_retention_hours
         self.metrics = metrics
         self.callbacks = list(callbacks)
+        self.recovery_interval = recovery_interval
         self._active: dict[str, _Active] = {}
         #: Record and result of runs deleted as they ended, for their /wait and /join.
         self._ended: dict[str, tuple[RunRecord, dict[str, Any]]] = {}
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
+        self._sweeper: asyncio.Task[None] | None = None
+        store.on_lost = self._on_lost
 
     # -- lifecycle -----------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         await self.prune_events()
         await self.recover()
+        if self.recovery_interval > 0:
+            self._sweeper = asyncio.create_task(self._sweep(), name="run-recovery-sweep")
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -180,6 +220,11 @@ class RunManager:
     async def shutdown(self) -> None:
         """Stop every run in flight without recording an outcome (a restart resumes them)."""
         self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         tasks = []
         for active in list(self._active.values()):
             if active.task is not None and not active.finishing:
@@ -371,7 +416,13 @@ class RunManager:
                 idempotency_key=idempotency_key,
                 request_hash=request_hash,
             )
-            stored = await self.store.insert_run(run, new_thread=new_thread, exclusive=not previous)
+            try:
+                stored = await self.store.insert_run(
+                    run, new_thread=new_thread, exclusive=not previous
+                )
+            except sqlite3.OperationalError:  # nothing was written: the client may retry
+                log.exception("could not record a new run")
+                raise Unavailable("the server cannot record runs right now; retry later") from None
             if not stored:  # another process took the thread in between
                 busy = await self.store.active_runs(tid)
                 other = busy[0].run_id if busy else "?"
@@ -476,8 +527,10 @@ class RunManager:
     def _request_cancel(self, active: _Active, action: str) -> None:
         if active.finishing or active.task is None or active.task.done():
             return
-        active.cancel_reason = action
-        active.task.cancel()
+        cancelled = active.cancel_reason is not None
+        active.cancel_reason = action  # the latest reason decides the outcome
+        if not cancelled:  # one cancel only: the handler uncancels exactly once
+            active.task.cancel()
 
     async def _cancel_all(self, runs: Sequence[RunRecord], action: str) -> None:
         waits = []
@@ -610,6 +663,7 @@ class RunManager:
         run = dataclasses.replace(run)  # the task's own copy: it updates status and attempt
         active = _Active(run=run, next_id=next_id, done=loop.create_future())
         self._active[run.run_id] = active
+        self.hub.run_live(run.run_id)
         if self.metrics is not None:
             self.metrics.run_started()
         active.task = asyncio.create_task(
@@ -631,38 +685,91 @@ class RunManager:
         active.next_id += 1
         self.store.append(active.run.run_id, frame)
 
+    def _on_lost(self, run_id: str) -> None:
+        """The store gave a run's writes up: stop the run so it can end loudly."""
+        active = self._active.get(run_id)
+        if active is not None:
+            log.error("run %s: its event log could not be written; stopping it", run_id)
+            self._request_cancel(active, "storage")
+
     async def _drive(self, active: _Active, after: Sequence[asyncio.Future[None]]) -> None:
-        """Execute a run from queue to end, whatever happens to it on the way."""
+        """Execute a run from queue to end, whatever happens to it on the way.
+
+        The run ends with `error` + `end` frames and a terminal status, or — when not
+        even those can be written — is left as its record says for the recovery sweep.
+        """
         run = active.run
+        ended = False
         try:
             try:
-                if after:
-                    await asyncio.wait([asyncio.ensure_future(f) for f in after])
-                if run.kwargs.get("after_seconds") and run.attempt == 0:
-                    await asyncio.sleep(float(run.kwargs["after_seconds"]))
-                outcome = await self._execute(active)
+                outcome = await self._outcome(active, after)
             except asyncio.CancelledError:
-                reason = active.cancel_reason
-                if reason is None or reason == "shutdown":
-                    raise  # the server is stopping: leave the run for recovery
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-                outcome = _Outcome("interrupted", cancel_reason=reason)
-                await settle(self.checkpointer)
-                if reason == "rollback":
-                    deleted = await self.store.delete_run_checkpoints(run.thread_id, run.run_id)
-                    log.info("rolled back run %s: %d checkpoint(s) deleted", run.run_id, deleted)
-            await self._finish(active, outcome)
-            await self._after_end(run, outcome)
+                raise
+            except Exception as exc:  # a failed rollback, a bug: still end the run loudly
+                log.exception("run %s failed outside its graph", run.run_id)
+                outcome = _Outcome("error", error=public_error(exc))
+            ended = await self._end(active, outcome)
+            if ended:
+                await self._after_end(run, outcome)
         except asyncio.CancelledError:
-            raise
-        except Exception:  # the store failed: nothing more can be recorded
-            log.exception("run %s could not be completed", run.run_id)
+            raise  # the server is stopping: leave the run for recovery
+        except Exception:
+            log.exception("run %s could not be completed; left for recovery", run.run_id)
         finally:
             self._active.pop(run.run_id, None)
+            self.hub.run_gone(run.run_id)
+            if not ended and self.metrics is not None:
+                self.metrics.run_left()
             if not active.done.done():
                 active.done.set_result(None)
+
+    async def _outcome(self, active: _Active, after: Sequence[asyncio.Future[None]]) -> _Outcome:
+        """Run the graph (after the runs queued before this one) and say how it went."""
+        run = active.run
+        try:
+            if after:
+                await asyncio.wait([asyncio.ensure_future(f) for f in after])
+            if run.kwargs.get("after_seconds") and run.attempt == 0:
+                await asyncio.sleep(float(run.kwargs["after_seconds"]))
+            return await self._execute(active)
+        except StoreError:
+            return _Outcome("error", error=dict(STORAGE_ERROR))
+        except asyncio.CancelledError:
+            reason = active.cancel_reason
+            if reason is None or reason == "shutdown":
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            await settle(self.checkpointer)
+            if reason == "storage":
+                return _Outcome("error", error=dict(STORAGE_ERROR))
+            if reason == "rollback":
+                deleted = await self.store.delete_run_checkpoints(run.thread_id, run.run_id)
+                log.info("rolled back run %s: %d checkpoint(s) deleted", run.run_id, deleted)
+            return _Outcome("interrupted", cancel_reason=reason)
+
+    async def _end(self, active: _Active, outcome: _Outcome) -> bool:
+        """Record the outcome; if its frames cannot be written, try once as a storage error.
+
+        Returns:
+            Whether the run's end is durable (False: left for the recovery sweep).
+        """
+        try:
+            await self._finish(active, outcome)
+            return True
+        except StoreError:
+            log.error("run %s: could not record its %s outcome", active.run.run_id, outcome.status)
+        try:
+            await self._finish(active, _Outcome("error", error=dict(STORAGE_ERROR)))
+            return True
+        except StoreError:
+            log.error(
+                "run %s: the database takes no writes; left %s for recovery",
+                active.run.run_id,
+                active.run.status,
+            )
+            return False
 
     async def _execute(self, active: _Active) -> _Outcome:
         run = active.run
@@ -678,12 +785,13 @@ class RunManager:
         run.status = "running"
         self._emit(active, "metadata", self._metadata(run))
         self.store.queue_statement(
-            *RunStore.run_status_statement(run.run_id, "running", attempt=run.attempt)
+            *RunStore.run_status_statement(run.run_id, "running", attempt=run.attempt),
+            run_id=run.run_id,
         )
         # Commit the first frame before the graph starts: its first step may hold the
         # event loop for a while (CPU work before its first await), and clients should
         # learn the run is under way at once.
-        await self.store.flush()
+        await self.store.flush(run.run_id)
         modes = run.kwargs.get("stream_mode") or ["values"]
         translate = FrameTranslator(
             modes,
@@ -763,8 +871,18 @@ class RunManager:
         return run.kwargs.get("input")
 
     async def _finish(self, active: _Active, outcome: _Outcome) -> None:
+        """Write the run's last frames (`error`, `end`) and its terminal status, durably.
+
+        Raises:
+            StoreError: They could not be written.
+        """
         active.finishing = True
         run = active.run
+        if self.store.is_lost(run.run_id):
+            # Continue the log from the first frame that did not make it: no gap.
+            first = self.store.reopen(run.run_id)
+            if first is not None:
+                active.next_id = first
         if await settle(self.checkpointer):
             log.info("run %s: committed a checkpoint write its cancellation left open", run.run_id)
         if active.next_id == 1:  # cancelled before it started: the stream still opens with this
@@ -791,12 +909,14 @@ class RunManager:
                 attempt=run.attempt,
                 cancel_reason=outcome.cancel_reason,
                 error=outcome.error,
-            )
+            ),
+            run_id=run.run_id,
         )
         self.store.queue_statement(
-            *RunStore.thread_state_statement(run.thread_id, thread_status, values, interrupts)
+            *RunStore.thread_state_statement(run.thread_id, thread_status, values, interrupts),
+            run_id=run.run_id,
         )
-        await self.store.flush()
+        await self.store.flush(run.run_id)
         if self.metrics is not None:
             self.metrics.run_finished(outcome.status, time.monotonic() - active.started)
 
@@ -848,19 +968,43 @@ class RunManager:
     # -- recovery and retention ----------------------------------------------------
 
     async def recover(self) -> int:
-        """Resume the runs a previous process left pending or running; return how many."""
+        """Start the runs left pending or running that this process is not executing.
+
+        At start-up these are the runs a previous process left behind; later (the
+        sweep) the runs this process stopped without an outcome because the database
+        took no writes. Returns how many were started.
+        """
         resumed = 0
-        tails: dict[str, _Active] = {}  # thread → last run started, to keep threads in order
-        for run in await self.store.active_runs():
-            next_id = await self.store.last_event_id(run.run_id) + 1
-            if run.status == "running" and run.attempt >= self.max_attempts:
-                await self._abandon(run, next_id)
-                continue
-            previous = [tails[run.thread_id]] if run.thread_id in tails else []
-            tails[run.thread_id] = self._start(run, after=previous, next_id=next_id)
-            resumed += 1
-            log.info("resuming run %s (attempt %d)", run.run_id, run.attempt + 1)
+        async with self._lock:  # no run is between its insert and its start meanwhile
+            if self._closing:
+                return 0
+            tails: dict[str, _Active] = {}  # thread → last run started, to keep threads in order
+            for run in await self.store.active_runs():
+                if run.run_id in self._active:
+                    continue
+                self.store.reopen(run.run_id)  # what it queued before is void: start afresh
+                next_id = await self.store.last_event_id(run.run_id) + 1
+                if run.status == "running" and run.attempt >= self.max_attempts:
+                    try:
+                        await self._abandon(run, next_id)
+                    except StoreError:
+                        log.error("run %s: could not record its abandonment yet", run.run_id)
+                    continue
+                previous = [tails[run.thread_id]] if run.thread_id in tails else []
+                previous += [a for a in self._active.values() if a.run.thread_id == run.thread_id]
+                tails[run.thread_id] = self._start(run, after=previous, next_id=next_id)
+                resumed += 1
+                log.info("resuming run %s (attempt %d)", run.run_id, run.attempt + 1)
         return resumed
+
+    async def _sweep(self) -> None:
+        """Every `recovery_interval` seconds, start the runs left without an outcome."""
+        while True:
+            await asyncio.sleep(self.recovery_interval)
+            try:
+                await self.recover()
+            except Exception:  # the database is unreadable now: try again next time
+                log.exception("the run recovery sweep failed")
 
     async def _abandon(self, run: RunRecord, next_id: int) -> None:
         error = {
@@ -870,9 +1014,16 @@ class RunManager:
         end = {"run_id": run.run_id, "status": "error"}
         self.store.append(run.run_id, Frame(next_id, "error", dumps(error)))
         self.store.append(run.run_id, Frame(next_id + 1, "end", dumps(end)))
-        self.store.queue_statement(*RunStore.run_status_statement(run.run_id, "error", error=error))
-        self.store.queue_statement(*RunStore.thread_state_statement(run.thread_id, "error"))
-        await self.store.flush()
+        self.store.queue_statement(
+            *RunStore.run_status_statement(run.run_id, "error", error=error), run_id=run.run_id
+        )
+        self.store.queue_statement(
+            *RunStore.thread_state_statement(run.thread_id, "error"), run_id=run.run_id
+        )
+        try:
+            await self.store.flush(run.run_id)
+        finally:
+            self.store.reopen(run.run_id)
         log.warning("abandoned run %s after %d attempts", run.run_id, run.attempt)
 
     async def prune_events(self) -> int:
@@ -890,5 +1041,6 @@ __all__ = [
     "NotFound",
     "RunManager",
     "RunsError",
+    "Unavailable",
     "request_fingerprint",
 ]

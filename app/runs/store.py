@@ -5,12 +5,34 @@ and LangGraph's checkpoints (`AsyncSqliteSaver` on the same file), so one file
 holds a deployment's state and a rollback can drop a run's checkpoints in the
 same database.
 
-Writes go through one connection in explicit transactions under one lock. Event
-frames are group-committed: `append` queues a frame and returns at once; a
+Connections: one *writer* connection, used only for writes, in explicit
+`BEGIN IMMEDIATE … COMMIT` transactions under one lock, and one *reader*
+connection (`query_only`) for every read. Keeping reads off the writer is what
+makes the busy timeout work: SQLite calls the busy handler only when a
+connection starts a write with no read transaction open. A connection that
+still has a read statement in flight (a half-iterated cursor, or an `execute`
+whose `fetch` has not run yet) and then runs `BEGIN IMMEDIATE` gets
+`database is locked` *at once* while any other connection holds the write lock
+(the checkpointer commits a checkpoint every step), and at once too when its
+read snapshot is older than the last commit (`SQLITE_BUSY_SNAPSHOT`). With one
+shared connection that happened under load to about one run in six; with the
+split the writer never holds a read, so it waits its turn (busy timeout) like
+every other writer of the file, and readers never see an uncommitted frame.
+The other writers of `atelier.db` (LangGraph's `AsyncSqliteSaver`, the notes
+repository) follow the same rule: a busy timeout, and a write transaction that
+starts with a write, never a read that upgrades.
+
+Event frames are group-committed: `append` queues a frame and returns at once; a
 writer task commits everything queued so far in one transaction and only then
 hands the frames to `publish` (the live fan-out), so a subscriber never sees a
 frame that a crash could take back, and a rejoin after a restart continues with
-the next durable id.
+the next durable id. A batch that fails is retried with backoff (a locked or
+full database often comes back); one that still fails is split by run, so only
+the runs whose own writes fail are *lost*: their queued frames are dropped (never
+half-written, never published), `flush(run_id)` raises `StoreError`, and the
+`on_lost` callback tells the run manager, which ends the run loudly from its
+first lost frame id (`reopen`) or leaves it for recovery. Nothing is counted
+committed that was not.
 """
 
 from __future__ import annotations
@@ -18,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -177,7 +201,7 @@ class RunRecord:
         }
 
 
-def _thread(row: aiosqlite.Row) -> ThreadRecord:
+def _thread(row: sqlite3.Row) -> ThreadRecord:
     return ThreadRecord(
         thread_id=row["thread_id"],
         owner=row["owner"],
@@ -190,7 +214,7 @@ def _thread(row: aiosqlite.Row) -> ThreadRecord:
     )
 
 
-def _run(row: aiosqlite.Row) -> RunRecord:
+def _run(row: sqlite3.Row) -> RunRecord:
     return RunRecord(
         run_id=row["run_id"],
         thread_id=row["thread_id"],
@@ -214,6 +238,28 @@ def _run(row: aiosqlite.Row) -> RunRecord:
 Publish = Callable[[str, list[Frame]], None]
 Statement = tuple[str, Sequence[Any]]
 
+#: Seconds a connection waits for another connection's write lock (SQLite busy timeout).
+BUSY_TIMEOUT = 5.0
+#: Seconds the event writer keeps retrying a batch that fails before giving its runs up.
+RETRY_FOR = 10.0
+
+
+_INSERT_FRAME = "INSERT INTO run_events (run_id, id, event, data) VALUES (?, ?, ?, ?)"
+
+
+class StoreError(RuntimeError):
+    """The event log could not be written (the run's frames since its last commit are lost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One queued write: a frame or a statement, of a run (None: of no run)."""
+
+    run_id: str | None
+    generation: int
+    frame: Frame | None = None
+    statement: Statement | None = None
+
 
 class RunStore:
     """Threads, runs and event logs in SQLite, with group-committed event appends.
@@ -222,31 +268,71 @@ class RunStore:
     frames)` is called with every committed batch of a run's frames, in id order.
     """
 
-    def __init__(self, path: str, publish: Publish | None = None) -> None:
-        """Bind the store to a database file; nothing is opened yet."""
+    def __init__(
+        self,
+        path: str,
+        publish: Publish | None = None,
+        *,
+        busy_timeout: float = BUSY_TIMEOUT,
+        retry_for: float = RETRY_FOR,
+    ) -> None:
+        """Bind the store to a database file; nothing is opened yet.
+
+        Args:
+            path: The SQLite file.
+            publish: Called with every committed batch of a run's frames.
+            busy_timeout: Seconds a write waits for another connection's lock.
+            retry_for: Seconds the event writer retries a failing batch before the
+                runs it carries are lost.
+        """
         self.path = path
         self._publish = publish or (lambda _run_id, _frames: None)
-        self._conn: aiosqlite.Connection | None = None
+        self.busy_timeout = busy_timeout
+        self.retry_for = retry_for
+        #: Called with a run id when the run's queued writes are lost (see `reopen`).
+        self.on_lost: Callable[[str], None] | None = None
+        self._conn: aiosqlite.Connection | None = None  # the writer
+        self._reader: aiosqlite.Connection | None = None
         self._write_lock = asyncio.Lock()
-        self._pending: list[tuple[str, Frame]] = []
-        self._pending_statements: list[Statement] = []
-        self._queued = 0  # frames and statements queued since open
-        self._committed = 0  # of those, how many are durable
+        self._pending: list[_Item] = []
+        self._queued = 0  # items queued since open
+        self._resolved = 0  # of those, how many are committed or given up
+        self._lost: dict[str, int | None] = {}  # run → its first frame id not durable (if any)
+        self._generation: dict[str, int] = {}  # run → bumped by `reopen`
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
-    async def open(self) -> Self:
-        """Connect, create the tables and start the event writer."""
-        conn = await aiosqlite.connect(self.path, isolation_level=None)
+    async def _connect(self, *, query_only: bool) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
         try:
             conn.row_factory = aiosqlite.Row
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
-            await conn.execute("PRAGMA busy_timeout=5000")
-            await conn.executescript(_SCHEMA)
+            await conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            if query_only:
+                await conn.execute("PRAGMA query_only=1")
+            else:
+                await conn.execute("PRAGMA journal_mode=WAL")
+                await conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def open(self) -> Self:
+        """Connect (a writer and a reader), create the tables and start the event writer."""
+        conn = await self._connect(query_only=False)
+        try:
+            async with self._write_lock:
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    await conn.executescript(_SCHEMA)  # commits
+                except BaseException:
+                    if conn.in_transaction:
+                        await conn.execute("ROLLBACK")
+                    raise
+            self._reader = await self._connect(query_only=True)
         except BaseException:
             await conn.close()
             raise
@@ -255,11 +341,12 @@ class RunStore:
         return self
 
     async def close(self) -> None:
-        """Commit what is queued, stop the writer and close the connection; idempotent."""
+        """Commit what is queued, stop the writer and close the connections; idempotent."""
         if self._conn is None:
             return
         with contextlib.suppress(Exception):
-            await self.flush()
+            async with asyncio.timeout(self.busy_timeout + self.retry_for + 1):
+                await self.flush()
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -267,6 +354,9 @@ class RunStore:
             self._writer = None
         await self._conn.close()
         self._conn = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -275,118 +365,268 @@ class RunStore:
         await self.close()
 
     async def ping(self) -> None:
-        """Run a query on the store's connection (readiness)."""
-        async with self._db.execute("SELECT count(*) FROM runs WHERE status = 'running'") as cur:
-            await cur.fetchone()
+        """Run a query on the store's reader connection (readiness)."""
+        await self._read("SELECT count(*) FROM runs WHERE status = 'running'")
 
     @property
     def _db(self) -> aiosqlite.Connection:
+        """The writer connection (writes only, inside `transaction`)."""
         if self._conn is None:
             raise RuntimeError("RunStore is not open")
         return self._conn
 
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Run a query on the reader and return all its rows (one hop to its thread).
+
+        The statement is stepped to its end and reset in one call, so the reader
+        never keeps a snapshot open between awaits.
+        """
+        if self._reader is None:
+            raise RuntimeError("RunStore is not open")
+        return list(await self._reader.execute_fetchall(sql, params))
+
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """Run statements in one write transaction (BEGIN IMMEDIATE … COMMIT)."""
+        """Run statements in one write transaction (BEGIN IMMEDIATE … COMMIT) on the writer.
+
+        The writer holds no read when it begins, so `BEGIN IMMEDIATE` waits up to the
+        busy timeout for the lock instead of failing at once. A failed COMMIT (a full
+        disk) is rolled back, so the connection is never left inside a transaction.
+        """
         async with self._write_lock:
             db = self._db
             await db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
+                await db.execute("COMMIT")
             except BaseException:
-                await db.execute("ROLLBACK")
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        await db.execute("ROLLBACK")
                 raise
-            await db.execute("COMMIT")
 
     # -- event log -----------------------------------------------------------------
 
     def append(self, run_id: str, frame: Frame) -> None:
         """Queue a frame for the run's log; it is committed, then published, shortly."""
-        self._pending.append((run_id, frame))
+        self._queue(_Item(run_id, self._generation.get(run_id, 0), frame=frame))
+
+    def queue_statement(
+        self, sql: str, params: Sequence[Any], *, run_id: str | None = None
+    ) -> None:
+        """Queue a statement to commit with the next batch of frames (after them).
+
+        Args:
+            sql: The statement.
+            params: Its parameters.
+            run_id: The run it records (its fate follows the run's frames: a lost run's
+                statement is dropped with them); None for a statement of no run.
+        """
+        generation = self._generation.get(run_id, 0) if run_id is not None else 0
+        self._queue(_Item(run_id, generation, statement=(sql, params)))
+
+    def _queue(self, item: _Item) -> None:
+        self._pending.append(item)
         self._queued += 1
         self._wake.set()
 
-    def queue_statement(self, sql: str, params: Sequence[Any]) -> None:
-        """Queue a statement to commit with the next batch of frames (after them)."""
-        self._pending_statements.append((sql, params))
-        self._queued += 1
-        self._wake.set()
+    async def flush(self, run_id: str | None = None) -> None:
+        """Wait until everything queued so far is committed (or given up).
 
-    async def flush(self) -> None:
-        """Wait until everything queued so far is committed (and its frames published)."""
+        Args:
+            run_id: Raise `StoreError` if this run's writes were lost (see `reopen`).
+        """
         target = self._queued
-        if self._committed >= target:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, future))
-        await future
+        if self._resolved < target:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append((target, future))
+            await future
+        if run_id is not None and run_id in self._lost:
+            raise StoreError(f"the event log of run {run_id} could not be written")
+
+    def is_lost(self, run_id: str) -> bool:
+        """Whether the run's queued writes were given up (and it was not reopened since)."""
+        return run_id in self._lost
+
+    def reopen(self, run_id: str) -> int | None:
+        """Accept a lost run's writes again; return its first frame id that is not durable.
+
+        Everything the run queued before this call is dropped unwritten (those frames
+        were never published), so the run's log holds exactly its frames below the
+        returned id and the caller continues from there without a gap.
+
+        Returns:
+            The first lost frame id, or None when the run was not lost.
+        """
+        if run_id not in self._lost:
+            return None
+        self._generation[run_id] = self._generation.get(run_id, 0) + 1
+        return self._lost.pop(run_id)
+
+    def _live(self, item: _Item) -> bool:
+        """Whether a queued item is still to be written (its run was not lost since).
+
+        A dropped frame of a run that is lost now counts towards its first lost id.
+        """
+        run_id = item.run_id
+        if run_id is None:
+            return True
+        if item.generation != self._generation.get(run_id, 0):
+            return False  # queued before `reopen`: the run continues from its first lost id
+        if run_id not in self._lost:
+            return True
+        self._note_lost(run_id, item)
+        return False
+
+    def _note_lost(self, run_id: str, item: _Item) -> None:
+        if item.frame is not None:
+            first = self._lost.get(run_id)
+            self._lost[run_id] = item.frame.id if first is None else min(first, item.frame.id)
 
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            frames, self._pending = self._pending, []
-            statements, self._pending_statements = self._pending_statements, []
-            if not frames and not statements:
+            batch, self._pending = self._pending, []
+            if not batch:
                 continue
-            start = self._committed
-            failure: BaseException | None = None
             try:
-                async with self.transaction() as db:
-                    if frames:
-                        await db.executemany(
-                            "INSERT INTO run_events (run_id, id, event, data) VALUES (?, ?, ?, ?)",
-                            [(run_id, f.id, f.event, f.data) for run_id, f in frames],
-                        )
-                    for sql, params in statements:
-                        await db.execute(sql, params)
-            except Exception as exc:  # disk full, read-only file: tell the waiters
-                log.exception("could not commit %d run event(s)", len(frames))
-                failure = exc
-            self._committed += len(frames) + len(statements)
-            if failure is None:
-                self._publish_batch(frames)
-            self._wake_waiters(start, failure)
+                await self._write_batch(batch)
+            except Exception:  # a bug here must not stop the log: give the batch up loudly
+                log.exception("the event writer failed on a batch of %d write(s)", len(batch))
+                for run_id in {item.run_id for item in batch if item.run_id is not None}:
+                    self._lose(run_id, [i for i in batch if i.run_id == run_id])
+            self._resolved += len(batch)
+            self._wake_waiters()
 
-    def _publish_batch(self, frames: list[tuple[str, Frame]]) -> None:
+    async def _write_batch(self, batch: list[_Item]) -> None:
+        """Commit a batch (retrying), or split it by run and give up the runs that fail."""
+        items = [item for item in batch if self._live(item)]
+        if not items:
+            return
+        error = await self._commit_retrying(items)
+        if error is None:
+            self._publish_items(items)
+            return
+        groups: dict[str | None, list[_Item]] = {}
+        for item in items:
+            groups.setdefault(item.run_id, []).append(item)
+        if len(groups) == 1:
+            run_id, failed = next(iter(groups.items()))
+            self._give_up(run_id, failed, error)
+            return
+        for run_id, group in groups.items():  # one run's bad write must not sink the others
+            group_error = await self._commit_once(group)
+            if group_error is None:
+                self._publish_items(group)
+            else:
+                self._give_up(run_id, group, group_error)
+
+    async def _commit_retrying(self, items: list[_Item]) -> BaseException | None:
+        """Commit items in one transaction, retrying with backoff for `retry_for` seconds."""
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.05
+        while True:
+            error = await self._commit_once(items)
+            if error is None:
+                return None
+            if not isinstance(error, sqlite3.OperationalError) or time.monotonic() >= deadline:
+                return error  # locked/full/IO errors may pass; a constraint never does
+            log.warning("committing %d run write(s) failed (%s); retrying", len(items), error)
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
+    async def _commit_once(self, items: list[_Item]) -> BaseException | None:
+        try:
+            await self._commit(items)
+        except Exception as exc:  # locked, full, read-only, I/O: the caller decides
+            return exc
+        return None
+
+    async def _commit(self, items: list[_Item]) -> None:
+        """Write items in one transaction."""
+        async with self.transaction() as db:
+            await self._write_items(db, items)
+
+    @staticmethod
+    async def _write_items(db: aiosqlite.Connection, items: list[_Item]) -> None:
+        """Write items in queue order (a run's frames before the statements queued after)."""
+        rows: list[tuple[str, int, str, str]] = []
+        for item in items:
+            if item.frame is not None:
+                assert item.run_id is not None
+                rows.append((item.run_id, item.frame.id, item.frame.event, item.frame.data))
+                continue
+            if rows:
+                await db.executemany(_INSERT_FRAME, rows)
+                rows = []
+            assert item.statement is not None
+            await db.execute(*item.statement)
+        if rows:
+            await db.executemany(_INSERT_FRAME, rows)
+
+    def _give_up(self, run_id: str | None, items: list[_Item], error: BaseException) -> None:
+        if run_id is None:
+            log.error("a statement of no run could not be committed: %s", error)
+            return
+        log.error(
+            "the event log of run %s could not be written (%d write(s) given up): %s",
+            run_id,
+            len(items),
+            error,
+        )
+        self._lose(run_id, items)
+
+    def _lose(self, run_id: str, items: list[_Item]) -> None:
+        known = run_id in self._lost
+        self._lost.setdefault(run_id, None)
+        for item in items:
+            self._note_lost(run_id, item)
+        if known:
+            return
+        if self.on_lost is not None:
+            try:
+                self.on_lost(run_id)
+            except Exception:
+                log.exception("on_lost failed for run %s", run_id)
+
+    def _publish_items(self, items: list[_Item]) -> None:
         by_run: dict[str, list[Frame]] = {}
-        for run_id, frame in frames:
-            by_run.setdefault(run_id, []).append(frame)
+        for item in items:
+            if item.frame is not None and item.run_id is not None:
+                by_run.setdefault(item.run_id, []).append(item.frame)
         for run_id, batch in by_run.items():
             try:
                 self._publish(run_id, batch)
             except Exception:  # a subscriber's bug must not stop the log
                 log.exception("publishing frames of run %s failed", run_id)
 
-    def _wake_waiters(self, batch_start: int, failure: BaseException | None) -> None:
+    def _wake_waiters(self) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []
         for target, future in self._waiters:
             if future.done():
                 continue
-            if target > self._committed:
+            if target > self._resolved:
                 still.append((target, future))
-            elif failure is not None and target > batch_start:
-                future.set_exception(RuntimeError(f"the event log could not be written: {failure}"))
             else:
                 future.set_result(None)
         self._waiters = still
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
         """Return up to `limit` committed frames of a run with ids above `after`, in order."""
-        async with self._db.execute(
+        rows = await self._read(
             "SELECT id, event, data FROM run_events WHERE run_id = ? AND id > ? "
             "ORDER BY id LIMIT ?",
             (run_id, after, limit),
-        ) as cursor:
-            return [Frame(row[0], row[1], row[2]) async for row in cursor]
+        )
+        return [Frame(row[0], row[1], row[2]) for row in rows]
 
     async def last_event_id(self, run_id: str) -> int:
         """Return the id of the run's last committed frame (0 when none)."""
-        async with self._db.execute(
+        rows = await self._read(
             "SELECT COALESCE(MAX(id), 0) FROM run_events WHERE run_id = ?", (run_id,)
-        ) as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        )
+        return int(rows[0][0]) if rows else 0
 
     async def prune_events(self, finished_before: str) -> int:
         """Drop the logs of runs finished before a time, keeping their final frames.
@@ -414,18 +654,14 @@ class RunStore:
 
     async def get_thread(self, owner: str, thread_id: str) -> ThreadRecord | None:
         """Return the owner's thread, or None (also when another owner has it)."""
-        async with self._db.execute(
+        rows = await self._read(
             "SELECT * FROM threads WHERE thread_id = ? AND owner = ?", (thread_id, owner)
-        ) as cursor:
-            row = await cursor.fetchone()
-        return _thread(row) if row else None
+        )
+        return _thread(rows[0]) if rows else None
 
     async def thread_exists(self, thread_id: str) -> bool:
         """Return whether any owner has a thread with this id."""
-        async with self._db.execute(
-            "SELECT 1 FROM threads WHERE thread_id = ?", (thread_id,)
-        ) as cursor:
-            return await cursor.fetchone() is not None
+        return bool(await self._read("SELECT 1 FROM threads WHERE thread_id = ?", (thread_id,)))
 
     async def insert_thread(self, thread: ThreadRecord) -> None:
         """Store a new thread (raises `aiosqlite.IntegrityError` when the id is taken)."""
@@ -514,8 +750,7 @@ class RunStore:
             f"SELECT * FROM threads WHERE {' AND '.join(where)} "
             f"ORDER BY {column} {order}, rowid {order} LIMIT ? OFFSET ?"
         )
-        async with self._db.execute(sql, [*params, limit, offset]) as cursor:
-            return [_thread(row) async for row in cursor]
+        return [_thread(row) for row in await self._read(sql, [*params, limit, offset])]
 
     async def delete_thread(self, thread_id: str) -> None:
         """Delete a thread with its runs and their event logs (checkpoints are the saver's)."""
@@ -617,9 +852,8 @@ class RunStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """Return a run by id."""
-        async with self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)) as cursor:
-            row = await cursor.fetchone()
-        return _run(row) if row else None
+        rows = await self._read("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        return _run(rows[0]) if rows else None
 
     async def find_run(self, owner: str, thread_id: str, run_id: str) -> RunRecord | None:
         """Return the owner's run on a thread, or None."""
@@ -630,11 +864,10 @@ class RunStore:
 
     async def find_idempotent_run(self, owner: str, key: str) -> RunRecord | None:
         """Return the owner's run created with an `Idempotency-Key`, or None."""
-        async with self._db.execute(
+        rows = await self._read(
             "SELECT * FROM runs WHERE owner = ? AND idempotency_key = ?", (owner, key)
-        ) as cursor:
-            row = await cursor.fetchone()
-        return _run(row) if row else None
+        )
+        return _run(rows[0]) if rows else None
 
     async def list_runs(
         self, thread_id: str, *, limit: int = 10, offset: int = 0, status: str | None = None
@@ -646,8 +879,7 @@ class RunStore:
             sql += " AND status = ?"
             params.append(status)
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
-        async with self._db.execute(sql, [*params, limit, offset]) as cursor:
-            return [_run(row) async for row in cursor]
+        return [_run(row) for row in await self._read(sql, [*params, limit, offset])]
 
     async def active_runs(self, thread_id: str | None = None) -> list[RunRecord]:
         """Return pending and running runs (of one thread, or all), oldest first."""
@@ -656,8 +888,7 @@ class RunStore:
         if thread_id is not None:
             sql += " AND thread_id = ?"
             params.append(thread_id)
-        async with self._db.execute(sql + " ORDER BY created_at, rowid", params) as cursor:
-            return [_run(row) async for row in cursor]
+        return [_run(row) for row in await self._read(sql + " ORDER BY created_at, rowid", params)]
 
     @staticmethod
     def run_status_statement(

@@ -3,12 +3,20 @@
 Configuration comes from the environment (DATA_DIR, LLM_BASE_URL, …) like the real
 service; `ATELIER_TEST_GRAPHS` picks the graphs (`sample`: tests/app/sample_graphs.py,
 `atelier`: the real pipeline) and `ATELIER_TEST_PORT` the port on 127.0.0.1.
+
+`ATELIER_TEST_PAUSE_FIRST_COMMIT=<seconds>` makes the event log pause inside the
+transaction of a run's very first frame (after its INSERT, before COMMIT), after
+creating the file named by `ATELIER_TEST_MARKER`: a test can SIGKILL the server at
+exactly that moment.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -16,9 +24,27 @@ from app.main import create_app
 from core.settings import Settings
 
 
+def pause_first_commits(seconds: float, marker: Path) -> None:
+    """Hold each run's first event commit open for `seconds`, announcing it in `marker`."""
+    from app.runs.store import RunStore
+
+    write_items = RunStore._write_items
+
+    async def paused(db: Any, items: list[Any]) -> None:
+        await write_items(db, items)
+        if any(item.frame is not None and item.frame.id == 1 for item in items):
+            await asyncio.to_thread(marker.write_text, "in the first commit\n")
+            await asyncio.sleep(seconds)
+
+    RunStore._write_items = staticmethod(paused)  # type: ignore[method-assign]
+
+
 def main() -> None:
     """Build the app and serve it until killed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    pause = os.environ.get("ATELIER_TEST_PAUSE_FIRST_COMMIT")
+    if pause:
+        pause_first_commits(float(pause), Path(os.environ["ATELIER_TEST_MARKER"]))
     factory = None
     if os.environ.get("ATELIER_TEST_GRAPHS", "sample") == "sample":
         from tests.app.sample_graphs import sample_assistants

@@ -23,6 +23,7 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[RunStore, Hub]]:
         await store.insert_thread(ThreadRecord("t", "o", stamp, stamp))
         run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, {}, "reject")
         await store.insert_run(run, exclusive=True)
+        hub.run_live("r")  # as the run manager does while it executes the run
         yield store, hub
 
 
@@ -82,6 +83,7 @@ async def test_a_lagging_subscriber_catches_up_from_the_log(store: tuple[RunStor
     runs, _ = store
     hub = Hub(subscriber_buffer=3)
     runs._publish = hub.publish  # this test's hub, with a tiny buffer
+    hub.run_live("r")
     stream = follow_run(runs, hub, "r", "t")
     first = asyncio.ensure_future(stream.__anext__())
     await asyncio.sleep(0.05)
@@ -126,7 +128,14 @@ async def test_only_the_wanted_modes_pass_but_control_frames_always_do(
 
 @pytest.mark.parametrize(
     ("header", "query", "cursor"),
-    [(None, None, 0), ("", "7", 7), ("12", "7", 12), (" 3 ", None, 3), ("-1", None, 0)],
+    [
+        (None, None, 0),
+        ("", "7", 7),
+        ("12", "7", 12),
+        (" 3 ", None, 3),
+        ("-1", None, 0),
+        (None, "-1", 0),
+    ],
 )
 def test_cursor_from_header_or_query(header: str | None, query: str | None, cursor: int) -> None:
     assert parse_cursor(header, query) == cursor
@@ -136,3 +145,36 @@ def test_cursor_from_header_or_query(header: str | None, query: str | None, curs
 def test_a_cursor_must_be_a_frame_id(bad: str) -> None:
     with pytest.raises(ValueError, match="Last-Event-ID"):
         parse_cursor(bad, None)
+
+
+async def test_a_stream_of_a_run_no_longer_executed_is_told_it_stalled_and_closed(
+    store: tuple[RunStore, Hub],
+) -> None:
+    # Regression: a run whose first commit failed was never executed again, and its
+    # stream heartbeated forever. Heartbeats now only cover a run that is alive.
+    runs, hub = store
+    runs.append("r", frame(1, "metadata"))
+    await runs.flush()
+    stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
+    assert (await asyncio.wait_for(stream.__anext__(), 2)).startswith(b"id: 1\n")
+    assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT  # alive, quiet
+    hub.run_gone("r")  # the run manager stopped executing it without an end
+    rest = b"".join([chunk async for chunk in stream])
+    notice = rest.split(HEARTBEAT)[-1].decode()
+    assert notice.startswith("event: error\n") and "id:" not in notice
+    assert json.loads(notice.split("data: ", 1)[1])["error"] == "RunStalled"
+    assert hub.subscriber_count == 0
+
+
+async def test_a_run_that_ends_as_it_stops_being_executed_delivers_its_end(
+    store: tuple[RunStore, Hub],
+) -> None:
+    runs, hub = store
+    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t", heartbeat=5)))
+    await asyncio.sleep(0.05)
+    runs.append("r", frame(1, "metadata"))
+    runs.append("r", frame(2, "end"))
+    await runs.flush()
+    hub.run_gone("r")
+    frames = read_sse(await asyncio.wait_for(follower, 2))
+    assert [(f.id, f.event) for f in frames] == [(1, "metadata"), (2, "end")]

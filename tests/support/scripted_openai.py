@@ -235,6 +235,9 @@ class Reply:
         chunk_delay_s: Seconds to wait between streamed chunks.
         chunk_chars: Characters per streamed content/argument delta.
         finish_reason: Override of the computed finish reason ("stop"/"tool_calls").
+        garbage: Answer 200 with a body that is not valid JSON (a broken upstream).
+        cut_after: Drop the connection after this many bytes of the body (a stream or
+            a response cut short); None sends it whole.
     """
 
     content: str | None = None
@@ -247,6 +250,8 @@ class Reply:
     chunk_delay_s: float = 0.0
     chunk_chars: int = 8
     finish_reason: str | None = None
+    garbage: bool = False
+    cut_after: int | None = None
 
     @classmethod
     def text(cls, content: str, *, chunk_chars: int = 8, finish_reason: str = "stop") -> Reply:
@@ -323,6 +328,16 @@ class Reply:
             per_chunk: Extra delay between streamed chunks.
         """
         return dataclasses.replace(reply, delay_s=seconds, chunk_delay_s=per_chunk)
+
+    @classmethod
+    def garbled(cls) -> Reply:
+        """Answer HTTP 200 with a body that is not valid JSON (nor valid SSE data)."""
+        return cls(garbage=True)
+
+    @classmethod
+    def cut(cls, reply: Reply, after_bytes: int = 200) -> Reply:
+        """Send `reply` but drop the connection after `after_bytes` bytes of its body."""
+        return dataclasses.replace(reply, cut_after=after_bytes)
 
     @property
     def is_error(self) -> bool:
@@ -453,6 +468,26 @@ def _stream_chunks(req: ChatRequest, reply: Reply, completion_id: str) -> list[d
         usage_chunk["usage"] = _usage(req, reply)
         chunks.append(usage_chunk)
     return chunks
+
+
+class _CutConnection(Exception):
+    """Raised inside a response body to make uvicorn drop the connection mid-body."""
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def _cut(body: AsyncIterator[bytes], after: int) -> AsyncIterator[bytes]:
+    """Yield the first `after` bytes of a body, then break the connection."""
+    sent = 0
+    async for piece in body:
+        if sent + len(piece) >= after:
+            yield piece[: max(0, after - sent)]
+            break
+        sent += len(piece)
+        yield piece
+    raise _CutConnection("scripted server: connection cut on purpose")
 
 
 def _error_response(
@@ -641,11 +676,30 @@ class ScriptedOpenAIServer:
             )
 
         completion_id = f"chatcmpl-scripted-{next(self._ids)}"
+        if reply.garbage:
+            if req.stream:
+                return Response(
+                    b'data: {"id": "chatcmpl-garbage", "choices": [{"del\n\n',
+                    media_type="text/event-stream",
+                )
+            return Response(
+                b'{"id": "chatcmpl-garbage", "choices": [{"mess', media_type="application/json"
+            )
         if not req.stream:
-            return JSONResponse(_completion_body(req, reply, completion_id))
+            whole = JSONResponse(_completion_body(req, reply, completion_id))
+            if reply.cut_after is None:
+                return whole
+            return StreamingResponse(
+                _cut(_once(bytes(whole.body)), reply.cut_after),
+                media_type="application/json",
+                headers={"content-length": str(len(whole.body))},
+            )
         chunks = _stream_chunks(req, reply, completion_id)
+        stream = self._sse(chunks, reply.chunk_delay_s)
+        if reply.cut_after is not None:
+            stream = _cut(stream, reply.cut_after)
         return StreamingResponse(
-            self._sse(chunks, reply.chunk_delay_s),
+            stream,
             media_type="text/event-stream",
             headers={"cache-control": "no-cache"},
         )

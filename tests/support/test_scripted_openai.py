@@ -297,3 +297,22 @@ def test_stop_leaves_no_threads() -> None:
     assert not [t for t in leaked if t.name.startswith("scripted-openai")]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{srv.port}/v1/models", trust_env=False, timeout=1)
+
+
+def test_garbled_and_cut_replies_break_the_real_client() -> None:
+    replies = iter(
+        [
+            Reply.garbled(),
+            Reply.cut(Reply.text("x" * 2000), after_bytes=100),
+            Reply.garbled(),
+            Reply.cut(Reply.text("y" * 2000, chunk_chars=4), after_bytes=300),
+        ]
+    )
+    with ScriptedOpenAIServer(lambda _req: next(replies)) as srv:
+        llm = srv.chat_model(timeout=5)
+        for _ in range(2):  # plain completions: bad JSON, then a body cut short
+            with pytest.raises((openai.APIError, httpx.HTTPError, ValueError)):
+                llm.invoke("hi")
+        for _ in range(2):  # streams: bad data, then a stream cut short
+            with pytest.raises((openai.APIError, httpx.HTTPError, ValueError)):
+                list(llm.stream("hi"))
