@@ -209,9 +209,10 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert stages == ["done"] * 5  # planner, rag, executor, critic, finalize
     assert "第 1 / " in page.inner_text("#attempt")
     routes = page.inner_text("#routes")
-    for agent in ("brief_compiler_agent", "writer_agent", "image_agent", "review_agent"):
+    # Agents by name in the page's language (简报整理 = brief_compiler_agent, …).
+    for agent in ("简报整理", "写作", "配图", "审稿"):
         assert f"→ {agent}" in routes
-    assert "↪ writer_agent → brief_compiler_agent" in routes and "前置条件" in routes
+    assert "↪ 写作 → 简报整理" in routes and "前置条件" in routes
     verdict = page.inner_text("#verdicts")
     assert "通过" in verdict and "✓" in verdict and "阈值" in verdict
     assert page.inner_text("#draft").strip()  # the writer's tokens streamed in
@@ -222,7 +223,7 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert "scripted" in page.inner_text("#models")  # the model of each role
     page.click("#roles summary")
     roles = page.inner_text("#roles-list")
-    assert "writer_agent" in roles and "supervisor" in roles and "scripted" in roles
+    assert "写作" in roles and "调度" in roles and "scripted" in roles
     assert _entries(page) == _expected_entries(_run_log(server, page))
 
     assert _draws_chinese(page)
@@ -276,12 +277,12 @@ def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: 
     _start(page, server, "写一篇笔记", auto_confirm=False)
     page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
     assert page.inner_text("#clarify-question").strip()
-    assert page.inner_text("#run-status") == "已中断"
+    assert page.inner_text("#run-status") == "等待回答"  # waiting, not an error
     page.screenshot(path=str(SCREENSHOTS / "console-clarify.png"))
 
     page.reload()  # the question is still open after a reload
     page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
-    assert page.inner_text("#run-status") == "已中断"
+    assert page.inner_text("#run-status") == "等待回答"
 
     page.fill("#clarify-details", "写给大学新生，讲平价护肤的三个步骤，轻松口吻")
     page.click("#clarify-options button[data-option='details']")
