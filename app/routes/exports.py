@@ -52,7 +52,7 @@ def _zip(result: Mapping[str, Any], assets: AssetStore) -> bytes:
         for index, image in enumerate(result.get("images") or [], start=1):
             asset_id = str(image.get("asset_id") or "")
             record = assets.get(asset_id) if is_valid_asset_id(asset_id) else None
-            if record is None:
+            if record is None or record.path is None:
                 continue  # an asset deleted from disk: the post still exports
             extension = _EXTENSIONS.get(record.content_type, "bin")
             archive.write(record.path, f"card-{image.get('slot') or index}.{extension}")

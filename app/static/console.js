@@ -31,6 +31,7 @@ const I18N = {
     "roles.title": "各角色使用的模型", "history.title": "本帖的运行", "history.replay": "回放",
     "library.title": "我的作品", "library.search": "搜索标题或需求", "library.empty": "还没有作品。", "library.delete": "删除",
     "library.confirm": "删除这篇作品及其全部运行？", "library.untitled": "（无标题）",
+    "library.completed": "已完成", "library.exhausted": "未达标", "library.needs_clarification": "待补充", "library.failed": "失败",
     "live.title": "运行", "live.routes": "团队调度", "live.draft": "写作中", "live.verdicts": "评审", "live.images": "图片",
     "stage.planner": "规划", "stage.rag": "知识检索", "stage.executor": "团队创作", "stage.critic": "评审", "stage.finalize": "定稿",
     "clarify.title": "需要确认", "clarify.placeholder": "补充细节，例如：受众、目标、字数", "clarify.fallback": "请补充信息",
@@ -47,7 +48,7 @@ const I18N = {
     "error.run": "运行出错：{m}", "error.unknown": "未知错误", "error.gap": "部分事件已过期，已重新读取最新状态。",
     "error.connect": "连接失败：{m}", "error.stream": "连接中断：{m}",
     "draft.part": "— 第 {n} 稿 —", "image.alt": "图 {n}",
-    "outcome.completed": "已完成：评审通过。", "outcome.exhausted": "重试用尽，下面是最好的一版，请确认后使用。",
+    "outcome.completed": "已完成：评审通过。", "outcome.completed_unjudged": "已完成：代码检查通过，未经评审模型评审。", "outcome.exhausted": "重试用尽，下面是最好的一版，请确认后使用。",
     "outcome.needs_clarification": "需要补充需求后重试。", "outcome.failed": "生成失败，请重试。",
     "quality.head": "质量：{v}", "quality.exhausted": "（重试已用尽）", "quality.attempts": "尝试 {n} 次", "quality.history": "评审记录",
     "action.copy": "复制全文", "action.regenerate": "重新生成", "action.accept": "就用这一版", "action.retry": "再试一次",
@@ -84,6 +85,7 @@ const I18N = {
     "roles.title": "Model of each role", "history.title": "Runs of this post", "history.replay": "Replay",
     "library.title": "My posts", "library.search": "Search titles or requests", "library.empty": "No posts yet.", "library.delete": "Delete",
     "library.confirm": "Delete this post and all its runs?", "library.untitled": "(untitled)",
+    "library.completed": "Done", "library.exhausted": "Below the bar", "library.needs_clarification": "Needs details", "library.failed": "Failed",
     "live.title": "Run", "live.routes": "Team routing", "live.draft": "Writing", "live.verdicts": "Review", "live.images": "Images",
     "stage.planner": "Plan", "stage.rag": "Knowledge", "stage.executor": "Team", "stage.critic": "Review", "stage.finalize": "Finalize",
     "clarify.title": "A question for you", "clarify.placeholder": "More details, e.g. audience, goal, length", "clarify.fallback": "Please add some details",
@@ -100,7 +102,7 @@ const I18N = {
     "error.run": "The run failed: {m}", "error.unknown": "unknown error", "error.gap": "Some events expired; the latest state was read again.",
     "error.connect": "Could not connect: {m}", "error.stream": "Connection lost: {m}",
     "draft.part": "— Draft {n} —", "image.alt": "Image {n}",
-    "outcome.completed": "Done: the post passed review.", "outcome.exhausted": "Out of retries; here is the best version, check it before use.",
+    "outcome.completed": "Done: the post passed review.", "outcome.completed_unjudged": "Done: the code checks passed; the judge model did not review it.", "outcome.exhausted": "Out of retries; here is the best version, check it before use.",
     "outcome.needs_clarification": "Add to the request and try again.", "outcome.failed": "Generation failed; please try again.",
     "quality.head": "Quality: {v}", "quality.exhausted": " (retries used up)", "quality.attempts": "{n} attempts", "quality.history": "Review history",
     "action.copy": "Copy post", "action.regenerate": "Regenerate", "action.accept": "Use this version", "action.retry": "Try again",
@@ -173,6 +175,7 @@ const state = {
   result: null,             // the thread's result shown under the run, if any
   pending: null,            // the open question of the thread, if any
   input: null,              // the request and settings of the thread's post
+  unjudged: new Set(),      // attempts whose critic.verdict came without the judge
 };
 
 // ---------------------------------------------------------------- HTTP helpers
@@ -411,8 +414,12 @@ function onPipelineEvent(ev) {
     case "attempt.started":
       $("attempt").textContent = t("attempt", { n: ev.attempt, max: ev.max_attempts });
       break;
-    case "attempt.completed":
-      $("attempt").textContent = `${t("attempt", { n: ev.attempt, max: ev.max_attempts })}: ${verdictLabel(ev)}`;
+    case "attempt.completed": {
+      // The event has no judge field: its critic.verdict said whether the judge ran.
+      const label = state.unjudged.has(ev.attempt) ? t("verdict.not_judged") : verdictLabel(ev);
+      $("attempt").textContent = `${t("attempt", { n: ev.attempt, max: ev.max_attempts })}: ${label}`;
+      break;
+    }
       break;
     case "knowledge.injected":
       logRoute(t("knowledge.injected", { n: ev.notes.length }), "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
@@ -499,6 +506,7 @@ function markdown(text) {
 
 function clearView() {
   state.draftIds.clear();
+  state.unjudged.clear();
   state.stageCounts = {};
   for (const id of ["routes", "draft", "verdicts", "gallery", "post", "quality", "actions"]) $(id).replaceChildren();
   for (const li of $("stages").children) { li.className = ""; li.querySelector(".count")?.remove(); li.removeAttribute("title"); }
@@ -528,9 +536,9 @@ function rerender() {
   if (state.result) renderResult(state.result);
   if (state.pending) showInterrupt(state.pending);
   setStatus(state.status);
-  loadHistory();
-  loadLibrary();
-  loadInfo();
+  renderHistory();
+  renderLibrary();
+  renderInfo();
 }
 
 function setStatus(status) {
@@ -621,6 +629,7 @@ function renderChecks(list, checks) {
 
 function renderVerdict(ev) {
   const node = $("verdict-template").content.firstElementChild.cloneNode(true);
+  if (unjudged(ev)) state.unjudged.add(ev.attempt);
   node.classList.add(unjudged(ev) ? "unjudged" : ev.passed ? "passed" : "failed");
   node.dataset.attempt = ev.attempt;
   node.querySelector(".v-title").textContent =
@@ -680,7 +689,8 @@ function renderResult(result) {
   state.result = result;
   $("result").hidden = false;
   $("editor").hidden = true;
-  $("outcome").textContent = t(`outcome.${result.outcome}`) === `outcome.${result.outcome}` ? result.outcome : t(`outcome.${result.outcome}`);
+  const outcomeKey = result.outcome === "completed" && unjudged(result.quality || {}) ? "outcome.completed_unjudged" : `outcome.${result.outcome}`;
+  $("outcome").textContent = t(outcomeKey) === outcomeKey ? result.outcome : t(outcomeKey);
   $("outcome").title = result.message || "";
   const post = $("post");
   post.replaceChildren();
@@ -853,7 +863,9 @@ function renderQuality(q, history) {
     list.className = "attempts";
     for (const a of history) {
       const li = document.createElement("li");
-      li.textContent = `${t("attempt.short", { n: a.attempt, max: history.length })} · ${verdictLabel(a)} · ${scoreText(a)}`;
+      const seenUnjudged = state.unjudged.has(a.attempt);
+      li.textContent = `${t("attempt.short", { n: a.attempt, max: history.length })} · ` +
+        (seenUnjudged ? `${t("verdict.not_judged")} · ${t("verdict.no_score")}` : `${verdictLabel(a)} · ${scoreText(a)}`);
       list.append(li);
     }
     box.append(h, list);
@@ -928,10 +940,21 @@ function lastFrameId(runId) {
   return ids.length ? Math.max(...ids) : 0;
 }
 
+let historyRuns = [];
+
 async function loadHistory() {
   if (!state.threadId) return;
   try {
-    const runs = await api("GET", `/threads/${state.threadId}/runs`);
+    historyRuns = await api("GET", `/threads/${state.threadId}/runs`);
+  } catch {
+    return;  // history is a convenience; the live view already shows the run
+  }
+  renderHistory();
+}
+
+function renderHistory() {
+  const runs = historyRuns;
+  {
     const list = $("history-list");
     list.replaceChildren();
     for (const run of runs) {
@@ -948,8 +971,6 @@ async function loadHistory() {
       list.append(li);
     }
     $("history").hidden = runs.length === 0;
-  } catch {
-    // History is a convenience; the live view already shows the run.
   }
 }
 
@@ -1006,7 +1027,7 @@ function renderLibrary() {
     name.textContent = title || request || t("library.untitled");
     const meta = document.createElement("span");
     meta.className = "muted small";
-    const outcome = result.outcome ? t(`outcome.${result.outcome}`).replace(/[：:].*$/, "") : t(`status.${thread.status === "interrupted" ? "waiting" : thread.status === "busy" ? "running" : "idle"}`);
+    const outcome = result.outcome ? named("library", result.outcome) : t(`status.${thread.status === "interrupted" ? "waiting" : thread.status === "busy" ? "running" : "idle"}`);
     meta.textContent = `${formatTime(thread.updated_at, true)} · ${outcome}`;
     text.append(name, meta);
     text.addEventListener("click", () => openThread(thread.thread_id).catch((err) => showError(err.message)));
@@ -1038,15 +1059,26 @@ async function deleteThread(threadId) {
     history.replaceState(null, "", location.pathname);
     setStatus("idle");
     $("history").hidden = true;
+    historyRuns = [];
   }
   await loadLibrary();
 }
 
 // ---------------------------------------------------------------- wiring
 
+let info = {};
+
 async function loadInfo() {
   try {
-    const info = await api("GET", "/info");
+    info = await api("GET", "/info");
+  } catch {
+    return;  // /info is optional for the console to work
+  }
+  renderInfo();
+}
+
+function renderInfo() {
+  {
     const models = info.models || {};
     const names = [...new Set(Object.values(models))];
     $("models").textContent = names.length ? t("models", { m: names.join(" / ") }) : "";
@@ -1064,8 +1096,6 @@ async function loadInfo() {
     }
     $("roles").hidden = names.length === 0;
     if (info.auth && info.auth !== "open") $("key-button").hidden = false;
-  } catch {
-    // /info is optional for the console to work.
   }
 }
 
