@@ -1,24 +1,34 @@
 """Runtime context of Atelier's graphs: the services nodes use, injected per run.
 
 Graphs are compiled with `context_schema=AtelierContext` and invoked with
-`context=...`; nodes read it from `Runtime[AtelierContext]`. Nothing here is
+`context=...`; nodes read it with `context_of(runtime)`. Nothing here is
 checkpointed, so it may hold clients, stores and model factories. Tests build a
 context with fake models; the service builds one from `Settings` at start-up.
+
+LangGraph's own server (`langgraph dev`, Studio, the Platform) cannot pass such
+an object: it sends a run's `context` as JSON and builds the context schema from
+it. The graphs it serves (`graphs.served`) are therefore compiled with
+`context_schema=RunOptions`, a serializable model of what a client may set per
+run, and the services are bound once at the server's start-up
+(`bind_services`); `context_of` joins the two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
 from langgraph.runtime import Runtime
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.settings import Settings
 from graphs.state import TeamLimits
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.repository import InMemoryNoteRepository, NoteRepository
+from knowledge.segment import load_dictionary
 from providers.assets import AssetStore
 from providers.images import ImageProvider, build_image_provider
 from providers.llm import ModelFactory, OpenAIModelFactory
@@ -62,7 +72,18 @@ class AtelierContext:
         models: ModelFactory | None = None,
         notes: NoteRepository | None = None,
     ) -> AtelierContext:
-        """Build a context from settings; unset pieces get their embedded defaults."""
+        """Build a context from settings; unset pieces get their embedded defaults.
+
+        Everything a run would otherwise load lazily is loaded here, at start-up
+        (blocking: call it from a worker thread on a running event loop): the
+        CJK font of the local cards, jieba's dictionary (rag, the critic and
+        knowledge search segment Chinese text) and the chat models with their
+        HTTP clients.
+        """
+        load_dictionary()
+        models = models or OpenAIModelFactory(settings)
+        if isinstance(models, OpenAIModelFactory):
+            models.prepare()
         providers: dict[str, ImageProvider] = {
             "local": build_image_provider("local", font_path=settings.font_path)
         }
@@ -75,7 +96,7 @@ class AtelierContext:
                 timeout=settings.image_timeout,
             )
         return cls(
-            models=models or OpenAIModelFactory(settings),
+            models=models,
             assets=AssetStore(settings.assets_dir),
             notes=notes or InMemoryNoteRepository(),
             image_providers=providers,
@@ -94,21 +115,76 @@ class AtelierContext:
             critic_timeout=settings.critic_timeout,
         )
 
+    def with_options(self, options: RunOptions) -> AtelierContext:
+        """Return this context with a run's options applied (unset options keep its values)."""
+        changes = options.model_dump(exclude_none=True)
+        return replace(self, **changes) if changes else self
 
-_default_context: AtelierContext | None = None
+
+class RunOptions(BaseModel):
+    """What a client may set per run in `context` on LangGraph's own server.
+
+    The context schema of the graphs `langgraph.json` serves: LangGraph builds it
+    from the run's JSON `context` (the server drops keys it does not list, and
+    this model rejects values out of range, which fails the run). Unset fields
+    keep the server's settings. Only options that leave the graphs' loop bounds
+    (and so their recursion limits) alone are offered.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    critic_pass_threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Judge score a post needs to pass (0-1)."
+    )
+    critic_timeout: float | None = Field(
+        default=None, gt=0, le=120, description="Seconds the LLM judge may take."
+    )
+
+
+# The services of LangGraph's own server, bound at its start-up (graphs.served).
+_bound: AtelierContext | None = None
+
+
+@contextmanager
+def bind_services(context: AtelierContext) -> Iterator[AtelierContext]:
+    """Serve runs that get no `AtelierContext` of their own with `context` inside the block.
+
+    LangGraph's own server passes each run a `RunOptions` (or nothing); for those
+    runs `context_of` applies the options to the context bound here.
+    """
+    global _bound
+    if _bound is not None:
+        raise RuntimeError("services are already bound in this process")
+    _bound = context
+    try:
+        yield context
+    finally:
+        _bound = None
 
 
 def context_of(runtime: Runtime[Any] | Any) -> AtelierContext:
-    """Return the run's context, or one built from the environment when none was given.
+    """Return the services and settings of a run.
 
-    LangGraph Studio and `langgraph dev` invoke graphs without our context object;
-    for them the context is built once from `Settings()`. Everything else passes
-    one explicitly.
+    An `AtelierContext` passed with the run (the service, the CLI, tests) is used
+    as it is. Otherwise (LangGraph's own server) the run's options, a `RunOptions`
+    or a mapping of its fields, are applied to the bound services.
+
+    Raises:
+        RuntimeError: The run has no `AtelierContext` and no services are bound.
     """
     ctx = getattr(runtime, "context", None)
     if isinstance(ctx, AtelierContext):
         return ctx
-    global _default_context
-    if _default_context is None:
-        _default_context = AtelierContext.from_settings(Settings())
-    return _default_context
+    if _bound is None:
+        raise RuntimeError(
+            "this run has no AtelierContext and no services are bound: pass "
+            "context=AtelierContext(...), or serve the graphs through langgraph.json "
+            "(graphs.served), whose start-up binds them"
+        )
+    if ctx is None:
+        return _bound
+    if isinstance(ctx, Mapping):
+        ctx = RunOptions.model_validate(ctx)
+    if not isinstance(ctx, RunOptions):
+        raise TypeError(f"unexpected run context {type(ctx).__name__}; expected RunOptions")
+    return _bound.with_options(ctx)

@@ -58,25 +58,29 @@ def pipeline_recursion_limit(max_retry_count: int = 3, max_replans: int = 1) -> 
 
 def build_pipeline(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
+    *,
+    context_schema: type[Any] = AtelierContext,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Build and compile the pipeline graph (the executor is `graphs.team.build_team()`).
 
     Args:
         checkpointer: Where checkpoints go; required for the planner's
-            clarification interrupt to be resumed. LangGraph's own server
-            (`langgraph dev`, Studio) calls a one-argument graph factory with the
-            run's config and then swaps in its own checkpointer, so a mapping
-            here is taken as "no checkpointer".
+            clarification interrupt to be resumed. A mapping (a run's config, as
+            LangGraph's server passes a one-argument graph factory) is taken as
+            "no checkpointer".
+        context_schema: What a run's `context` is: `AtelierContext` (the
+            services), or `graphs.context.RunOptions` for LangGraph's own server
+            (`graphs.served`), which sends the context as JSON.
 
     Returns:
-        The compiled graph, named "atelier", with `context_schema=AtelierContext`.
+        The compiled graph, named "atelier".
     """
     if isinstance(checkpointer, Mapping):
         checkpointer = None
-    team = build_team()
+    team = build_team(context_schema=context_schema)
     builder = StateGraph(
         PipelineState,
-        context_schema=AtelierContext,
+        context_schema=context_schema,
         input_schema=PipelineInput,
         output_schema=PipelineOutput,
     )

@@ -94,21 +94,24 @@ def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
     return route_from_supervisor(state)
 
 
-def build_team(*, limits: TeamLimits | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
+def build_team(
+    *, limits: TeamLimits | None = None, context_schema: type[Any] = AtelierContext
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Build and compile the executor team graph (named "team").
 
     Args:
         limits: Loop bounds the run will use, only to size the default
             `recursion_limit` (`team_recursion_limit`); the bounds themselves
             come from the input's `limits` and the run's `AtelierContext`.
+        context_schema: What a run's `context` is: `AtelierContext`, or
+            `graphs.context.RunOptions` for LangGraph's own server (`graphs.served`).
 
     Returns:
-        The compiled graph: input `TeamInput`, output `TeamOutput`, context
-        `AtelierContext`.
+        The compiled graph: input `TeamInput`, output `TeamOutput`.
     """
     builder = StateGraph(
         TeamState,
-        context_schema=AtelierContext,
+        context_schema=context_schema,
         input_schema=TeamInput,
         output_schema=TeamOutput,
     )

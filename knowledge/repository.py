@@ -17,6 +17,7 @@ store. Both behave identically (one test suite runs against both):
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import sqlite3
@@ -280,8 +281,8 @@ class SqliteNoteRepository:
         """Connect, switch to WAL and create the table if needed; idempotent."""
         if self._conn is not None:
             return self
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if self.path != ":memory:":  # a blocking call: in a worker thread, off the event loop
+            await asyncio.to_thread(Path(self.path).parent.mkdir, parents=True, exist_ok=True)
         conn = await aiosqlite.connect(self.path)
         try:
             conn.row_factory = aiosqlite.Row

@@ -1,9 +1,12 @@
 """Text normalisation and Chinese word segmentation for the knowledge vault.
 
 Chinese has no spaces between words, so matching a query word by word needs a
-real segmenter; this module wraps jieba. jieba loads a ~5 MB dictionary and logs
-to stderr while doing so, so the tokenizer is built lazily, once, under a lock,
-with its logger turned down to warnings. Everything else here is pure.
+real segmenter; this module wraps jieba. jieba loads a ~5 MB dictionary (file
+reads, a cache file in the temp directory, about a second of CPU) and logs to
+stderr while doing so, so the tokenizer is built once, under a lock, with its
+logger turned down to warnings: at start-up by `load_dictionary` (a server calls
+it from a worker thread, never on its event loop), else on first use.
+Everything else here is pure.
 """
 
 from __future__ import annotations
@@ -42,6 +45,15 @@ def _jieba() -> Any:
                 tokenizer.initialize()
                 _tokenizer = tokenizer
     return _tokenizer
+
+
+def load_dictionary() -> None:
+    """Load jieba's dictionary now (blocking, idempotent), so no later call has to.
+
+    Servers call it at start-up, in a worker thread: loading on the event loop
+    would stall every run for about a second (and `langgraph dev` rejects it).
+    """
+    _jieba()
 
 
 def normalize(text: str) -> str:

@@ -402,7 +402,8 @@ async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: A
     judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=state.get("failure"))
     if judgement.failure is not None:
         return judgement
-    judgement.checks = code_checks(state, ctx)
+    # The checks stat and decode the image files: off the event loop.
+    judgement.checks = await asyncio.to_thread(code_checks, state, ctx)
     notes = state.get("knowledge_notes") or []
     if notes:
         alert = ctx.coordinator.check_deviation(

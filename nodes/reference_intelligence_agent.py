@@ -77,7 +77,12 @@ async def measure_references(
     missing: list[str] = []
     paths = {}
     for asset_id in wanted:
-        path = ctx.assets.path(asset_id) if is_valid_asset_id(asset_id) else None
+        # A file lookup (stat): in a worker thread, off the event loop.
+        path = (
+            await asyncio.to_thread(ctx.assets.path, asset_id)
+            if is_valid_asset_id(asset_id)
+            else None
+        )
         if path is None:
             missing.append(asset_id)
         else:

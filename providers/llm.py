@@ -69,6 +69,16 @@ class OpenAIModelFactory:
             self._cache[role] = model
         return model
 
+    def prepare(self) -> None:
+        """Build every role's model now (blocking), so no run builds one on its event loop.
+
+        Building a `ChatOpenAI` creates its HTTP clients, which reads package
+        metadata and certificate files: servers call this at start-up, from a
+        worker thread (`AtelierContext.from_settings` does).
+        """
+        for role in LLM_ROLES:
+            self(role)
+
     def _build(self, role: str) -> BaseChatModel:
         s = self._settings
         # Local OpenAI-compatible servers ignore the key, but the client insists on one.

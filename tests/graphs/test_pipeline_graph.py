@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 from typing import Any
 
-from graphs.context import AtelierContext
+from starlette.applications import Starlette
+
+from graphs.context import AtelierContext, RunOptions
 from graphs.pipeline import build_pipeline
 from graphs.state import AGENTS, PipelineInput
 
@@ -86,16 +88,21 @@ def test_input_and_output_schemas() -> None:
 
 
 def test_langgraph_json_serves_the_pipeline_as_atelier() -> None:
-    spec = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))["graphs"]["atelier"]
-    file_name, factory_name = spec.split(":")
-    module_spec = importlib.util.spec_from_file_location("studio_pipeline", ROOT / file_name)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    factory = getattr(module, factory_name)
+    config = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))
 
-    assert factory().name == "atelier"
-    # LangGraph's server calls a one-argument factory with the run's config.
-    served = factory({"configurable": {"thread_id": "t"}})
-    assert served.name == "atelier" and served.checkpointer is None
-    assert set(served.get_graph().nodes) >= set(PIPELINE_NODES)
+    def load(spec: str) -> Any:
+        module_name, variable = spec.split(":")
+        return getattr(importlib.import_module(module_name), variable)
+
+    atelier, team, app = (
+        load(config["graphs"]["atelier"]),
+        load(config["graphs"]["team"]),
+        load(config["http"]["app"]),
+    )
+    assert atelier.name == "atelier" and team.name == "team"
+    assert set(atelier.get_graph().nodes) >= set(PIPELINE_NODES)
+    # LangGraph's server sends the context as JSON: the schema is the serializable one,
+    # and the start-up that binds the services is the http app's lifespan.
+    assert atelier.context_schema is RunOptions and team.context_schema is RunOptions
+    assert atelier.get_context_jsonschema()["properties"]
+    assert isinstance(app, Starlette) and not app.routes

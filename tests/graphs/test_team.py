@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
+import importlib
 import json
 import time
 from collections.abc import Callable
@@ -434,12 +434,8 @@ def test_recursion_limit_formula() -> None:
 
 def test_langgraph_json_loads_the_team_and_every_agent_is_a_node() -> None:
     spec = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))["graphs"]["team"]
-    file_name, factory_name = spec.split(":")
-    module_spec = importlib.util.spec_from_file_location("studio_team", ROOT / file_name)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    graph = getattr(module, factory_name)()
+    module_name, variable = spec.split(":")
+    graph = getattr(importlib.import_module(module_name), variable)
 
     assert graph.name == "team"
     drawing = graph.get_graph()

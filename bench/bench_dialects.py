@@ -1,0 +1,238 @@
+"""Benchmark one pipeline three ways: raw LangGraph, `atelier serve`, `langgraph dev`.
+
+    .venv/bin/python bench/bench_dialects.py [--runs 20] [--concurrency 1 10]
+
+The same `atelier` pipeline and the same scripted model (the scripted OpenAI
+server in this process, `tests/app/atelier_llm.py`, answering at once; one image
+per post, drawn by the local card renderer) run to a post:
+
+* **raw**: `graph.astream` in this process (the served graph with the services
+  `graphs.served` opens, an in-memory checkpointer, no HTTP);
+* **atelier serve**: the service in a child process (`tests/app/serve.py`), its
+  runs on SQLite, streamed with the official `langgraph-sdk` client;
+* **langgraph dev**: `langgraph dev --config langgraph.json` in a child process
+  (blocking-call detection on), default (one run at a time) and with
+  `--n-jobs-per-worker 50`, streamed with the same client.
+
+At each concurrency c, c clients each stream runs on their own threads until
+`--runs` runs are done. Printed: runs/s, seconds from sending the request to the
+first frame (the SDK's `metadata` event; raw: the first chunk) p50/p95, and the
+resident memory of the server process after the runs (raw: this process, which
+also holds the scripted model and the clients).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph_sdk import get_client  # noqa: E402
+
+from graphs.served import atelier, served_services  # noqa: E402
+from tests.app.atelier_llm import atelier_responder  # noqa: E402
+from tests.app.harness import ServerProcess, service_settings  # noqa: E402
+from tests.support.scripted_openai import ScriptedOpenAIServer  # noqa: E402
+from tests.test_langgraph_dev import LanggraphDev  # noqa: E402
+
+REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+INPUT = {"request": REQUEST, "auto_confirm": True, "image_count": 1}
+STREAM_MODE = ["updates", "custom"]
+
+#: One run: returns seconds to its first frame; raises when the run did not complete.
+RunOnce = Callable[[], Awaitable[float]]
+
+
+@dataclass
+class Figures:
+    """What one (way, concurrency) measurement found."""
+
+    runs: int
+    seconds: float
+    first_frames: list[float]
+    failures: int
+
+    def line(self, label: str, rss_mb: float | None) -> str:
+        """Format one table row."""
+        ordered = sorted(self.first_frames) or [float("nan")]
+        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+        rss = f"{rss_mb:9.0f}" if rss_mb is not None else f"{'-':>9}"
+        return (
+            f"{label:<42} {self.runs / self.seconds:9.2f} "
+            f"{statistics.median(ordered) * 1000:7.0f}ms {p95 * 1000:7.0f}ms {rss} "
+            f"{self.failures:9d}"
+        )
+
+
+async def measure(run_once: RunOnce, runs: int, concurrency: int) -> Figures:
+    """Run `runs` runs with `concurrency` clients; time them."""
+    left = runs
+    first_frames: list[float] = []
+    failures = 0
+
+    async def client() -> None:
+        nonlocal left, failures
+        while left > 0:
+            left -= 1
+            try:
+                first_frames.append(await run_once())
+            except Exception as exc:
+                failures += 1
+                print(f"  run failed: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return Figures(runs, time.perf_counter() - started, first_frames, failures)
+
+
+def sdk_run(url: str) -> RunOnce:
+    """One run streamed through the official SDK on a new thread."""
+    client = get_client(url=url, timeout=300)
+
+    async def run_once() -> float:
+        thread = await client.threads.create()
+        started = time.perf_counter()
+        first: float | None = None
+        async for part in client.runs.stream(
+            thread["thread_id"],
+            "atelier",
+            input=INPUT,
+            stream_mode=STREAM_MODE,
+            stream_subgraphs=True,
+        ):
+            if first is None:
+                first = time.perf_counter() - started
+            if part.event == "error":
+                raise RuntimeError(str(part.data))
+        state = await client.threads.get_state(thread["thread_id"])
+        outcome = (state["values"].get("result") or {}).get("outcome")
+        if outcome != "completed" or first is None:
+            raise RuntimeError(f"run ended {outcome!r}")
+        return first
+
+    return run_once
+
+
+@asynccontextmanager
+async def raw_run(llm_url: str, data_dir: Path) -> AsyncIterator[RunOnce]:
+    """One run through `astream` in this process, on the services of `graphs.served`."""
+    async with served_services(service_settings(data_dir, llm_url)):
+        graph = atelier.copy(update={"checkpointer": InMemorySaver()})
+
+        async def run_once() -> float:
+            started = time.perf_counter()
+            first: float | None = None
+            values: dict[str, Any] = {}
+            async for _ns, mode, chunk in graph.astream(
+                INPUT,
+                {"configurable": {"thread_id": str(uuid.uuid4())}},
+                context={},
+                stream_mode=[*STREAM_MODE, "values"],
+                subgraphs=True,
+            ):
+                if first is None:
+                    first = time.perf_counter() - started
+                if mode == "values" and not _ns:
+                    values = chunk
+            outcome = (values.get("result") or {}).get("outcome")
+            if outcome != "completed" or first is None:
+                raise RuntimeError(f"run ended {outcome!r}")
+            return first
+
+        yield run_once
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MiB (Linux /proc), None when unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def langgraph_dev_project(root: Path, llm_url: str) -> Path:
+    """A project directory with the repository's langgraph.json and a .env of settings."""
+    project = root / f"project-{uuid.uuid4().hex[:6]}"
+    project.mkdir()
+    shutil.copy(REPO_ROOT / "langgraph.json", project / "langgraph.json")
+    (project / ".env").write_text(
+        f"LLM_BASE_URL={llm_url}\nLLM_API_KEY=test\nLLM_MODEL=scripted\n"
+        f"LLM_MAX_RETRIES=0\nDATA_DIR={project / 'data'}\n",
+        encoding="utf-8",
+    )
+    return project
+
+
+async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
+    """Measure every way at every concurrency and print the table."""
+    columns = ("runs/s", "first p50", "first p95", "RSS MiB", "failed")
+    header = f"{'way':<42} " + " ".join(f"{column:>9}" for column in columns)
+    print(header + "\n" + "-" * len(header))
+    for concurrency in args.concurrency:
+        label = f"c={concurrency:<3}"
+        async with raw_run(llm_url, root / f"raw-{concurrency}") as run_once:
+            await measure(run_once, 2, 1)  # warm-up
+            figures = await measure(run_once, args.runs, concurrency)
+        print(figures.line(f"{label} raw LangGraph astream", rss_mb(os.getpid())), flush=True)
+
+        data_dir = root / f"serve-{concurrency}"
+        data_dir.mkdir()
+        serve = ServerProcess(data_dir, llm_url, graphs="atelier").start(timeout=180)
+        try:
+            run_once = sdk_run(serve.url)
+            await measure(run_once, 2, 1)
+            figures = await measure(run_once, args.runs, concurrency)
+            assert serve.process is not None
+            rss = rss_mb(serve.process.pid)
+        finally:
+            serve.stop()
+        print(figures.line(f"{label} atelier serve", rss), flush=True)
+
+        for extra in ((), ("--n-jobs-per-worker", "50")):
+            name = "langgraph dev" + (" --n-jobs-per-worker 50" if extra else "")
+            with LanggraphDev(langgraph_dev_project(root, llm_url), *extra) as dev:
+                run_once = sdk_run(dev.url)
+                await measure(run_once, 2, 1)
+                figures = await measure(run_once, args.runs, concurrency)
+                assert dev.process is not None
+                rss = rss_mb(dev.process.pid)
+            print(figures.line(f"{label} {name}", rss), flush=True)
+
+
+def main() -> None:
+    """Parse the arguments, start the scripted model, run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="runs per way and concurrency")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 10], help="concurrent clients"
+    )
+    args = parser.parse_args()
+    print("One pipeline three ways (scripted model answering at once, one image per post;")
+    print(f"{args.runs} runs per row after 2 warm-up runs; first frame = request → first frame)\n")
+    with (
+        ScriptedOpenAIServer(atelier_responder(images=1)) as llm,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        asyncio.run(bench(args, llm.base_url, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
