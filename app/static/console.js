@@ -104,7 +104,7 @@ const I18N = {
     "draft.part": "— Draft {n} —", "image.alt": "Image {n}",
     "outcome.completed": "Done: the post passed review.", "outcome.completed_unjudged": "Done: the code checks passed; the judge model did not review it.", "outcome.exhausted": "Out of retries; here is the best version, check it before use.",
     "outcome.needs_clarification": "Add to the request and try again.", "outcome.failed": "Generation failed; please try again.",
-    "quality.head": "Quality: {v}", "quality.exhausted": " (retries used up)", "quality.attempts": "{n} attempts", "quality.history": "Review history",
+    "quality.head": "Quality: {v}", "quality.exhausted": " (retries used up)", "quality.attempts": "attempts: {n}", "quality.history": "Review history",
     "action.copy": "Copy post", "action.regenerate": "Regenerate", "action.accept": "Use this version", "action.retry": "Try again",
     "action.edit_request": "Edit the request", "action.export": "Export (Markdown + images)", "action.edit": "Edit",
     "action.copied": "Copied to the clipboard", "action.accepted": "This version is accepted", "card.download": "Download", "card.enlarge": "Enlarge",
@@ -428,7 +428,9 @@ function onPipelineEvent(ev) {
       logRoute(`→ ${named("agent", ev.next_agent)}`, `#${ev.step}`, ev.guidance, "", ev.next_agent);
       break;
     case "agent.fallback":
-      logRoute(`↪ ${named("agent", ev.from)} → ${named("agent", ev.to)}`, named("reason", ev.reason), ev.detail, "fallback");
+      // The reason names why in the user's language; the router's own words stay a tooltip.
+      logRoute(`↪ ${named("agent", ev.from)} → ${named("agent", ev.to)}`, named("reason", ev.reason), "", "fallback");
+      $("routes").lastElementChild.title = ev.detail || "";
       break;
     case "knowledge.deviation":
       logRoute(t("knowledge.deviation", { ids: ev.ignored_notes.join(", ") }), ev.severity, ev.reason, "fallback");

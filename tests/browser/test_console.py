@@ -587,3 +587,49 @@ def test_dark_mode_and_a_phone_width_fit(browser: Any, server: str) -> None:
         assert overflow <= 0
     finally:
         context.close()
+
+
+SCHEMES = [  # (file name, language, colour scheme, viewport); console-desktop/-phone above
+    ("console-desktop-dark", "zh", "dark", {"width": 1280, "height": 900}),
+    ("console-desktop-en-dark", "en", "dark", {"width": 1280, "height": 900}),
+    ("console-phone-en", "en", "light", {"width": 390, "height": 844}),
+    ("console-phone-dark", "zh", "dark", {"width": 390, "height": 844}),
+]
+
+
+def test_a_finished_run_in_both_languages_and_colour_schemes(
+    page: Any, browser: Any, server: str
+) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    run_url = page.url
+    for name, lang, scheme, viewport in SCHEMES:
+        context = browser.new_context(viewport=viewport, locale="zh-CN", color_scheme=scheme)
+        context.add_init_script(f"localStorage.setItem('atelier.lang', '{lang}')")
+        other = context.new_page()
+        errors: list[str] = []
+        other.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+        other.on(
+            "console",
+            lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None,
+        )
+        try:
+            other.goto(run_url)  # a fresh tab replays the run from its first frame
+            _wait_for_result_in(other, "完成" if lang == "zh" else "Done")
+            full = viewport["width"] > 400
+            if not full:  # the cards load lazily: bring them on screen first
+                other.evaluate("() => document.querySelector('#post .gallery').scrollIntoView()")
+            other.wait_for_function(
+                "() => [...document.querySelectorAll('#post img')]"
+                ".every((i) => i.complete && i.naturalWidth > 0)"
+            )
+            overflow = other.evaluate(
+                "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, name
+            if not full:
+                other.evaluate("() => document.querySelector('#result').scrollIntoView()")
+            other.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full)
+        finally:
+            context.close()
+        assert not errors, (name, errors)
