@@ -633,3 +633,22 @@ def test_a_finished_run_in_both_languages_and_colour_schemes(
         finally:
             context.close()
         assert not errors, (name, errors)
+
+
+def test_regenerate_starts_a_new_post_with_the_same_request(page: Any, server: str) -> None:
+    request = "写一篇小红书笔记：早八通勤五分钟妆容"
+    _start(page, server, request, auto_confirm=True, images=2)
+    _wait_for_result(page)
+    first = _thread_id(page)
+
+    page.click("#actions button[data-action='regenerate']")
+    page.wait_for_function("(t) => !location.search.includes(t)", arg=first)
+    _wait_for_result(page)
+    second = _thread_id(page)
+    assert second != first
+    values = httpx.get(f"{server}/threads/{second}/state", timeout=30).json()["values"]
+    assert values["request"] == request and values["image_count"] == 2
+    assert page.input_value("#request") == request
+    # Both posts are in the library.
+    page.wait_for_selector(f"#library-list li[data-thread='{second}']")
+    assert page.locator(f"#library-list li[data-thread='{first}']").count() == 1
