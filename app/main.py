@@ -18,7 +18,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.metrics import install_metrics
 from app.openapi import install_openapi
-from app.routes import assets, assistants, knowledge, ops, runs, threads
+from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
 from app.routes.runs import runs_error_handler
 from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
@@ -119,6 +119,7 @@ def create_app(
     app.include_router(assets.router)
     app.include_router(assistants.router)
     app.include_router(threads.router)
+    app.include_router(exports.router)
     app.include_router(runs.router)
     app.add_exception_handler(RunsError, runs_error_handler)
     install_openapi(app)

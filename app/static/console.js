@@ -12,6 +12,156 @@ const STREAM_MODES = ["custom", "messages-tuple", "updates"];
 const STAGE_ORDER = ["planner", "rag", "executor", "critic", "finalize"];
 const $ = (id) => document.getElementById(id);
 
+
+// ---------------------------------------------------------------- language
+//
+// Every label the console writes comes from I18N; elements of the page carry
+// data-i18n (text), data-i18n-placeholder or data-i18n-title keys. What users or
+// models wrote (the request, the post, the judge's feedback, the question) is
+// marked data-user and never translated. The choice is kept in localStorage.
+
+const I18N = {
+  zh: {
+    "app.subtitle": "内容工作室", "key.button": "API Key", "key.prompt": "此服务需要 API Key：", "key.needed": "需要 API Key",
+    "compose.title": "新建创作", "compose.request": "需求", "compose.placeholder": "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚",
+    "compose.platform": "平台", "compose.images": "配图", "compose.count": "图片数", "compose.auto": "直接生成（跳过澄清问题）",
+    "compose.start": "开始创作", "compose.cancel": "取消",
+    "platform.xiaohongshu": "小红书", "platform.douyin": "抖音", "platform.weibo": "微博", "platform.wechat": "公众号",
+    "provider.local": "本地卡片", "provider.openai": "OpenAI 图片",
+    "roles.title": "各角色使用的模型", "history.title": "本帖的运行", "history.replay": "回放",
+    "library.title": "我的作品", "library.search": "搜索标题或需求", "library.empty": "还没有作品。", "library.delete": "删除",
+    "library.confirm": "删除这篇作品及其全部运行？", "library.untitled": "（无标题）",
+    "library.completed": "已完成", "library.exhausted": "未达标", "library.needs_clarification": "待补充", "library.failed": "失败",
+    "live.title": "运行", "live.routes": "团队调度", "live.draft": "写作中", "live.verdicts": "评审", "live.images": "图片",
+    "stage.planner": "规划", "stage.rag": "知识检索", "stage.executor": "团队创作", "stage.critic": "评审", "stage.finalize": "定稿",
+    "clarify.title": "需要确认", "clarify.placeholder": "补充细节，例如：受众、目标、字数", "clarify.fallback": "请补充信息",
+    "clarify.defaults": "按默认继续", "clarify.details": "补充细节",
+    "result.title": "成稿", "edit.title": "标题", "edit.body": "正文", "edit.tags": "标签（空格分隔）",
+    "edit.save": "保存并重新评审", "edit.cancel": "取消", "lightbox.close": "关闭",
+    "status.idle": "空闲", "status.pending": "排队中", "status.running": "运行中", "status.success": "完成", "status.error": "出错",
+    "status.timeout": "超时", "status.interrupted": "已中断", "status.waiting": "等待回答",
+    "attempt": "第 {n} / {max} 次尝试", "attempt.short": "第 {n} / {max} 次",
+    "verdict.passed": "通过", "verdict.needs_improvement": "需改进", "verdict.failed": "未通过", "verdict.not_judged": "未评审",
+    "verdict.unjudged_note": "评审模型不可用，只做了代码检查", "verdict.threshold": "阈值 {t}", "verdict.no_score": "无评分",
+    "reason.precondition": "前置条件", "reason.quality": "质量", "reason.cap": "上限", "reason.invalid_decision": "无效决定",
+    "knowledge.injected": "知识库：注入笔记 {n} 条", "knowledge.deviation": "! 忽略了笔记 {ids}",
+    "error.run": "运行出错：{m}", "error.unknown": "未知错误", "error.gap": "部分事件已过期，已重新读取最新状态。",
+    "error.connect": "连接失败：{m}", "error.stream": "连接中断：{m}",
+    "draft.part": "— 第 {n} 稿 —", "image.alt": "图 {n}",
+    "outcome.completed": "已完成：评审通过。", "outcome.completed_unjudged": "已完成：代码检查通过，未经评审模型评审。", "outcome.exhausted": "重试用尽，下面是最好的一版，请确认后使用。",
+    "outcome.needs_clarification": "需要补充需求后重试。", "outcome.failed": "生成失败，请重试。",
+    "quality.head": "质量：{v}", "quality.exhausted": "（重试已用尽）", "quality.attempts": "尝试 {n} 次", "quality.history": "评审记录",
+    "action.copy": "复制全文", "action.regenerate": "重新生成", "action.accept": "就用这一版", "action.retry": "再试一次",
+    "action.edit_request": "修改需求", "action.export": "导出（Markdown + 图片）", "action.edit": "编辑",
+    "action.copied": "已复制到剪贴板", "action.accepted": "已采用这一版", "card.download": "下载", "card.enlarge": "放大",
+    "models": "模型：{m}",
+    "dim.infoDensity": "信息密度", "dim.textImageAlignment": "图文匹配", "dim.styleConsistency": "风格一致",
+    "dim.readability": "可读性", "dim.platformFit": "平台契合",
+    "agent.supervisor": "调度", "agent.planner": "规划", "agent.critic": "评审", "agent.judge": "评审模型",
+    "agent.brief_compiler_agent": "简报整理", "agent.research_evidence_agent": "资料研究", "agent.reference_intelligence_agent": "参考分析",
+    "agent.layout_planner_agent": "版式规划", "agent.image_planner_agent": "配图规划", "agent.writer_agent": "写作",
+    "agent.image_agent": "配图", "agent.review_agent": "审稿", "agent.embedding": "向量检索", "agent.FINISH": "完成", "agent.__end__": "完成",
+    "check.pass": "✓ {name}",
+    "check.answer_length": "正文太短（{m} 字），请写得更完整", "check.answer_length.name": "篇幅",
+    "check.refusal": "内容里有拒绝式的说法，请直接给出内容", "check.refusal.name": "无拒答",
+    "check.error_marker": "内容里有报错字样，请删掉", "check.error_marker.name": "无报错字样",
+    "check.incomplete": "内容没有写完（有“未完待续”一类字样），请写完整", "check.incomplete.name": "完整",
+    "check.title_length": "标题 {m} 字，要求 {e}：请调整标题长度", "check.title_length.name": "标题长度",
+    "check.body_length": "正文 {m} 字，要求 {e}：请调整正文长度", "check.body_length.name": "正文长度",
+    "check.tag_count": "标签 {m} 个，要求 {e}：请调整标签数量", "check.tag_count.name": "标签数量",
+    "check.must_include": "缺少必须提到的内容：{m}", "check.must_include.name": "必含内容",
+    "check.must_avoid": "出现了应避免的内容：{m}，请删掉", "check.must_avoid.name": "禁用内容",
+    "check.image_files": "有图片无法打开，请重新生成配图", "check.image_files.name": "图片文件",
+    "check.image_count": "图片 {m} 张，要求 {e}：请调整图片数量", "check.image_count.name": "图片数量",
+    "check.other": "检查“{name}”未通过",
+  },
+  en: {
+    "app.subtitle": "Content studio", "key.button": "API key", "key.prompt": "This service needs an API key:", "key.needed": "An API key is needed",
+    "compose.title": "New post", "compose.request": "Request", "compose.placeholder": "A Xiaohongshu note on budget skincare for students, with the key ingredients explained",
+    "compose.platform": "Platform", "compose.images": "Images", "compose.count": "Image count", "compose.auto": "Generate directly (skip clarifying questions)",
+    "compose.start": "Create", "compose.cancel": "Cancel",
+    "platform.xiaohongshu": "Xiaohongshu", "platform.douyin": "Douyin", "platform.weibo": "Weibo", "platform.wechat": "WeChat article",
+    "provider.local": "Local cards", "provider.openai": "OpenAI images",
+    "roles.title": "Model of each role", "history.title": "Runs of this post", "history.replay": "Replay",
+    "library.title": "My posts", "library.search": "Search titles or requests", "library.empty": "No posts yet.", "library.delete": "Delete",
+    "library.confirm": "Delete this post and all its runs?", "library.untitled": "(untitled)",
+    "library.completed": "Done", "library.exhausted": "Below the bar", "library.needs_clarification": "Needs details", "library.failed": "Failed",
+    "live.title": "Run", "live.routes": "Team routing", "live.draft": "Writing", "live.verdicts": "Review", "live.images": "Images",
+    "stage.planner": "Plan", "stage.rag": "Knowledge", "stage.executor": "Team", "stage.critic": "Review", "stage.finalize": "Finalize",
+    "clarify.title": "A question for you", "clarify.placeholder": "More details, e.g. audience, goal, length", "clarify.fallback": "Please add some details",
+    "clarify.defaults": "Go on with defaults", "clarify.details": "Add details",
+    "result.title": "Post", "edit.title": "Title", "edit.body": "Body", "edit.tags": "Tags (space-separated)",
+    "edit.save": "Save and review again", "edit.cancel": "Cancel", "lightbox.close": "Close",
+    "status.idle": "Idle", "status.pending": "Queued", "status.running": "Running", "status.success": "Done", "status.error": "Error",
+    "status.timeout": "Timed out", "status.interrupted": "Stopped", "status.waiting": "Waiting for your answer",
+    "attempt": "Attempt {n} of {max}", "attempt.short": "Attempt {n} of {max}",
+    "verdict.passed": "Passed", "verdict.needs_improvement": "Needs work", "verdict.failed": "Failed", "verdict.not_judged": "Not judged",
+    "verdict.unjudged_note": "The judge model was unavailable; only the code checks ran", "verdict.threshold": "threshold {t}", "verdict.no_score": "no score",
+    "reason.precondition": "precondition", "reason.quality": "quality", "reason.cap": "limit", "reason.invalid_decision": "invalid decision",
+    "knowledge.injected": "Knowledge: {n} notes added", "knowledge.deviation": "! Notes ignored: {ids}",
+    "error.run": "The run failed: {m}", "error.unknown": "unknown error", "error.gap": "Some events expired; the latest state was read again.",
+    "error.connect": "Could not connect: {m}", "error.stream": "Connection lost: {m}",
+    "draft.part": "— Draft {n} —", "image.alt": "Image {n}",
+    "outcome.completed": "Done: the post passed review.", "outcome.completed_unjudged": "Done: the code checks passed; the judge model did not review it.", "outcome.exhausted": "Out of retries; here is the best version, check it before use.",
+    "outcome.needs_clarification": "Add to the request and try again.", "outcome.failed": "Generation failed; please try again.",
+    "quality.head": "Quality: {v}", "quality.exhausted": " (retries used up)", "quality.attempts": "attempts: {n}", "quality.history": "Review history",
+    "action.copy": "Copy post", "action.regenerate": "Regenerate", "action.accept": "Use this version", "action.retry": "Try again",
+    "action.edit_request": "Edit the request", "action.export": "Export (Markdown + images)", "action.edit": "Edit",
+    "action.copied": "Copied to the clipboard", "action.accepted": "This version is accepted", "card.download": "Download", "card.enlarge": "Enlarge",
+    "models": "Models: {m}",
+    "dim.infoDensity": "Information density", "dim.textImageAlignment": "Text–image match", "dim.styleConsistency": "Style consistency",
+    "dim.readability": "Readability", "dim.platformFit": "Platform fit",
+    "agent.supervisor": "Supervisor", "agent.planner": "Planner", "agent.critic": "Critic", "agent.judge": "Judge model",
+    "agent.brief_compiler_agent": "Brief compiler", "agent.research_evidence_agent": "Researcher", "agent.reference_intelligence_agent": "Reference analyst",
+    "agent.layout_planner_agent": "Layout planner", "agent.image_planner_agent": "Image planner", "agent.writer_agent": "Writer",
+    "agent.image_agent": "Illustrator", "agent.review_agent": "Reviewer", "agent.embedding": "Embeddings", "agent.FINISH": "Finish", "agent.__end__": "Finish",
+    "check.pass": "✓ {name}",
+    "check.answer_length": "The text is too short ({m} characters); write it out more fully", "check.answer_length.name": "Length",
+    "check.refusal": "The text reads like a refusal; give the content directly", "check.refusal.name": "No refusal",
+    "check.error_marker": "The text contains error markers; remove them", "check.error_marker.name": "No error markers",
+    "check.incomplete": "The text is unfinished (a “to be continued” marker); finish it", "check.incomplete.name": "Complete",
+    "check.title_length": "The title has {m} characters, {e} wanted: adjust its length", "check.title_length.name": "Title length",
+    "check.body_length": "The body has {m} characters, {e} wanted: adjust its length", "check.body_length.name": "Body length",
+    "check.tag_count": "{m} tags, {e} wanted: adjust the number of tags", "check.tag_count.name": "Tag count",
+    "check.must_include": "Missing what the post must mention: {m}", "check.must_include.name": "Must include",
+    "check.must_avoid": "Contains what the post must avoid: {m}; remove it", "check.must_avoid.name": "Must avoid",
+    "check.image_files": "An image cannot be opened; regenerate the images", "check.image_files.name": "Image files",
+    "check.image_count": "{m} images, {e} wanted: adjust the number of images", "check.image_count.name": "Image count",
+    "check.other": "Check “{name}” failed",
+  },
+};
+
+let lang = localStorage.getItem("atelier.lang") ||
+  ((navigator.language || "zh").toLowerCase().startsWith("zh") ? "zh" : "en");
+if (!I18N[lang]) lang = "zh";
+
+// The label `key` in the chosen language, with {name} placeholders filled in.
+function t(key, vars = {}) {
+  const text = I18N[lang][key] ?? I18N.zh[key] ?? key;
+  return text.replace(/\{(\w+)\}/g, (_, name) => String(vars[name] ?? ""));
+}
+
+// A name the console shows for an id: an agent, a role, a dimension (the id when unknown).
+function named(prefix, id) {
+  const key = `${prefix}.${id}`;
+  return key in I18N[lang] ? t(key) : id;
+}
+
+function translatePage() {
+  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+  document.title = `Atelier · ${t("app.subtitle")}`;
+  for (const el of document.querySelectorAll("[data-i18n]")) el.textContent = t(el.dataset.i18n);
+  for (const el of document.querySelectorAll("[data-i18n-placeholder]")) el.placeholder = t(el.dataset.i18nPlaceholder);
+  $("lang").value = lang;
+}
+
+// 24-hour local date and time in the chosen language.
+function formatTime(iso, withDate = false) {
+  const options = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+  if (withDate) Object.assign(options, { year: "numeric", month: "2-digit", day: "2-digit" });
+  return new Intl.DateTimeFormat(lang === "zh" ? "zh-CN" : "en-GB", options).format(new Date(iso));
+}
+
 const state = {
   key: localStorage.getItem("atelier.key") || "",
   threadId: null,
@@ -19,8 +169,13 @@ const state = {
   seen: new Set(),          // "run:id" of frames already rendered
   frames: [],               // [runId, id, event, data] rendered this page, persisted
   controller: null,         // AbortController of the open stream
-  draftIds: new Map(),      // writer message id → <div>
+  draftIds: new Map(),      // writer message id → {el, text}
   stageCounts: {},
+  status: "idle",
+  result: null,             // the thread's result shown under the run, if any
+  pending: null,            // the open question of the thread, if any
+  input: null,              // the request and settings of the thread's post
+  unjudged: new Set(),      // attempts whose critic.verdict came without the judge
 };
 
 // ---------------------------------------------------------------- HTTP helpers
@@ -35,7 +190,7 @@ async function api(method, path, body) {
   const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const res = await fetch(path, init);
-  if (res.status === 401) { askForKey(); throw new Error("需要 API Key"); }
+  if (res.status === 401) { askForKey(); throw new Error(t("key.needed")); }
   if (!res.ok) throw new Error(await errorMessage(res));
   return res.status === 204 ? null : res.json();
 }
@@ -53,7 +208,7 @@ async function errorMessage(res) {
 
 function askForKey() {
   $("key-button").hidden = false;
-  const key = prompt("此服务需要 API Key：", state.key);
+  const key = prompt(t("key.prompt"), state.key);
   if (key !== null) { state.key = key.trim(); localStorage.setItem("atelier.key", state.key); }
 }
 
@@ -109,11 +264,13 @@ async function startRun(input) {
   const thread = await api("POST", "/threads", {});
   state.threadId = thread.thread_id;
   state.runId = null;
+  state.input = input;
   await openStream("POST", `/threads/${state.threadId}/runs/stream`, runBody({ input }));
 }
 
 async function resume(value) {
   $("clarify").hidden = true;
+  state.pending = null;
   state.runId = null;
   await openStream("POST", `/threads/${state.threadId}/runs/stream`, runBody({ command: { resume: value } }));
 }
@@ -145,7 +302,7 @@ async function openStream(method, path, body, lastEventId) {
     res = await fetch(path, { method, headers: headers(extra), body: body && JSON.stringify(body), signal: controller.signal });
   } catch (err) {
     if (controller.signal.aborted) return;
-    showError(`连接失败：${err.message}`);
+    showError(t("error.connect", { m: err.message }));
     return;
   }
   if (res.status === 401) { askForKey(); setStatus("idle"); return; }
@@ -157,7 +314,7 @@ async function openStream(method, path, body, lastEventId) {
     for await (const frame of readFrames(res)) handleFrame(state.runId, frame, true);
   } catch (err) {
     if (controller.signal.aborted) return;
-    showError(`连接中断：${err.message}`);
+    showError(t("error.stream", { m: err.message }));
   }
   if (state.controller === controller) await settle();
 }
@@ -168,19 +325,39 @@ async function settle() {
   if (!state.threadId || !state.runId) return;
   try {
     const run = await api("GET", `/threads/${state.threadId}/runs/${state.runId}`);
-    setStatus(run.status);
     const threadState = await api("GET", `/threads/${state.threadId}/state`);
     const values = threadState.values || {};
+    showInput(values, run);
+    const pending = (threadState.interrupts || []).concat(
+      (threadState.tasks || []).flatMap((t) => t.interrupts || []));
+    const waiting = run.status === "interrupted" && pending.length > 0;
+    setStatus(waiting ? "waiting" : run.status);
     // The thread's result is this run's only when it finished (an older run replayed
     // from the history, e.g. the one that asked a question, did not write it).
     if (values.result && run.status === "success") renderResult(values.result);
-    const pending = (threadState.interrupts || []).concat(
-      (threadState.tasks || []).flatMap((t) => t.interrupts || []));
-    if (run.status === "interrupted" && pending.length) showInterrupt(pending[0]);
+    if (waiting) showInterrupt(pending[0]);
   } catch (err) {
     showError(err.message);
   }
   loadHistory();
+  loadLibrary();
+}
+
+// A reopened post shows its own request and settings (the thread's input values).
+function showInput(values, run) {
+  const input = { ...((run && run.kwargs && run.kwargs.input) || {}), ...values };
+  if (!input.request) return;
+  state.input = {
+    request: input.request,
+    platform: input.platform || "xiaohongshu",
+    image_provider: input.image_provider || "local",
+    image_count: Number(input.image_count || 3),
+    auto_confirm: Boolean(input.auto_confirm),
+  };
+  $("request").value = state.input.request;
+  $("platform").value = state.input.platform;
+  $("image_provider").value = state.input.image_provider;
+  $("image_count").value = String(state.input.image_count);
 }
 
 function setRun(threadId, runId) {
@@ -206,25 +383,26 @@ async function cancelRun() {
 
 function handleFrame(runId, frame, live) {
   if (frame.event === "metadata" && frame.data && frame.data.run_id) {
-    setRun(frame.data.thread_id || state.threadId, frame.data.run_id);
+    if (live !== null) setRun(frame.data.thread_id || state.threadId, frame.data.run_id);
     runId = frame.data.run_id;
   }
   const key = `${runId}:${frame.id}`;
-  if (frame.id != null && state.seen.has(key)) return;   // replayed or duplicated: already shown
-  if (frame.id != null) state.seen.add(key);
-  if (live) persistFrame(runId, frame);
+  if (live !== null) {  // null: re-rendering frames already shown (a language switch)
+    if (frame.id != null && state.seen.has(key)) return;   // replayed or duplicated: already shown
+    if (frame.id != null) state.seen.add(key);
+    if (live) persistFrame(runId, frame);
+  }
   const [kind] = frame.event.split("|");
   const data = frame.data;
   switch (kind) {
-    case "metadata": break;
     case "custom": onPipelineEvent(data); break;
     case "messages": onMessage(data); break;
-    case "updates":
-    case "values": break;  // a question is shown by settle(), and only while it is still open
-    case "error": showError(`运行出错：${data.message || data.error || "未知错误"}`); setStatus("error"); break;
-    case "gap": showError("部分事件已过期，已重新读取最新状态。"); break;
-    case "end": break;
-    default: break;
+    case "error":
+      showError(t("error.run", { m: data.message || data.error || t("error.unknown") }));
+      if (live !== null) setStatus("error");
+      break;
+    case "gap": showError(t("error.gap")); break;
+    default: break;  // metadata, updates, values, end: a question is shown by settle()
   }
 }
 
@@ -234,22 +412,28 @@ function onPipelineEvent(ev) {
     case "stage.started": markStage(ev.stage, "active", ev.attempt); break;
     case "stage.completed": markStage(ev.stage, "done", ev.attempt, ev.duration_ms); break;
     case "attempt.started":
-      $("attempt").textContent = `第 ${ev.attempt} / ${ev.max_attempts} 次尝试`;
+      $("attempt").textContent = t("attempt", { n: ev.attempt, max: ev.max_attempts });
       break;
-    case "attempt.completed":
-      $("attempt").textContent = `第 ${ev.attempt} / ${ev.max_attempts} 次尝试：${verdictLabel(ev.verdict)}`;
+    case "attempt.completed": {
+      // The event has no judge field: its critic.verdict said whether the judge ran.
+      const label = state.unjudged.has(ev.attempt) ? t("verdict.not_judged") : verdictLabel(ev);
+      $("attempt").textContent = `${t("attempt", { n: ev.attempt, max: ev.max_attempts })}: ${label}`;
+      break;
+    }
       break;
     case "knowledge.injected":
-      logRoute(`知识库：注入笔记 ${ev.notes.length} 条`, "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
+      logRoute(t("knowledge.injected", { n: ev.notes.length }), "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
       break;
     case "supervisor.route":
-      logRoute(`→ ${ev.next_agent}`, `#${ev.step}`, ev.guidance);
+      logRoute(`→ ${named("agent", ev.next_agent)}`, `#${ev.step}`, ev.guidance, "", ev.next_agent);
       break;
     case "agent.fallback":
-      logRoute(`↪ ${ev.from} → ${ev.to}`, reasonLabel(ev.reason), ev.detail, "fallback");
+      // The reason names why in the user's language; the router's own words stay a tooltip.
+      logRoute(`↪ ${named("agent", ev.from)} → ${named("agent", ev.to)}`, named("reason", ev.reason), "", "fallback");
+      $("routes").lastElementChild.title = ev.detail || "";
       break;
     case "knowledge.deviation":
-      logRoute(`! 忽略了笔记 ${ev.ignored_notes.join(", ")}`, ev.severity, ev.reason, "fallback");
+      logRoute(t("knowledge.deviation", { ids: ev.ignored_notes.join(", ") }), ev.severity, ev.reason, "fallback");
       break;
     case "critic.verdict": renderVerdict(ev); break;
     case "asset.created": addImage(ev); break;
@@ -264,41 +448,105 @@ function onMessage(data) {
   const node = (meta && meta.langgraph_node) || "";
   if (node && node !== "writer_agent") return;
   const id = chunk.id || "draft";
-  let el = state.draftIds.get(id);
-  if (!el) {
-    el = document.createElement("div");
+  let part = state.draftIds.get(id);
+  if (!part) {
+    const el = document.createElement("div");
     el.className = "draft-part";
+    el.dataset.user = "";
     const head = document.createElement("div");
     head.className = "muted small";
-    head.textContent = `— 第 ${state.draftIds.size + 1} 稿 —`;
+    head.textContent = t("draft.part", { n: state.draftIds.size + 1 });
     $("draft").append(head, el);
-    state.draftIds.set(id, el);
+    part = { el, text: "" };
+    state.draftIds.set(id, part);
   }
-  el.textContent += chunk.content;
+  part.text += chunk.content;
+  part.el.replaceChildren(...markdown(part.text));
   $("draft").scrollTop = $("draft").scrollHeight;
 }
 
+// ---------------------------------------------------------------- safe Markdown
+//
+// A small subset, built as DOM nodes (never innerHTML): `#` headings, `-`/`1.`
+// list items, paragraphs, **bold**. Text the model wrote stays text.
+
+function inline(text) {
+  const nodes = [];
+  const parts = text.split(/\*\*(.+?)\*\*/g);
+  parts.forEach((part, i) => {
+    if (!part) return;
+    if (i % 2) { const b = document.createElement("strong"); b.textContent = part; nodes.push(b); }
+    else nodes.push(document.createTextNode(part));
+  });
+  return nodes;
+}
+
+function markdown(text) {
+  const nodes = [];
+  let list = null;
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    const heading = line.match(/^#{1,6}\s+(.*)$/);
+    const item = line.match(/^(?:[-*•·]|\d+[.、)）])\s+(.*)$/);
+    if (item) {
+      if (!list) { list = document.createElement("ul"); nodes.push(list); }
+      const li = document.createElement("li");
+      li.append(...inline(item[1]));
+      list.append(li);
+      continue;
+    }
+    list = null;
+    if (!line) continue;
+    const el = document.createElement(heading ? "h4" : "p");
+    el.append(...inline(heading ? heading[1] : line));
+    nodes.push(el);
+  }
+  return nodes;
+}
+
 // ---------------------------------------------------------------- rendering
+
+function clearView() {
+  state.draftIds.clear();
+  state.unjudged.clear();
+  state.stageCounts = {};
+  for (const id of ["routes", "draft", "verdicts", "gallery", "post", "quality", "actions"]) $(id).replaceChildren();
+  for (const li of $("stages").children) { li.className = ""; li.querySelector(".count")?.remove(); li.removeAttribute("title"); }
+  $("attempt").textContent = "";
+  $("result").hidden = true;
+  $("editor").hidden = true;
+  $("clarify").hidden = true;
+  $("form-error").hidden = true;
+}
 
 function resetView() {
   saveFrames();  // the runs shown so far keep their frames for a later rejoin
   state.seen.clear();
   state.frames = [];
-  state.draftIds.clear();
-  state.stageCounts = {};
-  for (const id of ["routes", "draft", "verdicts", "gallery", "post", "quality"]) $(id).replaceChildren();
-  for (const li of $("stages").children) { li.className = ""; li.querySelector(".count")?.remove(); }
-  $("attempt").textContent = "";
-  $("result").hidden = true;
-  $("clarify").hidden = true;
-  $("form-error").hidden = true;
+  state.result = null;
+  state.pending = null;
+  clearView();
 }
 
-const STATUS_LABELS = { idle: "空闲", pending: "排队中", running: "运行中", success: "完成", error: "出错", timeout: "超时", interrupted: "已中断" };
+// After a language switch: draw what is shown again from the frames and result.
+function rerender() {
+  translatePage();
+  clearView();
+  for (const [runId, id, event, data] of state.frames) {
+    if (runId === state.runId) handleFrame(runId, { id, event, data }, null);
+  }
+  if (state.result) renderResult(state.result);
+  if (state.pending) showInterrupt(state.pending);
+  setStatus(state.status);
+  renderHistory();
+  renderLibrary();
+  renderInfo();
+}
 
 function setStatus(status) {
+  state.status = status;
   const badge = $("run-status");
-  badge.textContent = STATUS_LABELS[status] || status;
+  badge.textContent = t(`status.${status}`) === `status.${status}` ? status : t(`status.${status}`);
   badge.className = `badge ${status}`;
 }
 
@@ -322,13 +570,14 @@ function markStage(stage, how, attempt, durationMs) {
   } else {
     li.classList.remove("active");
     li.classList.add("done");
-    if (durationMs != null) li.title = `${(durationMs / 1000).toFixed(1)} s（第 ${attempt} 次）`;
+    if (durationMs != null) li.title = `${(durationMs / 1000).toFixed(1)} s · ${t("attempt.short", { n: attempt, max: attempt })}`;
   }
 }
 
-function logRoute(text, tag, detail, cls) {
+function logRoute(text, tag, detail, cls, agentId) {
   const li = document.createElement("li");
   if (cls) li.className = cls;
+  if (agentId) li.dataset.agent = agentId;
   const step = document.createElement("span");
   step.className = "step";
   step.textContent = tag || "";
@@ -336,6 +585,7 @@ function logRoute(text, tag, detail, cls) {
   if (detail) {
     const d = document.createElement("div");
     d.className = "muted small";
+    d.dataset.user = "";  // the supervisor's own words
     d.textContent = detail;
     li.append(d);
   }
@@ -343,30 +593,60 @@ function logRoute(text, tag, detail, cls) {
   $("routes").scrollTop = $("routes").scrollHeight;
 }
 
-function reasonLabel(reason) {
-  return { precondition: "前置条件", quality: "质量", cap: "上限", invalid_decision: "无效决定" }[reason] || reason;
+// A verdict decided without the judge (no score) is "not judged", whatever it says.
+function unjudged(v) {
+  return v.verdict === "not_judged" || v.judge === "unavailable" || ("score" in v && v.score == null);
 }
 
-function verdictLabel(verdict) {
-  return { passed: "通过", needs_improvement: "需改进", failed: "未通过" }[verdict] || verdict;
+function verdictLabel(v) {
+  if (unjudged(v)) return t("verdict.not_judged");
+  return named("verdict", v.verdict || "");
+}
+
+function scoreText(v) {
+  if (unjudged(v)) return t("verdict.no_score");
+  return `${Number(v.score).toFixed(2)}${v.threshold != null ? ` / ${t("verdict.threshold", { t: v.threshold })}` : ""}`;
+}
+
+// One check as a sentence in the chosen language: what passed, or what to fix.
+function checkText(check) {
+  const name = `check.${check.name}`;
+  const label = `${name}.name` in I18N[lang] ? t(`${name}.name`) : check.name;
+  if (check.passed) return t("check.pass", { name: label });
+  const measured = Array.isArray(check.measured) ? check.measured.join(", ") : (check.measured ?? "");
+  const expected = String(check.expected || "").replace(/^(contains|absent): /, "");
+  if (name in I18N[lang]) return `✗ ${t(name, { m: measured, e: expected })}`;
+  return `✗ ${t("check.other", { name: check.name })}`;
+}
+
+function renderChecks(list, checks) {
+  for (const check of checks || []) {
+    const li = document.createElement("li");
+    li.className = check.passed ? "ok" : "bad";
+    li.dataset.check = check.name;
+    li.textContent = checkText(check);
+    list.append(li);
+  }
 }
 
 function renderVerdict(ev) {
   const node = $("verdict-template").content.firstElementChild.cloneNode(true);
-  node.classList.add(ev.passed ? "passed" : "failed");
+  if (unjudged(ev)) state.unjudged.add(ev.attempt);
+  node.classList.add(unjudged(ev) ? "unjudged" : ev.passed ? "passed" : "failed");
+  node.dataset.attempt = ev.attempt;
   node.querySelector(".v-title").textContent =
-    `第 ${ev.attempt} / ${ev.max_attempts} 次 · ${verdictLabel(ev.verdict)}${ev.judge === "unavailable" ? "（评审模型不可用）" : ""} → ${ev.next}`;
-  node.querySelector(".v-score").textContent = `${Number(ev.score).toFixed(2)} / 阈值 ${ev.threshold}`;
-  node.querySelector(".v-feedback").textContent = [ev.feedback, ...(ev.suggestions || [])].filter(Boolean).join("\n");
-  const list = node.querySelector(".v-checks");
-  for (const check of ev.checks || []) {
-    const li = document.createElement("li");
-    li.className = check.passed ? "ok" : "bad";
-    const measured = check.measured != null ? ` 实测 ${JSON.stringify(check.measured)}` : "";
-    const expected = check.expected ? ` 要求 ${check.expected}` : "";
-    li.textContent = `${check.passed ? "✓" : "✗"} ${check.name}${measured}${expected}${check.detail ? ` — ${check.detail}` : ""}`;
-    list.append(li);
+    `${t("attempt.short", { n: ev.attempt, max: ev.max_attempts })} · ${verdictLabel(ev)}`;
+  node.querySelector(".v-score").textContent = scoreText(ev);
+  const notes = unjudged(ev) ? [t("verdict.unjudged_note")] : [];
+  const feedback = node.querySelector(".v-feedback");
+  feedback.textContent = [ev.feedback, ...(ev.suggestions || [])].filter(Boolean).join("\n");
+  if (notes.length) {
+    const note = document.createElement("p");
+    note.className = "muted small";
+    note.textContent = notes[0];
+    feedback.before(note);
   }
+  renderChecks(node.querySelector(".v-checks"), ev.checks);
   $("verdicts").append(node);
 }
 
@@ -376,33 +656,55 @@ async function imageUrl(url) {
   return res.ok ? URL.createObjectURL(await res.blob()) : url;
 }
 
+// An image card: the picture (click to enlarge), its slot, download and enlarge.
 async function addImage(ev, into = $("gallery")) {
   if (into.querySelector(`[data-asset="${ev.asset_id}"]`)) return;
   const fig = document.createElement("figure");
   fig.dataset.asset = ev.asset_id;
   const img = document.createElement("img");
-  img.alt = ev.alt || `图 ${ev.slot}`;
+  img.alt = ev.alt || t("image.alt", { n: ev.slot });
+  img.title = ev.alt || "";
   img.loading = "lazy";
   const cap = document.createElement("figcaption");
-  cap.textContent = `#${ev.slot}${ev.alt ? ` ${ev.alt}` : ""}`;
+  const slot = document.createElement("span");
+  slot.textContent = `#${ev.slot}`;
+  const download = document.createElement("a");
+  download.className = "download";
+  download.textContent = t("card.download");
+  download.download = `card-${ev.slot}.png`;
+  const enlarge = document.createElement("button");
+  enlarge.type = "button";
+  enlarge.className = "link enlarge";
+  enlarge.textContent = t("card.enlarge");
+  const open = () => { $("lightbox-img").src = img.src; $("lightbox-img").alt = img.alt; $("lightbox").showModal(); };
+  enlarge.addEventListener("click", open);
+  img.addEventListener("click", open);
+  cap.append(slot, download, enlarge);
   fig.append(img, cap);
   into.append(fig);
-  img.src = await imageUrl(ev.url);
+  const src = await imageUrl(ev.url);
+  img.src = src;
+  download.href = src;
 }
 
 function renderResult(result) {
+  state.result = result;
   $("result").hidden = false;
-  const outcomes = { completed: "已完成", exhausted: "重试用尽，采用最佳一稿", needs_clarification: "需要澄清", failed: "失败" };
-  $("outcome").textContent = result.message || outcomes[result.outcome] || result.outcome;
+  $("editor").hidden = true;
+  const outcomeKey = result.outcome === "completed" && unjudged(result.quality || {}) ? "outcome.completed_unjudged" : `outcome.${result.outcome}`;
+  $("outcome").textContent = t(outcomeKey) === outcomeKey ? result.outcome : t(outcomeKey);
+  $("outcome").title = result.message || "";
   const post = $("post");
   post.replaceChildren();
+  post.hidden = false;
   const p = result.post || {};
-  if (p.title) { const h = document.createElement("h1"); h.textContent = p.title; post.append(h); }
+  if (p.title) { const h = document.createElement("h1"); h.dataset.user = ""; h.textContent = p.title; post.append(h); }
   for (const block of p.blocks || []) post.append(renderBlock(block));
   if ((p.tags || []).length) {
     const tags = document.createElement("div");
     tags.className = "tags";
-    for (const t of p.tags) { const s = document.createElement("span"); s.textContent = `#${t}`; tags.append(s); }
+    tags.dataset.user = "";
+    for (const tag of p.tags) { const s = document.createElement("span"); s.textContent = `#${tag}`; tags.append(s); }
     post.append(tags);
   }
   if ((result.images || []).length) {
@@ -411,7 +713,8 @@ function renderResult(result) {
     post.append(gallery);
     for (const image of result.images) addImage(image, gallery);
   }
-  renderQuality(result.quality || {});
+  renderActions(result);
+  renderQuality(result.quality || {}, result.attempts || []);
 }
 
 // A post block of the result payload: {type: heading | text | list_item, text}.
@@ -419,38 +722,170 @@ function renderBlock(block) {
   const text = typeof block === "string" ? block : (block.text ?? block.content ?? "");
   const type = typeof block === "string" ? "text" : block.type;
   const el = document.createElement(type === "heading" ? "h4" : "p");
+  el.dataset.user = "";
   if (type === "list_item") el.className = "list-item";
-  el.textContent = text;
+  el.append(...inline(text));
   return el;
 }
 
-function renderQuality(q) {
+// The post as plain text (blocks back to lines), as the editor and export show it.
+function postBody(post) {
+  return (post.blocks || []).map((b) => (b.type === "heading" ? `## ${b.text}` : b.type === "list_item" ? `- ${b.text}` : b.text)).join("\n");
+}
+
+// The post ready to paste into 小红书: title, body (no Markdown marks), tags.
+function postText(post) {
+  const body = (post.blocks || []).map((b) => (b.type === "list_item" ? `• ${b.text}` : b.text)).join("\n");
+  const tags = (post.tags || []).map((tag) => `#${tag}`).join(" ");
+  return [post.title || "", body, tags].filter(Boolean).join("\n\n");
+}
+
+// The server's ActionPanel (by action id, in the chosen language), then export and edit.
+function renderActions(result) {
+  const box = $("actions");
+  box.replaceChildren();
+  const panel = (result.ui || []).find((c) => c.component === "ActionPanel");
+  const ids = (panel ? panel.props.actions : []).map((a) => a.id);
+  const hasPost = Boolean((result.post || {}).title || ((result.post || {}).blocks || []).length);
+  if (hasPost) ids.push("export", "edit");
+  for (const id of ids) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.action = id;
+    b.textContent = named("action", id);
+    b.addEventListener("click", () => runAction(id, b).catch((err) => showError(err.message)));
+    box.append(b);
+  }
+  const note = document.createElement("span");
+  note.id = "action-note";
+  note.className = "muted small";
+  box.append(note);
+}
+
+async function runAction(id, button) {
+  const result = state.result || {};
+  switch (id) {
+    case "copy":
+      await navigator.clipboard.writeText(postText(result.post || {}));
+      $("action-note").textContent = t("action.copied");
+      break;
+    case "regenerate":
+    case "retry":
+      if (state.input) await startRun(state.input);
+      break;
+    case "accept":
+      $("action-note").textContent = t("action.accepted");
+      button.disabled = true;
+      break;
+    case "edit_request":
+      $("request").focus();
+      $("request").scrollIntoView({ block: "center" });
+      break;
+    case "export": await exportPost(); break;
+    case "edit": openEditor(result.post || {}); break;
+    default: break;
+  }
+}
+
+async function exportPost() {
+  const res = await fetch(`/threads/${state.threadId}/export.zip`, { headers: headers() });
+  if (!res.ok) throw new Error(await errorMessage(res));
+  const url = URL.createObjectURL(await res.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = `atelier-${state.threadId.slice(0, 8)}.zip`;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function openEditor(post) {
+  $("edit-title").value = post.title || "";
+  $("edit-body").value = postBody(post);
+  $("edit-tags").value = (post.tags || []).join(" ");
+  $("editor").hidden = false;
+  $("post").hidden = true;
+  $("edit-title").focus();
+}
+
+// The edit becomes the team's draft (as the executor would have written it), and a
+// run with no input continues from there: the critic checks it, finalize publishes.
+async function saveEdit() {
+  const content = {
+    title: $("edit-title").value.trim(),
+    body: $("edit-body").value.trim(),
+    tags: $("edit-tags").value.split(/[\s,，#]+/).filter(Boolean),
+  };
+  await api("POST", `/threads/${state.threadId}/state`, { values: { generated_content: content }, as_node: "executor" });
+  const threadId = state.threadId;
+  const input = state.input;
+  resetView();
+  state.threadId = threadId;
+  state.input = input;
+  state.runId = null;
+  await openStream("POST", `/threads/${threadId}/runs/stream`, runBody({ input: null }));
+}
+
+function renderQuality(q, history) {
   const box = $("quality");
   box.replaceChildren();
   const head = document.createElement("strong");
-  head.textContent = `质量：${verdictLabel(q.verdict || "")} ${q.score != null ? Number(q.score).toFixed(2) : ""}` +
-    `${q.exhausted ? "（重试已用尽）" : ""} · 尝试 ${q.attempts ?? "-"} 次`;
+  const score = unjudged(q) ? "" : ` ${Number(q.score).toFixed(2)}`;
+  head.textContent = `${t("quality.head", { v: verdictLabel(q) })}${score}` +
+    `${q.exhausted ? t("quality.exhausted") : ""} · ${t("quality.attempts", { n: q.attempts ?? "-" })}`;
   box.append(head);
+  if (unjudged(q)) {
+    const note = document.createElement("div");
+    note.className = "muted small";
+    note.textContent = t("verdict.unjudged_note");
+    box.append(note);
+  }
   const dims = document.createElement("div");
   dims.className = "dims";
   for (const [name, value] of Object.entries(q.dimensions || {})) {
     const d = document.createElement("div");
-    d.textContent = `${name}: ${Number(value).toFixed(2)}`;
+    d.dataset.dimension = name;
+    d.textContent = `${named("dim", name)}: ${Number(value).toFixed(2)}`;
     dims.append(d);
   }
   box.append(dims);
+  const failed = (q.checks || []).filter((c) => !c.passed);
+  if (failed.length) {
+    const list = document.createElement("ul");
+    list.className = "v-checks";
+    renderChecks(list, failed);
+    box.append(list);
+  }
+  if (history.length > 1) {
+    const h = document.createElement("div");
+    h.className = "muted small";
+    h.textContent = t("quality.history");
+    const list = document.createElement("ol");
+    list.className = "attempts";
+    for (const a of history) {
+      const li = document.createElement("li");
+      const seenUnjudged = state.unjudged.has(a.attempt);
+      li.textContent = `${t("attempt.short", { n: a.attempt, max: history.length })} · ` +
+        (seenUnjudged ? `${t("verdict.not_judged")} · ${t("verdict.no_score")}` : `${verdictLabel(a)} · ${scoreText(a)}`);
+      list.append(li);
+    }
+    box.append(h, list);
+  }
 }
 
 function showInterrupt(interrupt) {
+  state.pending = interrupt;
   const value = interrupt.value || interrupt;
   $("clarify").hidden = false;
-  $("clarify-question").textContent = value.question || "请补充信息";
+  $("clarify-question").textContent = value.question || t("clarify.fallback");
   const options = $("clarify-options");
   options.replaceChildren();
-  for (const option of value.options || [{ id: "defaults", label: "按默认继续" }, { id: "details", label: "补充细节" }]) {
+  for (const option of value.options || [{ id: "defaults" }, { id: "details" }]) {
     const b = document.createElement("button");
     b.type = "button";
-    b.textContent = option.label || option.id;
+    // Known options get the console's words; others keep the server's label.
+    b.textContent = `clarify.${option.id}` in I18N[lang] ? t(`clarify.${option.id}`) : (option.label || option.id);
     b.dataset.option = option.id;
     b.addEventListener("click", () => {
       const details = $("clarify-details").value.trim();
@@ -507,60 +942,162 @@ function lastFrameId(runId) {
   return ids.length ? Math.max(...ids) : 0;
 }
 
+let historyRuns = [];
+
 async function loadHistory() {
   if (!state.threadId) return;
   try {
-    const runs = await api("GET", `/threads/${state.threadId}/runs`);
+    historyRuns = await api("GET", `/threads/${state.threadId}/runs`);
+  } catch {
+    return;  // history is a convenience; the live view already shows the run
+  }
+  renderHistory();
+}
+
+function renderHistory() {
+  const runs = historyRuns;
+  {
     const list = $("history-list");
     list.replaceChildren();
     for (const run of runs) {
       const li = document.createElement("li");
+      li.dataset.status = run.status;
       const label = document.createElement("span");
-      label.textContent = `${new Date(run.created_at).toLocaleTimeString()} · ${STATUS_LABELS[run.status] || run.status}`;
+      label.textContent = `${formatTime(run.created_at)} · ${t(`status.${run.status}`)}`;
       const open = document.createElement("button");
       open.type = "button";
       open.className = "link";
-      open.textContent = "回放";
+      open.textContent = t("history.replay");
       open.addEventListener("click", () => replay(run.run_id));
       li.append(label, open);
       list.append(li);
     }
     $("history").hidden = runs.length === 0;
-  } catch {
-    // History is a convenience; the live view already shows the run.
   }
 }
 
-async function replay(runId) {
+async function replay(runId, threadId = state.threadId) {
   resetView();
   sessionStorage.removeItem(storageKey(runId));
+  state.threadId = threadId;
   state.runId = runId;
-  setRun(state.threadId, runId);
-  await openStream("GET", `/threads/${state.threadId}/runs/${runId}/stream`, undefined, 0);
+  setRun(threadId, runId);
+  await openStream("GET", `/threads/${threadId}/runs/${runId}/stream`, undefined, 0);
+}
+
+// ---------------------------------------------------------------- library
+
+let libraryThreads = [];
+
+async function loadLibrary() {
+  try {
+    libraryThreads = await api("POST", "/threads/search", { limit: 100, sort_by: "updated_at", sort_order: "desc" });
+  } catch {
+    return;  // the library is a convenience; the run view works without it
+  }
+  renderLibrary();
+}
+
+function renderLibrary() {
+  const query = $("library-search").value.trim().toLowerCase();
+  const list = $("library-list");
+  list.replaceChildren();
+  let shown = 0;
+  for (const thread of libraryThreads) {
+    const values = thread.values || {};
+    const result = values.result || {};
+    const title = (result.post || {}).title || "";
+    const request = values.request || "";
+    if (!title && !request) continue;  // a thread with no post yet
+    if (query && !`${title} ${request}`.toLowerCase().includes(query)) continue;
+    shown += 1;
+    const li = document.createElement("li");
+    li.dataset.thread = thread.thread_id;
+    if (thread.thread_id === state.threadId) li.className = "current";
+    const cover = (result.images || [])[0];
+    const thumb = document.createElement("img");
+    thumb.className = "thumb";
+    thumb.alt = "";
+    if (cover) imageUrl(cover.url).then((src) => { thumb.src = src; });
+    else thumb.hidden = true;
+    const text = document.createElement("button");
+    text.type = "button";
+    text.className = "open";
+    const name = document.createElement("span");
+    name.className = "title";
+    name.dataset.user = "";
+    name.textContent = title || request || t("library.untitled");
+    const meta = document.createElement("span");
+    meta.className = "muted small";
+    const outcome = result.outcome ? named("library", result.outcome) : t(`status.${thread.status === "interrupted" ? "waiting" : thread.status === "busy" ? "running" : "idle"}`);
+    meta.textContent = `${formatTime(thread.updated_at, true)} · ${outcome}`;
+    text.append(name, meta);
+    text.addEventListener("click", () => openThread(thread.thread_id).catch((err) => showError(err.message)));
+    const del = document.createElement("button");
+    del.type = "button";
+    del.className = "link delete";
+    del.textContent = t("library.delete");
+    del.addEventListener("click", () => deleteThread(thread.thread_id).catch((err) => showError(err.message)));
+    li.append(thumb, text, del);
+    list.append(li);
+  }
+  $("library-empty").hidden = shown > 0;
+}
+
+// Open a post of the library: replay its latest run and show its result.
+async function openThread(threadId) {
+  const runs = await api("GET", `/threads/${threadId}/runs`);
+  if (!runs.length) return;
+  const latest = runs.reduce((a, b) => (a.created_at >= b.created_at ? a : b));
+  await replay(latest.run_id, threadId);
+}
+
+async function deleteThread(threadId) {
+  if (!confirm(t("library.confirm"))) return;
+  await api("DELETE", `/threads/${threadId}`);
+  if (threadId === state.threadId) {
+    resetView();
+    state.threadId = state.runId = null;
+    history.replaceState(null, "", location.pathname);
+    setStatus("idle");
+    $("history").hidden = true;
+    historyRuns = [];
+  }
+  await loadLibrary();
 }
 
 // ---------------------------------------------------------------- wiring
 
+let info = {};
+
 async function loadInfo() {
   try {
-    const info = await api("GET", "/info");
+    info = await api("GET", "/info");
+  } catch {
+    return;  // /info is optional for the console to work
+  }
+  renderInfo();
+}
+
+function renderInfo() {
+  {
     const models = info.models || {};
     const names = [...new Set(Object.values(models))];
-    $("models").textContent = names.length ? `模型：${names.join(" / ")}` : "";
-    $("models").title = Object.entries(models).map(([role, m]) => `${role}: ${m}`).join("\n");
+    $("models").textContent = names.length ? t("models", { m: names.join(" / ") }) : "";
+    $("models").title = Object.entries(models).map(([role, m]) => `${named("agent", role)}: ${m}`).join("\n");
     const list = $("roles-list");
     list.replaceChildren();
     for (const [role, model] of Object.entries(models)) {
       const dt = document.createElement("dt");
-      dt.textContent = role;
+      dt.textContent = named("agent", role);
+      dt.title = role;
       const dd = document.createElement("dd");
+      dd.dataset.user = "";
       dd.textContent = model;
       list.append(dt, dd);
     }
     $("roles").hidden = names.length === 0;
     if (info.auth && info.auth !== "open") $("key-button").hidden = false;
-  } catch {
-    // /info is optional for the console to work.
   }
 }
 
@@ -583,11 +1120,25 @@ $("run-form").addEventListener("submit", async (event) => {
     $("start").disabled = false;
   }
 });
+$("editor").addEventListener("submit", (event) => {
+  event.preventDefault();
+  saveEdit().catch((err) => showError(err.message));
+});
+$("edit-cancel").addEventListener("click", () => { $("editor").hidden = true; $("post").hidden = false; });
 $("cancel").addEventListener("click", cancelRun);
+$("library-search").addEventListener("input", renderLibrary);
+$("lang").addEventListener("change", () => {
+  lang = $("lang").value;
+  localStorage.setItem("atelier.lang", lang);
+  rerender();
+});
 window.addEventListener("pagehide", saveFrames);
 $("key-button").addEventListener("click", askForKey);
 
+translatePage();
+setStatus("idle");
 loadInfo();
+loadLibrary();
 {
   const params = new URLSearchParams(location.search);
   const thread = params.get("thread");

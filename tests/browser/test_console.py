@@ -13,7 +13,11 @@ it skips this module; in CI (`CI=true`) a missing browser fails it.
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import threading
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,11 +71,24 @@ def _skipping_the_brief(respond: Callable[[ChatRequest], Reply]) -> Callable[[Ch
     return wrapped
 
 
+#: While set, the judge model answers HTTP 500: the critic decides without it.
+JUDGE_DOWN = threading.Event()
+
+
+def _judge_can_fail(respond: Callable[[ChatRequest], Reply]) -> Callable[[ChatRequest], Reply]:
+    def wrapped(req: ChatRequest) -> Reply:
+        if JUDGE_DOWN.is_set() and req.forced_tool == "JudgeVerdict":
+            return Reply.error(500, "judge down")
+        return respond(req)
+
+    return wrapped
+
+
 @pytest.fixture(scope="module")
 def llm() -> Iterator[ScriptedOpenAIServer]:
     # The writer streams its draft in slow chunks so a reload can land mid-run.
     responder = atelier_responder(images=2, writer_delay=0.5, writer_chunk_delay=0.15)
-    with ScriptedOpenAIServer(_skipping_the_brief(responder)) as server:
+    with ScriptedOpenAIServer(_judge_can_fail(_skipping_the_brief(responder))) as server:
         yield server
 
 
@@ -209,9 +226,10 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert stages == ["done"] * 5  # planner, rag, executor, critic, finalize
     assert "第 1 / " in page.inner_text("#attempt")
     routes = page.inner_text("#routes")
-    for agent in ("brief_compiler_agent", "writer_agent", "image_agent", "review_agent"):
+    # Agents by name in the page's language (简报整理 = brief_compiler_agent, …).
+    for agent in ("简报整理", "写作", "配图", "审稿"):
         assert f"→ {agent}" in routes
-    assert "↪ writer_agent → brief_compiler_agent" in routes and "前置条件" in routes
+    assert "↪ 写作 → 简报整理" in routes and "前置条件" in routes
     verdict = page.inner_text("#verdicts")
     assert "通过" in verdict and "✓" in verdict and "阈值" in verdict
     assert page.inner_text("#draft").strip()  # the writer's tokens streamed in
@@ -222,7 +240,7 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert "scripted" in page.inner_text("#models")  # the model of each role
     page.click("#roles summary")
     roles = page.inner_text("#roles-list")
-    assert "writer_agent" in roles and "supervisor" in roles and "scripted" in roles
+    assert "写作" in roles and "调度" in roles and "scripted" in roles
     assert _entries(page) == _expected_entries(_run_log(server, page))
 
     assert _draws_chinese(page)
@@ -276,12 +294,12 @@ def test_a_vague_request_asks_and_the_answer_resumes_the_run(page: Any, server: 
     _start(page, server, "写一篇笔记", auto_confirm=False)
     page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
     assert page.inner_text("#clarify-question").strip()
-    assert page.inner_text("#run-status") == "已中断"
+    assert page.inner_text("#run-status") == "等待回答"  # waiting, not an error
     page.screenshot(path=str(SCREENSHOTS / "console-clarify.png"))
 
     page.reload()  # the question is still open after a reload
     page.wait_for_selector("#clarify:not([hidden]) #clarify-options button")
-    assert page.inner_text("#run-status") == "已中断"
+    assert page.inner_text("#run-status") == "等待回答"
 
     page.fill("#clarify-details", "写给大学新生，讲平价护肤的三个步骤，轻松口吻")
     page.click("#clarify-options button[data-option='details']")
@@ -312,3 +330,325 @@ def test_a_past_run_replays_from_the_history_list(page: Any, server: str) -> Non
     page.click("#history-list button")  # the thread's one run: replay it
     _wait_for_result(page)
     assert _entries(page) == expected
+
+
+def _thread_id(page: Any) -> str:
+    return dict(part.split("=") for part in page.url.split("?", 1)[1].split("&"))["thread"]
+
+
+def _result(url: str, thread_id: str) -> dict[str, Any]:
+    state = httpx.get(f"{url}/threads/{thread_id}/state", timeout=30).json()
+    result: dict[str, Any] = state["values"]["result"]
+    return result
+
+
+def _visible_labels(page: Any) -> list[str]:
+    """Every text of the page the console wrote (not user or model content, not the switch)."""
+    return list(
+        page.evaluate(
+            """() => {
+                const out = [];
+                const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+                for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                    const el = n.parentElement;
+                    if (!n.textContent.trim()) continue;
+                    if (el.closest('[data-user], #lang, script, template')) continue;
+                    out.push(n.textContent.trim());
+                }
+                const fields = document.querySelectorAll('[placeholder]');
+                for (const el of fields) out.push(el.placeholder);
+                return out;
+            }"""
+        )
+    )
+
+
+def test_an_unjudged_verdict_shows_no_score_and_no_pass(page: Any, server: str) -> None:
+    JUDGE_DOWN.set()
+    try:
+        _start(page, server, REQUEST, auto_confirm=True)
+        _wait_for_result(page)
+    finally:
+        JUDGE_DOWN.clear()
+    verdicts = page.inner_text("#verdicts")
+    assert "未评审" in verdicts and "无评分" in verdicts
+    shown = " ".join(page.inner_text(s) for s in ("#verdicts", "#quality", "#outcome", "#attempt"))
+    assert "通过 " not in shown and "：通过" not in shown and ": 通过" not in shown
+    assert not re.search(r"\b[01]\.\d\d\b", page.inner_text("#verdicts .v-score"))
+    assert not re.search(r"\b[01]\.\d\d\b", page.inner_text("#quality strong"))
+    assert "未评审" in page.inner_text("#quality") and "未评审" in page.inner_text("#attempt")
+
+
+def test_failed_checks_name_what_to_fix_in_the_users_language(page: Any, server: str) -> None:
+    page.goto(server)
+    check = {"name": "title_length", "passed": False, "measured": 42, "expected": "≤ 20"}
+    texts = page.evaluate(
+        """(check) => {
+            const out = {zh: checkText(check)};
+            lang = 'en';
+            out.en = checkText(check);
+            out.unknown = checkText({name: 'novel_check', passed: false});
+            lang = 'zh';
+            return out;
+        }""",
+        check,
+    )
+    assert texts["zh"] == "✗ 标题 42 字，要求 ≤ 20：请调整标题长度"
+    assert texts["en"] == "✗ The title has 42 characters, ≤ 20 wanted: adjust its length"
+    assert texts["unknown"] == "✗ Check “novel_check” failed"
+
+
+def test_the_language_switch_leaves_no_label_of_the_other_language(page: Any, server: str) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    assert page.inner_text("#quality .dims").count("信息密度") == 1
+
+    page.select_option("#lang", "en")
+    labels = _visible_labels(page)
+    chinese = [text for text in labels if re.search(r"[\u3400-\u9fff]", text)]
+    assert not chinese, chinese
+    assert "Information density" in page.inner_text("#quality")
+    assert "→ Brief compiler" in page.inner_text("#routes")
+    assert page.inner_text("#run-status") == "Done"
+    assert re.fullmatch(r"\d\d:\d\d · Done", page.inner_text("#history-list li span"))
+    page.screenshot(path=str(SCREENSHOTS / "console-desktop-en.png"), full_page=True)
+
+    page.reload()  # the choice is remembered
+    _wait_for_result_in(page, "Done")
+    assert page.input_value("#lang") == "en"
+    assert not [text for text in _visible_labels(page) if re.search(r"[\u3400-\u9fff]", text)]
+
+    page.select_option("#lang", "zh")
+    allowed = {"Atelier", "OpenAI", "API", "Key", "Markdown"}
+    english = [
+        text for text in _visible_labels(page) if set(re.findall(r"[A-Za-z]{3,}", text)) - allowed
+    ]
+    assert not english, english
+
+
+def _wait_for_result_in(page: Any, done: str) -> None:
+    page.wait_for_selector("#result:not([hidden]) #post h1")
+    page.wait_for_function(
+        "(done) => document.querySelector('#run-status').textContent === done", arg=done
+    )
+
+
+def test_the_library_lists_and_reopens_posts_after_a_reload_and_deletes(
+    page: Any, server: str
+) -> None:
+    request = "写一篇小红书笔记：宿舍平价护肤三步走"
+    _start(page, server, request, auto_confirm=True, images=2)
+    _wait_for_result(page)
+    thread = _thread_id(page)
+    title = page.inner_text("#post h1")
+
+    page.goto(server)  # a fresh page: no thread in the URL
+    item = page.locator(f"#library-list li[data-thread='{thread}']")
+    item.wait_for()
+    assert title in item.inner_text()
+    assert re.search(r"\d{4}/\d\d/\d\d \d\d:\d\d · 已完成", item.inner_text())
+    page.wait_for_function(
+        "(t) => { const i = document.querySelector(`#library-list li[data-thread='${t}'] img`);"
+        " return i && i.complete && i.naturalWidth > 0; }",
+        arg=thread,
+    )
+    page.fill("#library-search", "没有这样的标题")
+    assert item.count() == 0 and page.is_visible("#library-empty")
+    page.fill("#library-search", "宿舍")
+    item.locator("button.open").click()
+    _wait_for_result(page)
+    assert page.inner_text("#post h1") == title
+    assert page.input_value("#request") == request  # its own request and settings
+    assert page.input_value("#image_count") == "2"
+    assert _thread_id(page) == thread
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    item.locator("button.delete").click()
+    page.wait_for_function(
+        "(t) => !document.querySelector(`#library-list li[data-thread='${t}']`)", arg=thread
+    )
+    assert httpx.get(f"{server}/threads/{thread}", timeout=30).status_code == 404
+
+
+def test_copy_export_download_and_enlarge(page: Any, server: str) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    result = _result(server, _thread_id(page))
+    post = result["post"]
+
+    page.click("#actions button[data-action='copy']")
+    page.wait_for_function("() => document.querySelector('#action-note').textContent !== ''")
+    body = "\n".join(
+        ("• " + b["text"]) if b["type"] == "list_item" else b["text"] for b in post["blocks"]
+    )
+    tags = " ".join(f"#{t}" for t in post["tags"])
+    assert page.evaluate("() => navigator.clipboard.readText()") == "\n\n".join(
+        [post["title"], body, tags]
+    )
+
+    with page.expect_download() as download_info:
+        page.click("#actions button[data-action='export']")
+    archive = zipfile.ZipFile(io.BytesIO(Path(download_info.value.path()).read_bytes()))
+    markdown = archive.read("post.md").decode()
+    assert markdown.startswith(f"# {post['title']}\n")
+    for block in post["blocks"]:
+        assert block["text"] in markdown
+    assert tags in markdown
+    for image in result["images"]:
+        card = archive.read(f"card-{image['slot']}.png")
+        assert card[:8] == b"\x89PNG\r\n\x1a\n"
+        assert card == httpx.get(server + image["url"], timeout=30).content
+
+    first = result["images"][0]
+    link = page.locator(f"#post figure[data-asset='{first['asset_id']}'] a.download")
+    assert link.get_attribute("href") == first["url"]
+    assert link.get_attribute("download") == f"card-{first['slot']}.png"
+    page.locator(f"#post figure[data-asset='{first['asset_id']}'] .enlarge").click()
+    page.wait_for_selector("#lightbox[open]")
+    assert str(page.get_attribute("#lightbox-img", "src")).endswith(first["url"])
+    page.click("#lightbox button")
+    page.wait_for_selector("#lightbox", state="hidden")
+
+
+def test_the_export_route_is_owner_checked_and_needs_a_post(server: str) -> None:
+    assert httpx.get(f"{server}/threads/nope/export.zip", timeout=30).status_code == 404
+    thread = httpx.post(f"{server}/threads", json={}, timeout=30).json()["thread_id"]
+    assert httpx.get(f"{server}/threads/{thread}/export.zip", timeout=30).status_code == 409
+
+
+def test_an_edit_is_checked_again_and_keeps_the_verdict_history(page: Any, server: str) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    thread = _thread_id(page)
+    before = _result(server, thread)
+    runs_before = len(httpx.get(f"{server}/threads/{thread}/runs", timeout=30).json())
+
+    page.click("#actions button[data-action='edit']")
+    new_title = "宿舍护肤三步：平价也好用"
+    page.fill("#edit-title", new_title)
+    page.fill("#edit-tags", "平价护肤 学生党 宿舍好物")
+    page.click("#edit-save")
+    page.wait_for_function(
+        "(t) => document.querySelector('#post h1')?.textContent === t"
+        " && document.querySelector('#run-status').textContent === '完成'",
+        arg=new_title,
+    )
+    after = _result(server, thread)
+    assert after["post"]["title"] == new_title
+    assert after["post"]["tags"] == ["平价护肤", "学生党", "宿舍好物"]
+    assert after["post"]["blocks"] == before["post"]["blocks"]
+    # The critic judged the edit as a new attempt: the earlier verdicts stay.
+    assert len(after["attempts"]) == len(before["attempts"]) + 1
+    assert after["attempts"][: len(before["attempts"])] == before["attempts"]
+    assert len(httpx.get(f"{server}/threads/{thread}/runs", timeout=30).json()) == runs_before + 1
+    shown = page.eval_on_selector_all(
+        "#verdicts .verdict", "els => els.map((e) => e.dataset.attempt)"
+    )
+    assert shown == [str(after["attempts"][-1]["attempt"])]  # this run: the critic only
+    assert page.locator("#quality .attempts li").count() == len(after["attempts"])
+    assert page.eval_on_selector_all(
+        "#stages li.done", "els => els.map((e) => e.dataset.stage)"
+    ) == [
+        "critic",
+        "finalize",
+    ]
+
+
+def test_the_draft_renders_as_formatted_text_without_markup_injection(
+    page: Any, server: str
+) -> None:
+    page.goto(server)
+    page.evaluate(
+        """() => onMessage([
+            {id: 'm1', content: '## 标题\\n- 第一点 **重点**\\n<img src=x onerror=alert(1)>'},
+            {langgraph_node: 'writer_agent'}])"""
+    )
+    assert page.inner_text("#draft h4") == "标题"
+    assert page.inner_text("#draft li strong") == "重点"
+    assert page.locator("#draft img").count() == 0
+    assert "<img src=x" in page.inner_text("#draft p")
+
+
+def test_dark_mode_and_a_phone_width_fit(browser: Any, server: str) -> None:
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, locale="zh-CN", color_scheme="dark"
+    )
+    page = context.new_page()
+    try:
+        page.goto(server)
+        background = page.evaluate(
+            "() => getComputedStyle(document.querySelector('.panel')).backgroundColor"
+        )
+        assert background == "rgb(33, 32, 37)"
+        overflow = page.evaluate(
+            "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0
+    finally:
+        context.close()
+
+
+SCHEMES = [  # (file name, language, colour scheme, viewport); console-desktop/-phone above
+    ("console-desktop-dark", "zh", "dark", {"width": 1280, "height": 900}),
+    ("console-desktop-en-dark", "en", "dark", {"width": 1280, "height": 900}),
+    ("console-phone-en", "en", "light", {"width": 390, "height": 844}),
+    ("console-phone-dark", "zh", "dark", {"width": 390, "height": 844}),
+]
+
+
+def test_a_finished_run_in_both_languages_and_colour_schemes(
+    page: Any, browser: Any, server: str
+) -> None:
+    _start(page, server, REQUEST, auto_confirm=True)
+    _wait_for_result(page)
+    run_url = page.url
+    for name, lang, scheme, viewport in SCHEMES:
+        context = browser.new_context(viewport=viewport, locale="zh-CN", color_scheme=scheme)
+        context.add_init_script(f"localStorage.setItem('atelier.lang', '{lang}')")
+        other = context.new_page()
+        errors: list[str] = []
+        other.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+        other.on(
+            "console",
+            lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None,
+        )
+        try:
+            other.goto(run_url)  # a fresh tab replays the run from its first frame
+            _wait_for_result_in(other, "完成" if lang == "zh" else "Done")
+            full = viewport["width"] > 400
+            if not full:  # the cards load lazily: bring them on screen first
+                other.evaluate("() => document.querySelector('#post .gallery').scrollIntoView()")
+            other.wait_for_function(
+                "() => [...document.querySelectorAll('#post img')]"
+                ".every((i) => i.complete && i.naturalWidth > 0)"
+            )
+            overflow = other.evaluate(
+                "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, name
+            if not full:
+                other.evaluate("() => document.querySelector('#result').scrollIntoView()")
+            other.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full)
+        finally:
+            context.close()
+        assert not errors, (name, errors)
+
+
+def test_regenerate_starts_a_new_post_with_the_same_request(page: Any, server: str) -> None:
+    request = "写一篇小红书笔记：早八通勤五分钟妆容"
+    _start(page, server, request, auto_confirm=True, images=2)
+    _wait_for_result(page)
+    first = _thread_id(page)
+
+    page.click("#actions button[data-action='regenerate']")
+    page.wait_for_function("(t) => !location.search.includes(t)", arg=first)
+    _wait_for_result(page)
+    second = _thread_id(page)
+    assert second != first
+    values = httpx.get(f"{server}/threads/{second}/state", timeout=30).json()["values"]
+    assert values["request"] == request and values["image_count"] == 2
+    assert page.input_value("#request") == request
+    # Both posts are in the library.
+    page.wait_for_selector(f"#library-list li[data-thread='{second}']")
+    assert page.locator(f"#library-list li[data-thread='{first}']").count() == 1
