@@ -56,6 +56,11 @@ def pipeline_recursion_limit(max_retry_count: int = 3, max_replans: int = 1) -> 
     return pipeline_supersteps(max_retry_count, max_replans) + 1
 
 
+#: The most retries a deployment can configure (`Settings.max_retry_count`'s bound;
+#: tests/graphs/test_pipeline_graph.py keeps the two equal).
+MAX_RETRY_COUNT_BOUND = 10
+
+
 def build_pipeline(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     *,
@@ -96,4 +101,9 @@ def build_pipeline(
     builder.add_edge("executor", "critic")
     builder.add_conditional_edges("critic", route_from_critic, ["finalize", "rag", "planner"])
     builder.add_edge("finalize", END)
-    return builder.compile(checkpointer=checkpointer, name="atelier")
+    graph = builder.compile(checkpointer=checkpointer, name="atelier")
+    # Whichever server runs the graph (atelier serve, langgraph dev), its safety net
+    # is the limit the longest configurable run needs: LangGraph's own default was 25
+    # before 1.2 (too low from MAX_RETRY_COUNT 6) and is 10 007 since (a runaway loop
+    # would run long). A run's own `recursion_limit` still overrides it.
+    return graph.with_config(recursion_limit=pipeline_recursion_limit(MAX_RETRY_COUNT_BOUND))

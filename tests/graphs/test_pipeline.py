@@ -16,7 +16,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.errors import GraphRecursionError
 
-from graphs.pipeline import build_pipeline, pipeline_recursion_limit, pipeline_supersteps
+from core.settings import Settings
+from graphs.pipeline import (
+    MAX_RETRY_COUNT_BOUND,
+    build_pipeline,
+    pipeline_recursion_limit,
+    pipeline_supersteps,
+)
 from knowledge.notes import KnowledgeNote
 from knowledge.repository import InMemoryNoteRepository
 from tests.graphs.pipeline_runs import (
@@ -183,6 +189,25 @@ async def test_3_no_recursion_error_whatever_the_limit(tmp_path: Path, limit: in
     ctx = context_for(models, tmp_path, critic_pass_threshold=0.9)
     run = await run_pipeline(models, tmp_path, ctx=ctx, config={"recursion_limit": limit})
     assert run.result["outcome"] == "exhausted" and attempts_of(run) == [1, 2, 3, 4]
+
+
+async def test_the_most_retries_a_deployment_allows_need_no_recursion_limit(
+    tmp_path: Path,
+) -> None:
+    # LangGraph's default limit was 25 before 1.2 (now 10 007): the graph carries the
+    # limit its longest configurable run needs, so no server has to pass one and a
+    # runaway loop still stops there.
+    bound = Settings.model_fields["max_retry_count"].metadata
+    assert any(getattr(rule, "le", None) == MAX_RETRY_COUNT_BOUND for rule in bound)
+    needed = pipeline_recursion_limit(MAX_RETRY_COUNT_BOUND)
+    assert build_pipeline().config["recursion_limit"] == needed
+    models = models_for(judge_reply("passed", 0.8))
+    ctx = context_for(
+        models, tmp_path, critic_pass_threshold=0.9, max_retry_count=MAX_RETRY_COUNT_BOUND
+    )
+    run = await run_pipeline(models, tmp_path, ctx=ctx)
+    assert run.result["outcome"] == "exhausted"
+    assert attempts_of(run) == list(range(1, MAX_RETRY_COUNT_BOUND + 2))
 
 
 def longest_run_models() -> FakeModels:
