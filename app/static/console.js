@@ -348,7 +348,12 @@ function reasonLabel(reason) {
 }
 
 function verdictLabel(verdict) {
-  return { passed: "通过", needs_improvement: "需改进", failed: "未通过" }[verdict] || verdict;
+  return { passed: "通过", needs_improvement: "需改进", failed: "未通过", not_judged: "未评审/not judged" }[verdict] || verdict;
+}
+
+// A score only a judge gave; without one the verdict reads "not judged", never a number.
+function scoreText(score) {
+  return score != null ? Number(score).toFixed(2) : "未评审/not judged";
 }
 
 function renderVerdict(ev) {
@@ -356,7 +361,7 @@ function renderVerdict(ev) {
   node.classList.add(ev.passed ? "passed" : "failed");
   node.querySelector(".v-title").textContent =
     `第 ${ev.attempt} / ${ev.max_attempts} 次 · ${verdictLabel(ev.verdict)}${ev.judge === "unavailable" ? "（评审模型不可用）" : ""} → ${ev.next}`;
-  node.querySelector(".v-score").textContent = `${Number(ev.score).toFixed(2)} / 阈值 ${ev.threshold}`;
+  node.querySelector(".v-score").textContent = `${scoreText(ev.score)} / 阈值 ${ev.threshold}`;
   node.querySelector(".v-feedback").textContent = [ev.feedback, ...(ev.suggestions || [])].filter(Boolean).join("\n");
   const list = node.querySelector(".v-checks");
   for (const check of ev.checks || []) {
@@ -428,7 +433,10 @@ function renderQuality(q) {
   const box = $("quality");
   box.replaceChildren();
   const head = document.createElement("strong");
-  head.textContent = `质量：${verdictLabel(q.verdict || "")} ${q.score != null ? Number(q.score).toFixed(2) : ""}` +
+  // not_judged says so in its label; a failing verdict without a judge shows no number either.
+  const unjudged = q.judge === "unavailable" ? "（未评审/not judged）" : "";
+  const score = q.verdict === "not_judged" ? "" : q.score != null ? ` ${scoreText(q.score)}` : unjudged;
+  head.textContent = `质量：${verdictLabel(q.verdict || "")}${score}` +
     `${q.exhausted ? "（重试已用尽）" : ""} · 尝试 ${q.attempts ?? "-"} 次`;
   box.append(head);
   const dims = document.createElement("div");
