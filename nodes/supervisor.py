@@ -181,6 +181,8 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     route = resolve_route(merged)
     if route.gives_up is not None:
         update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
+    if route.caps is not None and route.caps not in (state.get("capped") or []):
+        update["capped"] = [*(state.get("capped") or []), route.caps]
 
     writer = runtime.stream_writer
     requested = decision.next_agent if decision else ""
