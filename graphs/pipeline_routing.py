@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from core.events import VerdictLabel
+
 PLANNED_ACTIONS = ("create_post", "revise_post")
 #: The critic's label for a verdict decided without the judge on clean code checks.
-NOT_JUDGED = "not_judged"
+NOT_JUDGED: VerdictLabel = "not_judged"
 
 
 def route_after_planner(state: Mapping[str, Any]) -> Literal["rag", "finalize"]:
