@@ -137,11 +137,12 @@ def given_up(state: Mapping[str, Any]) -> frozenset[str]:
 
 
 def capped(state: Mapping[str, Any]) -> frozenset[str]:
-    """Return the agents routing has capped in this team run (chosen again and again
-    without progress), whether or not their artefact is present.
+    """Return the agents routing capped in this team run, their artefact present or not.
 
-    After its first cap, an agent whose artefact is present is not run again on
-    the supervisor's say-so: a re-pick is redirected at once (`resolve_route`),
+    An agent is capped when it is chosen again and again without progress
+    (`max_same_agent_repeats`). After its first cap, an agent whose artefact is
+    present is not run again on the supervisor's say-so: a re-pick is redirected
+    at once (`resolve_route`),
     so a supervisor stuck on one agent costs `max_same_agent_repeats` + 1 of its
     calls per team run, not two more for every other stage. Routing itself may
     still send it work (a failing quality dimension it fixes), and once its
