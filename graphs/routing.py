@@ -142,9 +142,9 @@ def capped(state: Mapping[str, Any]) -> frozenset[str]:
     An agent is capped when it is chosen again and again without progress
     (`max_same_agent_repeats`). After its first cap, an agent whose artefact is
     present is not run again on the supervisor's say-so: a re-pick is redirected
-    at once (`resolve_route`),
-    so a supervisor stuck on one agent costs `max_same_agent_repeats` + 1 of its
-    calls per team run, not two more for every other stage. Routing itself may
+    at once (`resolve_route`), so a supervisor stuck on one agent costs
+    `max_same_agent_repeats` + 1 of its calls per team run, not two more for
+    every other stage. Routing itself may
     still send it work (a failing quality dimension it fixes), and once its
     artefact is stale or gone (`stage_done`) the supervisor may pick it again.
     """
