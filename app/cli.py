@@ -281,7 +281,9 @@ class ProgressView:
         if kind == "critic.verdict":
             failed = [c.get("name") for c in get("checks") or [] if not c.get("passed")]
             style = "green" if get("passed") else "red"
-            judge = "" if get("judge", "ok") == "ok" else " (judge unavailable)"
+            judge = {"unavailable": " (judge unavailable)", "skipped": " (nothing to judge)"}.get(
+                get("judge", "ok"), ""
+            )
             text = Text.assemble(
                 ("  critic: ", "bold"),
                 (f"{get('verdict')}", style),
