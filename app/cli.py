@@ -281,11 +281,13 @@ class ProgressView:
         if kind == "critic.verdict":
             failed = [c.get("name") for c in get("checks") or [] if not c.get("passed")]
             style = "green" if get("passed") else "red"
-            judge = "" if get("judge", "ok") == "ok" else " (judge unavailable)"
+            judge = {"unavailable": " (judge unavailable)", "skipped": " (nothing to judge)"}.get(
+                get("judge", "ok"), ""
+            )
             text = Text.assemble(
                 ("  critic: ", "bold"),
                 (f"{get('verdict')}", style),
-                f" score {float(get('score') or 0):.2f}/{float(get('threshold') or 0):.2f}{judge}",
+                f" score {_score(get('score'))}/{float(get('threshold') or 0):.2f}{judge}",
                 f" → {get('next')}",
             )
             if failed:
@@ -294,6 +296,11 @@ class ProgressView:
         if kind == "asset.created":
             return Text(f"  image {get('slot')}: {get('url')}", style="magenta")
         return None
+
+
+def _score(score: Any) -> str:
+    """Format a judge's score; without one (no judge gave it) say "not judged", not 0.00."""
+    return f"{float(score):.2f}" if score is not None else "not judged"
 
 
 def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
@@ -333,7 +340,7 @@ def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
     quality = result.get("quality") or {}
     summary = (
         f"outcome [bold]{result.get('outcome')}[/]  verdict {quality.get('verdict')}  "
-        f"score {float(quality.get('score') or 0):.2f}  attempts {quality.get('attempts')}"
+        f"score {_score(quality.get('score'))}  attempts {quality.get('attempts')}"
         + ("  (retries exhausted)" if quality.get("exhausted") else "")
     )
     parts.append(Text.from_markup(summary))

@@ -16,6 +16,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 FallbackReason = Literal["precondition", "quality", "cap", "invalid_decision"]
+#: The critic's verdict on an attempt: the LLM judge's three labels, or `not_judged` when the
+#: judge failed or timed out on an attempt whose code checks all pass (no score, no pass).
+VerdictLabel = Literal["passed", "needs_improvement", "failed", "not_judged"]
 
 
 class _Event(BaseModel):
@@ -53,7 +56,7 @@ class AttemptCompleted(_Event):
     type: Literal["attempt.completed"] = "attempt.completed"
     attempt: int = Field(ge=1)
     max_attempts: int = Field(ge=1)
-    verdict: str = Field(description="Critic verdict.", examples=["passed"])
+    verdict: VerdictLabel = Field(description="Critic verdict.", examples=["passed"])
 
 
 class InjectedNote(_Event):
@@ -116,9 +119,15 @@ class CriticVerdict(_Event):
     """The critic's decision on one attempt."""
 
     type: Literal["critic.verdict"] = "critic.verdict"
-    verdict: str = Field(examples=["needs_improvement"])
-    passed: bool
-    score: float = Field(ge=0, le=1)
+    verdict: VerdictLabel = Field(
+        examples=["needs_improvement"],
+        description="not_judged: the judge was unavailable and every code check passed; the "
+        "attempt is not passed and carries no score.",
+    )
+    passed: bool = Field(description="Only a judge's passed verdict at the threshold passes.")
+    score: float | None = Field(
+        ge=0, le=1, description="The judge's score; null when no judge gave one.", examples=[0.82]
+    )
     threshold: float = Field(ge=0, le=1)
     checks: list[CheckReport] = Field(default_factory=list)
     feedback: str = ""
@@ -128,8 +137,8 @@ class CriticVerdict(_Event):
     )
     judge: Literal["ok", "unavailable", "skipped"] = Field(
         default="ok",
-        description="ok: the LLM judge answered; unavailable: it failed or timed out and the "
-        "verdict rests on the code checks; skipped: there was nothing to judge.",
+        description="ok: the LLM judge answered; unavailable: it failed or timed out, the "
+        "verdict rests on the code checks and has no score; skipped: there was nothing to judge.",
     )
     attempt: int = Field(ge=1)
     max_attempts: int = Field(ge=1)

@@ -40,6 +40,10 @@ STREAMING_ROLES: frozenset[str] = frozenset({"writer_agent"})
 LOCAL_MODEL_MAX_TOKENS: dict[str, int] = {"default": 512, "writer_agent": 1024}
 
 
+#: The judge's timeout (s) on an LLM endpoint when CRITIC_TIMEOUT is unset.
+ENDPOINT_CRITIC_TIMEOUT = 8.0
+
+
 class Settings(BaseSettings):
     """Configuration for the service, the graphs and the providers."""
 
@@ -200,7 +204,14 @@ class Settings(BaseSettings):
     critic_pass_threshold: float = Field(
         default=0.7, ge=0, le=1, description="Judge score needed to pass."
     )
-    critic_timeout: float = Field(default=8.0, gt=0, le=120, description="LLM judge timeout (s).")
+    critic_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=1800,
+        description="LLM judge timeout (s); set, it bounds the judge on any model. Unset: "
+        f"{ENDPOINT_CRITIC_TIMEOUT:g} s on an LLM endpoint, LOCAL_MODEL_CRITIC_TIMEOUT on the "
+        "embedded model.",
+    )
 
     # --- embedded model (used when LLM_BASE_URL is unset; providers/local_llm.py) ---
     local_model_path: Path | None = Field(
@@ -226,6 +237,14 @@ class Settings(BaseSettings):
         le=2,
         description="Sampling temperature of the embedded model (0: greedy, which keeps a "
         "small model on the suggested route; LLM_TEMPERATURE is for endpoints).",
+    )
+    local_model_critic_timeout: float = Field(
+        default=120.0,
+        gt=0,
+        le=1800,
+        description="LLM judge timeout (s) on the embedded CPU model when CRITIC_TIMEOUT is "
+        "unset: a CPU model needs tens of seconds to read the post and answer, and a judge "
+        "that always times out judges nothing.",
     )
     local_model_startup_timeout: float = Field(
         default=120.0, gt=0, le=1800, description="Seconds the embedded model may take to answer."
@@ -363,6 +382,16 @@ class Settings(BaseSettings):
         if role not in LLM_ROLES:
             raise ValueError(f"unknown LLM role {role!r}")
         return self.llm_models.get(role, self.llm_model)
+
+    def judge_timeout(self, *, embedded: bool) -> float:
+        """Return the critic's judge timeout: CRITIC_TIMEOUT when set, else the model's default.
+
+        Args:
+            embedded: Whether the judge runs on the embedded CPU model (LLM_BASE_URL unset).
+        """
+        if self.critic_timeout is not None:
+            return self.critic_timeout
+        return self.local_model_critic_timeout if embedded else ENDPOINT_CRITIC_TIMEOUT
 
     def local_max_tokens_for(self, role: str) -> int:
         """Return the embedded model's completion budget for a role."""

@@ -50,7 +50,7 @@ class AtelierContext:
     max_retry_count: int = 3  # retries after the first attempt (MAX_RETRY_COUNT)
     max_replans: int = 1  # critic → planner loops per run (ignored blocker notes)
     critic_pass_threshold: float = 0.7  # judge score needed to pass (CRITIC_PASS_THRESHOLD)
-    critic_timeout: float = 8.0  # seconds the LLM judge may take (CRITIC_TIMEOUT)
+    critic_timeout: float = 8.0  # seconds the LLM judge may take (Settings.judge_timeout)
     max_notes: int = 6  # notes rag injects per attempt
 
     def image_provider(self, name: str | None) -> ImageProvider:
@@ -112,7 +112,7 @@ class AtelierContext:
             ),
             max_retry_count=settings.max_retry_count,
             critic_pass_threshold=settings.critic_pass_threshold,
-            critic_timeout=settings.critic_timeout,
+            critic_timeout=settings.judge_timeout(embedded=settings.llm_base_url is None),
         )
 
     def with_options(self, options: RunOptions) -> AtelierContext:

@@ -15,7 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from core.events import VerdictLabel
+
 PLANNED_ACTIONS = ("create_post", "revise_post")
+#: The critic's label for a verdict decided without the judge on clean code checks.
+NOT_JUDGED: VerdictLabel = "not_judged"
 
 
 def route_after_planner(state: Mapping[str, Any]) -> Literal["rag", "finalize"]:
@@ -38,13 +42,15 @@ def attempts_left(state: Mapping[str, Any]) -> int:
 def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "planner"]:
     """Decide where the run goes after the critic's verdict.
 
-    In order: a failed executor or a passing verdict → finalize; no attempts
-    left → finalize (exhausted: the best attempt is published); an ignored
-    blocker note with a replan left (`verdict["replan"]`) → planner; otherwise
-    → rag, for another attempt with the verdict as feedback.
+    In order: a failed executor, a passing verdict or a `not_judged` one (every
+    code check passed and the judge was unavailable: nothing for another attempt
+    to fix, see `nodes.critic`) → finalize; no attempts left → finalize
+    (exhausted: the best attempt is published); an ignored blocker note with a
+    replan left (`verdict["replan"]`) → planner; otherwise → rag, for another
+    attempt with the verdict as feedback.
     """
     verdict = state.get("verdict") or {}
-    if state.get("failure") or verdict.get("passed"):
+    if state.get("failure") or verdict.get("passed") or verdict.get("verdict") == NOT_JUDGED:
         return "finalize"
     if attempts_left(state) == 0:
         return "finalize"

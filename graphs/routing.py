@@ -8,7 +8,7 @@ graph's conditional edge calls it (through `route_from_supervisor`) to route, so
 what the stream explains is exactly what the graph does.
 
 Counters are written by the node that owns the loop and read here under the same
-name: `team_step`/`invalid_decisions`/`team_log` (supervisor),
+name: `team_step`/`invalid_decisions`/`team_log`/`given_up`/`capped` (supervisor),
 `research_tool_rounds` (research agent), `image_tool_rounds`/`images_complete`
 (image agent).
 """
@@ -83,6 +83,7 @@ class Route:
     reason: FallbackReason | None = None
     detail: str = ""
     gives_up: AgentName | None = None  # an agent this route stops asking (see `given_up`)
+    caps: AgentName | None = None  # an agent capped by this route (see `capped`)
 
 
 def limits_of(state: Mapping[str, Any]) -> TeamLimits:
@@ -133,6 +134,21 @@ def given_up(state: Mapping[str, Any]) -> frozenset[str]:
     not the rest of the run's steps.
     """
     return frozenset(state.get("given_up") or ())
+
+
+def capped(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the agents routing capped in this team run, their artefact present or not.
+
+    An agent is capped when it is chosen again and again without progress
+    (`max_same_agent_repeats`). After its first cap, an agent whose artefact is
+    present is not run again on the supervisor's say-so: a re-pick is redirected
+    at once (`resolve_route`), so a supervisor stuck on one agent costs
+    `max_same_agent_repeats` + 1 of its calls per team run, not two more for
+    every other stage. Routing itself may
+    still send it work (a failing quality dimension it fixes), and once its
+    artefact is stale or gone (`stage_done`) the supervisor may pick it again.
+    """
+    return frozenset(state.get("capped") or ())
 
 
 def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) -> AgentName | None:
@@ -250,8 +266,9 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
     supervisor, at most `max_invalid_decisions` times in a row, then go to the
     first stage whose output is missing); END (allowed only with a body and a
     passing review, else a failing quality dimension's agent, else back to the
-    supervisor); preconditions; and the same agent chosen again with no progress
-    (`max_same_agent_repeats`).
+    supervisor); preconditions; an agent given up on (`given_up`) or capped
+    earlier with its output in place (`capped`), redirected at once; and the
+    same agent chosen again with no progress (`max_same_agent_repeats`).
     """
     limits = limits_of(state)
     decision = state.get("supervisor_decision") or {}
@@ -301,13 +318,19 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
         detail = f"{target} was given up on earlier in this run (no progress)"
         return Route(fallback, requested, "cap", detail)
 
+    if target in capped(state) and stage_done(target, state):
+        fallback = _unstick(state, exclude=target)
+        detail = f"{target} was capped earlier in this run and its output is in place"
+        return Route(fallback, requested, "cap", detail)
+
     if _repeats_without_progress(target, state) >= limits["max_same_agent_repeats"]:
         fallback = _unstick(state, exclude=target)
         detail = f"{target} chosen repeatedly without progress"
         # Given up on only while its artefact is missing: an agent that delivered and is
         # merely re-picked stays available as a quality fix.
-        gives_up = None if stage_done(target, state) else cast(AgentName, target)
-        return Route(fallback, requested, "cap", detail, gives_up=gives_up)
+        agent = cast(AgentName, target)
+        gives_up = None if stage_done(target, state) else agent
+        return Route(fallback, requested, "cap", detail, gives_up=gives_up, caps=agent)
 
     return Route(cast(SupervisorTarget, target), requested)
 

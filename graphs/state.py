@@ -151,6 +151,10 @@ class TeamState(TeamInput, TeamOutput, total=False):
     # again and again without progress. supervisor writes it; the routers and the
     # supervisor's stage table and suggestion read it (graphs.routing.given_up).
     given_up: list[str]
+    # Agents routing capped in this team run (chosen again and again without progress);
+    # a re-pick of one whose artefact is present is redirected at once. supervisor writes
+    # it, resolve_route reads it (graphs.routing.capped).
+    capped: list[str]
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
     # skip the offer on later turns instead of paying for another prose answer.

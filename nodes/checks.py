@@ -13,10 +13,14 @@ Two families:
   into `CheckResult` rows.
 * `check_constraints` — does the generated post meet the planner's verifiable
   constraints (`Constraints`)? One `CheckResult` per constraint that is set.
+* `check_prose` — is the post prose for people: no prompt markup anywhere in
+  title, body, tags or card text, a body that is not mostly code or JSON, and
+  tags where the platform expects them?
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,9 +31,13 @@ import regex
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from prompts.common import find_data_markup
+
 __all__ = [
+    "CODE_SHARE_MAX",
     "MIN_ANSWER_CHARS",
     "REFUSAL_SCOPE_CHARS",
+    "TAGGED_PLATFORMS",
     "AnswerCheck",
     "AnswerReason",
     "CheckResult",
@@ -37,6 +45,8 @@ __all__ = [
     "answer_checks_as_results",
     "check_answer",
     "check_constraints",
+    "check_prose",
+    "code_share",
     "count_chars",
     "find_error_markers",
     "find_incomplete_markers",
@@ -135,15 +145,32 @@ _ERROR_MARKER = re.compile(
 # "To be continued" markers. Words like 待续 / 未完 also occur inside ordinary
 # Chinese (期待续集, 未完成), so a marker only counts where a cut-off answer puts
 # it: at the very end (trailing punctuation and brackets aside), inside
-# brackets anywhere (（待续）), or alone on a line.
+# brackets anywhere (（待续）, "(continued)"), or alone on a line.
 _CONTINUED = (
     r"(?:未完待续|待续|未完|待更新|待更|下回分解|下期继续|"
-    r"(?<![a-z])(?:to\s+be\s+continued|tbc)(?![a-z]))"
+    r"(?<![a-z])(?:to\s+be\s+continued|to\s+be\s+cont[’']?d|tbc)(?![a-z]))"
+)
+# Only bracketed or on a line of its own: "(continued)", "[cont'd]", but not
+# "the tradition continued." at the end of a sentence.
+_CONTINUED_TAG = rf"(?:{_CONTINUED}|(?<![a-z])(?:continued|cont[’']?d)(?![a-z]))"
+# English phrases no finished post contains, matched anywhere (whole words, any
+# case): "To be continued: the second half covers…" announces a cut-off answer
+# wherever the phrase stands, and so do "continued in part 2" / "part 2 coming
+# soon" / "stay tuned for part two".
+_PART = r"(?:part|chapter|episode|post|article|installment|instalment)"
+_CONTINUED_EN = re.compile(
+    r"(?<![a-z])(?:"
+    r"to\s+be\s+continued|to\s+be\s+cont[’']?d|"
+    rf"continued\s+(?:in|on)\s+(?:the\s+)?(?:next\s+{_PART}|{_PART}\s+(?:2|two|ii)|next\s+time)|"
+    rf"{_PART}\s+(?:2|two|ii)\s+(?:is\s+)?coming(?:\s+soon)?|"
+    rf"stay\s+tuned\s+for\s+(?:the\s+)?(?:next\s+{_PART}|{_PART}\s+(?:2|two|ii)|more)"
+    r")(?![a-z])",
+    re.IGNORECASE,
 )
 _INCOMPLETE_MARKER = re.compile(
     rf"{_CONTINUED}[\W_]*\Z"  # at the end
-    rf"|[（(【\[]\s*{_CONTINUED}\s*[…。.!！]*\s*[)）】\]]"  # bracketed
-    rf"|^[\W_]*{_CONTINUED}[\W_]*$",  # a line of its own
+    rf"|[（(【\[]\s*{_CONTINUED_TAG}\s*[…。.!！]*\s*[)）】\]]"  # bracketed
+    rf"|^[\W_]*{_CONTINUED_TAG}[\W_]*$",  # a line of its own
     re.IGNORECASE | re.MULTILINE,
 )
 # An ellipsis as the very last thing means the text trails off. One in the
@@ -175,6 +202,11 @@ def find_incomplete_markers(text: str) -> list[str]:
     """Return the "to be continued" markers of a text (see the module rules)."""
     stripped = text.strip()
     found = [m.group(0).strip() for m in _INCOMPLETE_MARKER.finditer(stripped)]
+    found += [
+        m.group(0)
+        for m in _CONTINUED_EN.finditer(stripped)
+        if not any(m.group(0).casefold() in f.casefold() for f in found)
+    ]
     ellipsis = _TRAILING_ELLIPSIS.search(stripped)
     if ellipsis and not found:
         found.append(ellipsis.group(0))
@@ -195,8 +227,11 @@ def check_answer(text: str, retry_count: int = 0, max_retries: int = 2) -> Answe
       ``failed:``, ``exception:``, ``Traceback (most recent call last)``,
       case-insensitive, anywhere.
     * ``incomplete`` — a "to be continued" marker (待续, 未完, 未完待续,
-      to be continued, TBC, 下回分解 …) at the end, in brackets, or on a line
-      of its own; or an ellipsis (``...``, ``…``) as the very last thing.
+      to be continued, TBC, (continued), 下回分解 …) at the end, in brackets,
+      or on a line of its own; an English announcement of a sequel anywhere
+      ("To be continued: …", "continued in part 2", "part 2 coming soon",
+      "stay tuned for the next part"); or an ellipsis (``...``, ``…``) as the
+      very last thing.
 
     Once ``retry_count >= max_retries`` the answer is force-approved so the
     critic loop ends: ``valid`` and ``forced`` are True, and ``reasons`` still
@@ -516,3 +551,132 @@ def _image_count_check(count: int, rules: Constraints, planned: int | None) -> C
     return CheckResult(
         name="image_count", passed=passed, measured=count, expected=expected, detail=detail
     )
+
+
+# ---------------------------------------------------------------------------
+# Prose checks
+# ---------------------------------------------------------------------------
+
+#: A body whose share of code or JSON (by `count_chars`) is above this is not a post.
+CODE_SHARE_MAX = 0.5
+#: Platforms whose posts carry #tags: an empty tag list fails there.
+TAGGED_PLATFORMS = frozenset({"xiaohongshu", "weibo", "douyin"})
+
+_FENCE_LINE = re.compile(r"^\s*(?:```|~~~)")
+# Lines no prose for people is made of: Python/JS statements, assignments and
+# calls, JSON keys and bracket-only lines, C-like line ends, comments.
+_CODE_LINE = re.compile(
+    r"^\s*(?:"
+    r"(?:async\s+)?def\s+\w+\s*\(|class\s+\w+\s*[(:]|"
+    r"(?:import\s+[\w.]+|from\s+[\w.]+\s+import\b)|"
+    r"(?:return|raise|elif|except|yield|pass|break|continue)\b[^。，！？]*$|"
+    r"(?:if|for|while|with|else|try|finally)\b[^。，！？\u4e00-\u9fff]*:\s*$|"
+    r"(?:function|const|let|var)\s+\w+|"
+    r"[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/]?=(?!=)\s*\S|"
+    r"[A-Za-z_][\w.]*\(.*\)\s*[;:]?\s*$|"
+    r"\"[^\"\n]{1,80}\"\s*:|"
+    r"[\[\]{}(),;]+\s*$|"
+    r".*[;{]\s*$|"
+    r"(?://|/\*|\*/|#include\b)"
+    r")"
+)
+
+
+def code_share(body: str) -> float:
+    """Return the share (0–1, by `count_chars`) of a body that is code or JSON.
+
+    A body that parses as a JSON object or array is all code. Otherwise the
+    lines inside code fences (and the fences) and the lines that read as code
+    (`_CODE_LINE`: statements, assignments, calls, JSON keys, bare brackets)
+    count as code; blank lines count for nothing.
+    """
+    text = body.strip()
+    if not text:
+        return 0.0
+    if text[0] in "[{":
+        try:
+            if isinstance(json.loads(text), dict | list):
+                return 1.0
+        except json.JSONDecodeError:
+            pass
+    total = code = 0
+    fenced = False
+    for line in text.splitlines():
+        chars = count_chars(line)
+        total += chars
+        if _FENCE_LINE.match(line):
+            fenced = not fenced
+            code += chars
+        elif fenced or _CODE_LINE.match(line):
+            code += chars
+    return code / total if total else 0.0
+
+
+def check_prose(
+    content: Mapping[str, Any] | BaseModel,
+    *,
+    card_texts: Sequence[str] = (),
+    platform: str | None = None,
+) -> list[CheckResult]:
+    """Check that a post is prose for people, not leaked prompt, code or data.
+
+    Checks, in this order:
+
+    * ``data_markup`` — no prompt delimiter markup (``<<<用户请求>>>``, a stray
+      ``<<<`` / ``>>>`` or its defused form; the list comes from
+      `prompts.common.find_data_markup`, the module that writes the delimiters)
+      in the title, body, tags or `card_texts`; measured = the markup found.
+    * ``code_share`` — at most `CODE_SHARE_MAX` of the body is code or JSON
+      (`code_share`); measured = the share in percent.
+    * ``tags_present`` — only for `TAGGED_PLATFORMS`: at least one tag;
+      measured = the number of distinct tags.
+
+    Args:
+        content: The post, with ``title``, ``body`` and ``tags``.
+        card_texts: The text the image cards draw (headline and body of each).
+        platform: The post's platform (None: xiaohongshu, the default).
+
+    Returns:
+        One `CheckResult` per check that ran.
+    """
+    post = content.model_dump() if isinstance(content, BaseModel) else content
+    title = str(post.get("title") or "")
+    body = str(post.get("body") or "")
+    tags = normalize_tags(post.get("tags"))
+    markup = list(
+        dict.fromkeys(
+            m for text in (title, body, *tags, *card_texts) for m in find_data_markup(text)
+        )
+    )
+    results = [
+        CheckResult(
+            name="data_markup",
+            passed=not markup,
+            measured=markup,
+            expected="no prompt delimiters in title, body, tags or card text",
+            detail=f"prompt markup found: {', '.join(markup)}" if markup else "",
+        )
+    ]
+    share = code_share(body)
+    percent = round(share * 100)
+    passed = share <= CODE_SHARE_MAX
+    results.append(
+        CheckResult(
+            name="code_share",
+            passed=passed,
+            measured=percent,
+            expected=f"≤ {round(CODE_SHARE_MAX * 100)}% of the body is code or JSON",
+            detail="" if passed else f"{percent}% of the body is code or JSON, not prose",
+        )
+    )
+    if (platform or "xiaohongshu") in TAGGED_PLATFORMS:
+        results.append(
+            CheckResult(
+                name="tags_present",
+                passed=bool(tags),
+                measured=len(tags),
+                expected="≥ 1 tag",
+                detail="" if tags else f"no tags, and {platform or 'xiaohongshu'} posts carry tags",
+            )
+        )
+    return results

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -22,7 +22,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from graphs.state import DEFAULT_LIMITS, TeamLimits, TeamState
 from nodes.checks import Constraints
@@ -381,3 +381,8 @@ def _unit_score(value: Any) -> Any:
 
 #: Validator for 0–1 scores: `Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]`.
 UNIT_SCORE = BeforeValidator(_unit_score)
+
+#: The one type of every 0–1 score an LLM gives (the judge's, the review's, the planner's
+#: confidence): lenient the same way everywhere — ``7`` on a 1–10 habit reads as 0.7,
+#: ``85`` or ``"85%"`` as 0.85 — while the JSON schema still tells the model 0–1.
+UnitScore = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]

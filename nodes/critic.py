@@ -1,7 +1,9 @@
 """The critic: judge one attempt in three layers and decide where the run goes (PRODUCT.md §1.3).
 
 1. **Code checks** (`code_checks`): `check_answer` on the body (long enough,
-   no refusal, no error marker, not cut off) and `check_constraints` against the
+   no refusal, no error marker, not cut off), `check_prose` (no prompt markup
+   in title, body, tags or card text, a body not mostly code or JSON, tags
+   where the platform expects them) and `check_constraints` against the
    planner's constraints (title and body length by `count_chars`, tag count,
    image count, must-include / must-avoid terms, image files exist in
    `ctx.assets` and decode). Each check reports what it measured.
@@ -14,13 +16,24 @@
    (`ctx.max_replans` per run) the run goes back to the planner with the note;
    other ignored notes become feedback.
 3. **LLM judge** (`JudgeVerdict`, today's date in its prompt) under
-   `asyncio.wait_for(ctx.critic_timeout)`. When it fails, times out or answers
-   something unreadable, the verdict rests on layers 1–2 and says
-   `judge: "unavailable"`; its score is then the share of code checks passed.
+   `asyncio.wait_for(ctx.critic_timeout)`. Its scores are `UnitScore`s, read
+   leniently like the review's (``7`` on a 1–10 habit is 0.7). When it fails,
+   times out or answers something unreadable, the verdict rests on layers 1–2,
+   says `judge: "unavailable"` and carries **no score** (None): no score is
+   ever reported that no judge gave.
 
-Pass = every code check passes, no REPLAN_REQUIRED, and the judge (when
-available) says `passed` with a score ≥ `ctx.critic_pass_threshold`. The
-critic writes `attempt` (attempts judged so far), `verdict`, `attempts` (every
+Pass = every code check passes, no REPLAN_REQUIRED, and the judge says
+`passed` with a score ≥ `ctx.critic_pass_threshold` — never without a judge.
+
+Without a judge (decision, written down where PRODUCT.md §1.3 is silent): a
+failing code check still makes the attempt `failed` / `needs_improvement` and
+the run retries as usual. When every code check passes the verdict is
+`not_judged` (`passed: false`, `score: None`): there is nothing another attempt
+could be told to fix, so the run finalizes with this post as outcome
+`completed`, and the result, the console and the CLI show it as not judged
+(未评审), never as passed with a score.
+
+The critic writes `attempt` (attempts judged so far), `verdict`, `attempts` (every
 judged attempt with its post, for finalize), `retry_context` (what the next
 attempt's team sees), `replans` and `replan_notes`; `route_from_critic` reads
 them to route, and the critic announces its result in `critic.verdict`.
@@ -45,11 +58,12 @@ from core.events import (
     CheckReport,
     CriticVerdict,
     KnowledgeDeviation,
+    VerdictLabel,
     emit,
     stage_events,
 )
 from graphs.context import AtelierContext, context_of
-from graphs.pipeline_routing import attempts_left, route_from_critic
+from graphs.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
 from graphs.state import PipelineState
 from knowledge.deviation import AlertType, DeviationAlert
 from knowledge.notes import NoteType
@@ -59,41 +73,43 @@ from nodes.checks import (
     answer_checks_as_results,
     check_answer,
     check_constraints,
+    check_prose,
     count_chars,
 )
-from nodes.common import structured_call
+from nodes.common import UnitScore, structured_call
 from nodes.planner import effective_request
+from nodes.tools import image_request
 from prompts import critic as prompt
 from prompts.common import data_block, system_prompt
 
 log = logging.getLogger(__name__)
 
-VerdictLabel = Literal["passed", "needs_improvement", "failed"]
+#: What the judge may answer.
+JudgeLabel = Literal["passed", "needs_improvement", "failed"]
 
-#: Answer checks whose failure makes an attempt `failed` rather than `needs_improvement`.
-_ANSWER_CHECKS = frozenset({"answer_length", "refusal", "error_marker", "incomplete"})
+#: Checks whose failure makes an attempt `failed` rather than `needs_improvement`: the
+#: answer is no real answer, or not prose for people (leaked prompt markup, code, JSON).
+_ANSWER_CHECKS = frozenset(
+    {"answer_length", "refusal", "error_marker", "incomplete", "data_markup", "code_share"}
+)
 SUMMARY_EXCERPT_CHARS = 160
 
 
 class JudgeDimensions(BaseModel):
     """Per-dimension scores, 0–1 (a dimension the judge left out stays unscored)."""
 
-    infoDensity: float | None = Field(default=None, ge=0, le=1, description="Information density.")
-    textImageAlignment: float | None = Field(
-        default=None, ge=0, le=1, description="Text/image match."
-    )
-    styleConsistency: float | None = Field(
-        default=None, ge=0, le=1, description="Style consistency."
-    )
-    readability: float | None = Field(default=None, ge=0, le=1, description="Readability.")
-    platformFit: float | None = Field(default=None, ge=0, le=1, description="Platform fit.")
+    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
+    textImageAlignment: UnitScore | None = Field(default=None, description="Text/image match.")
+    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
+    readability: UnitScore | None = Field(default=None, description="Readability.")
+    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")
 
 
 class JudgeVerdict(BaseModel):
     """Return the verdict on the post."""
 
-    verdict: VerdictLabel = Field(description="passed, needs_improvement or failed.")
-    score: float = Field(ge=0, le=1, description="Overall score 0–1.")
+    verdict: JudgeLabel = Field(description="passed, needs_improvement or failed.")
+    score: UnitScore = Field(description="Overall score 0–1.")
     feedback: str = Field(default="", max_length=2000, description="Main problems, concretely.")
     suggestions: list[str] = Field(
         default_factory=list, max_length=10, description="Actionable changes."
@@ -122,11 +138,27 @@ def _asset_path(ctx: AtelierContext, asset_id: str) -> Path:
     return found or ctx.assets.root / f"{asset_id}.missing"
 
 
+def card_texts(state: Mapping[str, Any]) -> list[str]:
+    """Return the text the image cards of the drawn slots show (headline and body of each)."""
+    drawn = {img.get("slot") for img in state.get("images") or []}
+    texts: list[str] = []
+    for plan in state.get("image_plans") or []:
+        if plan.get("slot") in drawn:
+            try:
+                request = image_request(plan, state)
+            except (KeyError, TypeError, ValueError):  # a malformed plan draws no card
+                continue
+            texts += [request.title, request.text]
+    return texts
+
+
 def code_checks(state: Mapping[str, Any], ctx: AtelierContext) -> list[CheckResult]:
-    """Run layer 1: the answer checks on the body, then the constraint checks."""
+    """Run layer 1: the answer checks on the body, the prose checks, the constraint checks."""
     content = dict(state.get("generated_content") or {})
     body = str(content.get("body") or "")
     results = answer_checks_as_results(check_answer(body), body)
+    platform = (state.get("intent") or {}).get("platform") or state.get("platform")
+    results += check_prose(content, card_texts=card_texts(state), platform=platform)
     ids = _image_ids(state)
     paths = {str(_asset_path(ctx, asset_id)): asset_id for asset_id in ids}
     layout = state.get("layout_spec") or {}
@@ -285,13 +317,14 @@ def best_attempt(attempts: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     )
 
 
-def _summary(content: Mapping[str, Any], images: int, score: float) -> str:
+def _summary(content: Mapping[str, Any], images: int, score: float | None) -> str:
     body = str(content.get("body") or "")
     excerpt = body.strip().replace("\n", " ")[:SUMMARY_EXCERPT_CHARS]
     tags = " ".join(f"#{t}" for t in content.get("tags") or [])
+    scored = f"得分 {score:.2f}" if score is not None else "未评审（无得分）"
     return (
         f"标题：{content.get('title') or '（无）'}；正文 {count_chars(body)} 字，开头：{excerpt}；"
-        f"标签：{tags or '（无）'}；图片 {images} 张；得分 {score:.2f}"
+        f"标签：{tags or '（无）'}；图片 {images} 张；{scored}"
     )
 
 
@@ -317,35 +350,39 @@ class Judgement:
         return self.alert is not None and self.alert.alert_type is AlertType.REPLAN_REQUIRED
 
     @property
-    def score(self) -> float:
-        """Return the judge's score, or the share of checks passed without a judge."""
-        if self.judge is not None:
-            return round(self.judge.score, 4)
-        if self.checks:
-            return round(sum(c.passed for c in self.checks) / len(self.checks), 4)
-        return 0.0
+    def score(self) -> float | None:
+        """Return the judge's score; None when no judge gave one (never a made-up number)."""
+        return round(self.judge.score, 4) if self.judge is not None else None
 
     @property
     def passed(self) -> bool:
-        """Tell whether the attempt passes (see the module docstring)."""
-        judge_passes = (
-            self.judge is not None
-            and self.judge.verdict == "passed"
-            and self.judge.score >= self.threshold
-        )
-        # Without a judge the code checks decide, and the verdict says so (judge: unavailable).
+        """Tell whether the attempt passes (see the module docstring): only a judge passes it."""
         return (
             self.failure is None
             and bool(self.checks)
             and not self.failing
-            and (judge_passes or self.judge_status == "unavailable")
+            and self.judge is not None
+            and self.judge.verdict == "passed"
+            and self.judge.score >= self.threshold
+        )
+
+    @property
+    def not_judged(self) -> bool:
+        """Tell whether the judge was unavailable on an attempt whose code checks all pass."""
+        return (
+            self.failure is None
+            and bool(self.checks)
+            and not self.failing
+            and self.judge_status == "unavailable"
         )
 
     @property
     def label(self) -> VerdictLabel:
-        """Return passed, failed (broken, refused, cut off, or judged so) or needs_improvement."""
+        """Return passed, not_judged, failed (broken, cut off, or so judged), needs_improvement."""
         if self.passed:
             return "passed"
+        if self.not_judged:
+            return "not_judged"
         if (
             self.failure is not None
             or any(c.name in _ANSWER_CHECKS for c in self.failing)
@@ -393,7 +430,7 @@ class Judgement:
                     f"judge score {self.judge.score:.2f} < threshold {self.threshold:.2f}"
                 )
         if self.judge_status == "unavailable":
-            reasons.append("judge unavailable: decided on the code checks alone")
+            reasons.append("not judged: the judge failed or timed out; no score")
         return reasons
 
 
@@ -502,7 +539,11 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
         }
         after = {**state, **update}
         next_stage = route_from_critic(after)
-        exhausted = not passed and judgement.failure is None and attempts_left(after) == 0
+        exhausted = (
+            label not in ("passed", NOT_JUDGED)
+            and judgement.failure is None
+            and attempts_left(after) == 0
+        )
         verdict.update(next=next_stage, exhausted=exhausted)
 
         emit(

@@ -18,7 +18,17 @@ the planner could not tell what was wanted, and when an LLM failed — and
 }
 ```
 
-Which attempt is published: completed → the attempt that passed; exhausted →
+`quality.score` (and each attempt's `score`) is the judge's score, or null when
+no judge gave one: `quality.verdict` is then `not_judged` (or a failing
+verdict of the code checks) and `quality.judge` is `unavailable`.
+
+Outcome `completed` means the run ended on purpose with a post nothing found
+wrong: either the judge passed it (verdict `passed`, with its score), or the
+judge was unavailable and every code check passed (verdict `not_judged`, score
+null — see `nodes.critic`). The message says which; a not-judged post is never
+called passed.
+
+Which attempt is published: completed → the last attempt; exhausted →
 the best one (`nodes.critic.best_attempt`: fewest failing checks, then highest
 score); failed → the best earlier attempt if there was one, else none.
 
@@ -46,6 +56,7 @@ from langgraph.runtime import Runtime
 
 from core.events import stage_events
 from graphs.context import AtelierContext, context_of
+from graphs.pipeline_routing import NOT_JUDGED
 from graphs.state import Outcome, PipelineState
 from nodes.critic import best_attempt
 
@@ -103,7 +114,8 @@ def _outcome(state: Mapping[str, Any]) -> Outcome:
     if intent.get("action") not in ("create_post", "revise_post"):
         return "needs_clarification"
     verdict = state.get("verdict") or {}
-    return "completed" if verdict.get("passed") else "exhausted"
+    done = verdict.get("passed") or verdict.get("verdict") == NOT_JUDGED
+    return "completed" if done else "exhausted"
 
 
 def _published(state: Mapping[str, Any], outcome: Outcome) -> Mapping[str, Any] | None:
@@ -124,12 +136,18 @@ def _message(
     if outcome == "needs_clarification":
         return str((state.get("intent") or {}).get("message") or "") or UNKNOWN_INTENT_MESSAGE
     assert chosen is not None
-    score = float(chosen.get("score") or 0.0)
+    score = chosen.get("score")
+    scored = f"得分 {float(score):.2f}" if score is not None else "未评审"
+    if outcome == "completed" and chosen.get("verdict") == NOT_JUDGED:
+        return (
+            f"已完成：第 {chosen['attempt']} 次尝试通过了程序检查，但评审模型没有给出评审"
+            "（未评审，无得分），请确认后使用。"
+        )
     if outcome == "completed":
-        return f"已完成：第 {chosen['attempt']} 次尝试通过质检（得分 {score:.2f}）。"
+        return f"已完成：第 {chosen['attempt']} 次尝试通过质检（{scored}）。"
     return (
         f"尝试了 {ran} 次仍未达到质检标准（阈值 {threshold:.2f}）。"
-        f"下面是最好的一版（第 {chosen['attempt']} 次，得分 {score:.2f}），请确认后使用。"
+        f"下面是最好的一版（第 {chosen['attempt']} 次，{scored}），请确认后使用。"
     )
 
 

@@ -51,7 +51,7 @@ from core.events import stage_events
 from graphs.context import AtelierContext, context_of
 from graphs.state import DEFAULT_LIMITS, PipelineState, TeamLimits
 from nodes.checks import Constraints, count_chars
-from nodes.common import structured_call
+from nodes.common import UnitScore, structured_call
 from prompts import planner as prompt
 from prompts.common import data_block, system_prompt
 
@@ -278,7 +278,7 @@ class PlannerIntent(BaseModel):
     style: str = Field(default="", max_length=300, description="Tone and style.")
     platform: str = Field(default="", max_length=40, description="Publishing platform.")
     constraints: PlannedConstraints = Field(default_factory=PlannedConstraints)
-    confidence: float = Field(default=0.5, ge=0, le=1, description="Confidence 0–1.")
+    confidence: UnitScore = Field(default=0.5, description="Confidence 0–1.")
     message: str = Field(
         default="", max_length=500, description="For unknown: what the user should clarify."
     )

@@ -19,7 +19,7 @@ from graphs.routing import draft_digest, quality_fallback
 from graphs.state import QUALITY_DIMENSIONS, TeamState
 from nodes.checks import CheckResult, check_constraints
 from nodes.common import (
-    UNIT_SCORE,
+    UnitScore,
     agent_error,
     build_messages,
     clear_agent_error,
@@ -46,24 +46,22 @@ SECTIONS = (
     "images",
 )
 
-Score = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]
-
 
 class QualityDimensions(BaseModel):
     """Scores 0–1 per dimension; a dimension left out was not judged."""
 
-    infoDensity: Score | None = Field(default=None, description="Information density.")
-    textImageAlignment: Score | None = Field(default=None, description="Text-image match.")
-    styleConsistency: Score | None = Field(default=None, description="Style consistency.")
-    readability: Score | None = Field(default=None, description="Readability.")
-    platformFit: Score | None = Field(default=None, description="Platform fit.")
+    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
+    textImageAlignment: UnitScore | None = Field(default=None, description="Text-image match.")
+    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
+    readability: UnitScore | None = Field(default=None, description="Readability.")
+    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")
 
 
 class ReviewResult(BaseModel):
     """Return the review of the draft."""
 
     approved: bool = Field(default=False, description="Whether the post can be published.")
-    score: Score = Field(default=0.0, description="Overall score 0–1.")
+    score: UnitScore = Field(default=0.0, description="Overall score 0–1.")
     issues: Annotated[list[str], clipped(10)] = Field(
         default_factory=list, max_length=10, description="Problems found."
     )

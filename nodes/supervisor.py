@@ -12,6 +12,7 @@ from core.events import AgentFallback, SupervisorRoute, emit
 from graphs.context import AtelierContext, context_of
 from graphs.routing import (
     artefact_digest,
+    capped,
     check_basic_preconditions,
     end_allowed,
     first_missing_stage,
@@ -69,11 +70,13 @@ class SupervisorDecision(BaseModel):
 def stage_status(state: TeamState) -> str:
     """Render ✅/❌ per produced field, the table the supervisor decides from."""
     lines = []
-    skipped = given_up(state)
+    skipped, stuck = given_up(state), capped(state)
     for agent in AGENTS:
         done = stage_done(agent, state)
         mark = "✅" if done else "❌"
         note = "，已放弃：多次没有可用产出，不要再选" if agent in skipped and not done else ""
+        if agent in stuck and done:
+            note = "，已完成：重复选择没有新进展，不要再选"
         lines.append(f"{mark} {_STAGE_FIELDS[agent]}（{agent}{note}）")
     review = state.get("review_feedback")
     if review and not review.get("approved"):
@@ -181,6 +184,8 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     route = resolve_route(merged)
     if route.gives_up is not None:
         update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
+    if route.caps is not None and route.caps not in (state.get("capped") or []):
+        update["capped"] = [*(state.get("capped") or []), route.caps]
 
     writer = runtime.stream_writer
     requested = decision.next_agent if decision else ""

@@ -7,6 +7,7 @@ LangGraph's `messages` mode, and `parse_post` turns it into {title, body, tags}.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -55,15 +56,68 @@ class Post(BaseModel):
     tags: list[str] = Field(default_factory=list, description="Tags without # marks.")
 
 
+#: JSON keys a drifting writer uses for each field of the post, in preference order.
+_JSON_KEYS = {
+    "title": ("title", "标题"),
+    "body": ("body", "content", "text", "正文", "内容"),
+    "tags": ("tags", "hashtags", "标签", "话题"),
+}
+
+
+def _json_text(value: Any) -> str:
+    """Return a JSON field as text: a list of paragraphs is joined by blank lines."""
+    if isinstance(value, list):
+        return "\n\n".join(str(item).strip() for item in value if str(item).strip())
+    return str(value or "").strip()
+
+
+def _json_post(text: str) -> Post | None:
+    """Read a post the model wrote as a JSON object (bare or in a code fence), or None.
+
+    Models trained on structured outputs often answer {"title", "body", "tags"}
+    although the prompt asks for Markdown; taken as Markdown, the raw JSON would
+    become the body and the title would be empty. Only an object with a body
+    counts: anything else is left to the Markdown reader.
+    """
+    unfenced = "\n".join(line for line in text.splitlines() if not _FENCE.match(line)).strip()
+    start, end = unfenced.find("{"), unfenced.rfind("}")
+    if start == -1 or end <= start:
+        return None
+    try:
+        data = json.loads(unfenced[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    fields = {
+        name: next((data[key] for key in keys if data.get(key)), None)
+        for name, keys in _JSON_KEYS.items()
+    }
+    body = _json_text(fields["body"])
+    if not body:
+        return None
+    tags = fields["tags"]
+    return Post(
+        title=_json_text(fields["title"]).lstrip("#").strip(),
+        body=body,
+        tags=normalize_tags(tags if isinstance(tags, list | str) else None),
+    )
+
+
 def parse_post(text: str) -> Post:
     """Split the writer's Markdown into title, body and tags.
 
     The expected format is a `# ` title line, the body, and a last line of
-    `#tags`. Lenient on purpose, since small models drift: code fences are
-    dropped, a "标题：" label is read as the title, a missing `# ` title takes the
-    first line, and every trailing line made only of #tags counts as tags.
-    Markdown headings inside the body (`## 小标题`) are kept as body text.
+    `#tags`. Lenient on purpose, since small models drift: a JSON object
+    {"title", "body", "tags"} (bare or in a code fence) is read field by field;
+    otherwise code fences are dropped, a "标题：" label is read as the title, a
+    missing `# ` title takes the first line, and every trailing line made only
+    of #tags counts as tags. Markdown headings inside the body (`## 小标题`) are
+    kept as body text.
     """
+    as_json = _json_post(text)
+    if as_json is not None:
+        return as_json
     lines = [line for line in text.replace("\r\n", "\n").split("\n") if not _FENCE.match(line)]
     while lines and not lines[-1].strip():
         lines.pop()

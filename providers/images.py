@@ -24,6 +24,7 @@ import httpx
 from PIL import Image, ImageDraw, ImageFilter, ImageFont, ImageOps, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from prompts.common import strip_data_markup
 from providers.fonts import find_cjk_font
 
 CARD_WIDTH = 1080
@@ -227,7 +228,12 @@ _ELLIPSIS = "…"
 
 
 def _clean_text(text: str) -> str:
-    """Drop emoji and light Markdown so the card shows plain, drawable text."""
+    """Drop emoji, light Markdown and prompt markup so the card shows plain, drawable text.
+
+    Prompt delimiters (``<<<用户请求>>>``, `prompts.common.strip_data_markup`) that a
+    model leaked into a title or section are never drawn: a card is for people.
+    """
+    text = strip_data_markup(text)
     text = _EMOJI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
     lines = []
     for raw in text.split("\n"):

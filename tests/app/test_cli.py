@@ -181,6 +181,35 @@ def test_render_result_shows_the_post_images_and_quality(tmp_path: Path) -> None
     assert "outcome exhausted" in text and "retries exhausted" in text
 
 
+def test_a_verdict_no_judge_gave_shows_not_judged_never_a_score(tmp_path: Path) -> None:
+    text = _printed(
+        [
+            {
+                "type": "critic.verdict",
+                "verdict": "not_judged",
+                "passed": False,
+                "score": None,
+                "threshold": 0.7,
+                "judge": "unavailable",
+                "checks": [],
+                "attempt": 1,
+                "max_attempts": 1,
+                "next": "finalize",
+            }
+        ]
+    )
+    assert "not_judged score not judged/0.70 (judge unavailable) → finalize" in text
+    result = {
+        "outcome": "completed",
+        "post": {"title": "学生党平价护肤", "blocks": [], "tags": []},
+        "quality": {"verdict": "not_judged", "score": None, "judge": "unavailable", "attempts": 1},
+    }
+    console = Console(record=True, width=200)
+    console.print(render_result(result, tmp_path))
+    summary = console.export_text()
+    assert "verdict not_judged  score not judged" in summary and "0.00" not in summary
+
+
 # --------------------------------------------------------------------------- serve
 
 

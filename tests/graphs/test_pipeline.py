@@ -266,9 +266,17 @@ async def test_4_judge_raises_and_the_code_checks_decide(tmp_path: Path) -> None
 
     run = await run_pipeline(models_for(down), tmp_path)
     (verdict,) = run.of_type("critic.verdict")
-    assert verdict["judge"] == "unavailable"
-    assert verdict["passed"] and all(c["passed"] for c in verdict["checks"])
-    assert run.result["outcome"] == "completed" and run.result["quality"]["judge"] == "unavailable"
+    assert verdict["judge"] == "unavailable" and all(c["passed"] for c in verdict["checks"])
+    # Not a pass and no score: the verdict says it was not judged, everywhere.
+    assert verdict["verdict"] == "not_judged" and not verdict["passed"]
+    assert verdict["score"] is None and verdict["next"] == "finalize"
+    quality = run.result["quality"]
+    assert run.result["outcome"] == "completed" and quality["judge"] == "unavailable"
+    assert quality["verdict"] == "not_judged" and quality["score"] is None
+    assert run.result["attempts"][0]["score"] is None
+    assert "未评审" in run.result["message"] and not re.search(r"\d\.\d", run.result["message"])
+    (report,) = [c for c in run.result["ui"] if c["component"] == "QualityReport"]
+    assert report["props"]["score"] is None and report["props"]["verdict"] == "not_judged"
 
 
 async def test_4_judge_times_out_and_a_failing_check_never_passes(tmp_path: Path) -> None:
@@ -281,9 +289,11 @@ async def test_4_judge_times_out_and_a_failing_check_never_passes(tmp_path: Path
     assert len(verdicts) == 4
     for verdict in verdicts:
         assert verdict["judge"] == "unavailable" and verdict["passed"] is False
+        assert verdict["score"] is None and verdict["verdict"] == "needs_improvement"
         (title,) = [c for c in verdict["checks"] if c["name"] == "title_length"]
         assert title["passed"] is False and title["measured"] > 5
-    assert run.result["outcome"] == "exhausted"
+    assert run.result["outcome"] == "exhausted" and run.result["quality"]["score"] is None
+    assert "未评审" in run.result["message"]
 
 
 # --- 5. Ignored blocker ----------------------------------------------------------------

@@ -172,3 +172,35 @@ def test_an_agent_given_up_on_is_passed_over_and_corrected_at_once() -> None:
     route = resolve_route(state)
     assert (route.target, route.reason) == ("reference_intelligence_agent", "cap")
     assert route.gives_up is None  # already given up on: nothing new to record
+
+
+def test_a_capped_agent_is_redirected_at_once_while_its_output_is_in_place() -> None:
+    # The layout delivered, was capped for being re-picked without progress, and the
+    # supervisor picks it again after another stage ran: redirected at once (issue 10).
+    state: dict[str, Any] = {
+        "creative_brief": {"topic": "平价护肤"},
+        "layout_spec": {"blocks": [], "total_images": 1},
+        "capped": ["layout_planner_agent"],
+        "supervisor_decision": {"next_agent": "layout_planner_agent"},
+        "team_step": 6,
+    }
+    route = resolve_route(state)
+    assert (route.target, route.reason) == ("research_evidence_agent", "cap")
+    assert route.caps is None and route.gives_up is None
+    # Without its output (never produced, or gone) the pick is the supervisor's to make.
+    assert resolve_route({**state, "layout_spec": None}).target == "layout_planner_agent"
+
+
+def test_the_first_cap_records_the_capped_agent() -> None:
+    state: dict[str, Any] = {
+        "supervisor_decision": {"next_agent": "layout_planner_agent"},
+        "layout_spec": {"blocks": [], "total_images": 1},
+        "team_step": 3,
+    }
+    digest = artefact_digest(state)
+    state["team_log"] = [
+        {"step": s, "routed": "layout_planner_agent", "digest": digest} for s in (1, 2)
+    ]
+    route = resolve_route(state)
+    assert (route.target, route.reason) == ("brief_compiler_agent", "cap")
+    assert route.caps == "layout_planner_agent" and route.gives_up is None

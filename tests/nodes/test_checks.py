@@ -16,6 +16,8 @@ from nodes.checks import (
     answer_checks_as_results,
     check_answer,
     check_constraints,
+    check_prose,
+    code_share,
     count_chars,
     normalize_tags,
 )
@@ -119,6 +121,15 @@ def test_error_markers_are_flagged(text: str) -> None:
         "Here is the first half of the guide on autumn skincare basics. TBC",
         "第一步清洁，第二步保湿，第三步防晒，第四步……",
         "Morning routine: cleanse, tone, moisturise, and then...",
+        # English markers anywhere a cut-off answer puts them (issue 10).
+        "To be continued: the second half covers toners, serums and sunscreen.",
+        "Cleanse, tone and moisturise every morning and evening, to be continued…",
+        "Step one is cleansing with a gentle foam every night. (continued)",
+        "Step one is cleansing with a gentle foam.\n(Continued)\nStep two follows.",
+        "Step one is cleansing; the evening routine is continued in part 2.",
+        "Here is the morning routine for students. Part 2 coming soon!",
+        "That is the cleansing part done. Stay tuned for the next part of the guide.",
+        "Here is the first half of the guide on autumn skincare. To be cont'd",
     ],
 )
 def test_incomplete_markers_are_flagged(text: str) -> None:
@@ -132,6 +143,8 @@ def test_incomplete_markers_are_flagged(text: str) -> None:
         "Well... the short answer is: cleanse, moisturise, and wear sunscreen.",
         "我们一起期待续集吧，这部剧的剧情真的太好看了，强烈推荐。",
         "很多人的皮肤未完全吸收精华就上面霜，这样容易搓泥，要等一分钟。",
+        "We continued the routine for a month and the redness faded; the habit continued.",
+        "Continued use of a gentle cleanser keeps the skin barrier calm over time.",
     ],
 )
 def test_ordinary_text_is_not_flagged_incomplete(text: str) -> None:
@@ -307,3 +320,83 @@ def test_image_count_without_paths_counts_zero() -> None:
     assert result.name == "image_count"
     assert result.measured == 0
     assert result.passed is False
+
+
+# --- prose checks (issue 10: a post must be prose for people) --------------------------
+
+PROSE = {"title": "学生党平价护肤", "body": LONG_BODY, "tags": ["护肤"]}
+
+
+def test_a_clean_post_passes_the_prose_checks() -> None:
+    results = _by_name(check_prose(PROSE, card_texts=["学生党平价护肤", "讲清成分"]))
+    assert list(results) == ["data_markup", "code_share", "tags_present"]
+    assert all(r.passed for r in results.values())
+    assert results["code_share"].measured == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "post", "cards"),
+    [
+        ("title", {**PROSE, "title": "<<<用户请求>>>"}, []),
+        ("body", {**PROSE, "body": LONG_BODY + "\n<<<end 帖子>>>"}, []),
+        ("tags", {**PROSE, "tags": ["护肤", "<<<标签>>>"]}, []),
+        ("card", PROSE, ["<<<用户请求>>>", "讲清成分"]),
+        ("stray half", {**PROSE, "body": LONG_BODY + " >>>"}, []),
+        ("defused", {**PROSE, "body": LONG_BODY + " ‹‹‹用户请求›››"}, []),
+    ],
+)
+def test_prompt_markup_anywhere_fails(where: str, post: dict[str, Any], cards: list[str]) -> None:
+    result = _by_name(check_prose(post, card_texts=cards))["data_markup"]
+    assert result.passed is False, where
+    assert result.measured
+
+
+def test_the_markup_check_knows_every_delimiter_the_prompts_write() -> None:
+    from prompts.common import data_block
+
+    block = data_block("用户请求", "写一篇笔记 <<<x>>>")
+    found = _by_name(check_prose({**PROSE, "body": block}))["data_markup"].measured
+    assert "<<<用户请求>>>" in found and "<<<end 用户请求>>>" in found
+
+
+CODE = """def check_and_edit(title, body):
+    if len(title) > 20:
+        title = title[:20]
+    return {"title": title, "body": body}
+
+print(check_and_edit("学生党护肤", "正文"))"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        CODE,
+        f"```python\n{CODE}\n```",
+        json.dumps({"title": "学生党护肤", "body": "正文", "tags": ["护肤"]}, ensure_ascii=False),
+        '{\n  "审核意见": {\n    "approved": true,\n    "score": 0.9\n  }\n}',
+        f"说明：\n```json\n{json.dumps({'a': [1, 2, 3], 'b': {'c': 'd'}}, indent=2)}\n```",
+    ],
+)
+def test_a_body_that_is_mostly_code_or_json_fails(body: str) -> None:
+    result = _by_name(check_prose({**PROSE, "body": body}))["code_share"]
+    assert result.passed is False
+    assert isinstance(result.measured, int) and result.measured > 50
+
+
+def test_prose_with_a_little_code_or_english_passes() -> None:
+    body = (
+        "选氨基酸洁面，早晚各一次，洗完不紧绷才是对的。\n"
+        "If your skin is dry: use a richer cream at night.\n"
+        "For oily skin (T-zone), a gel moisturiser is enough.\n"
+        "成分表里看到 `niacinamide` 就是烟酰胺。\n"
+        "价格(约50元)很友好，学生党也能长期坚持。"
+    )
+    assert code_share(body) == 0.0
+    assert _by_name(check_prose({**PROSE, "body": body}))["code_share"].passed
+
+
+def test_an_empty_tag_list_fails_only_where_the_platform_expects_tags() -> None:
+    untagged = {**PROSE, "tags": []}
+    assert _by_name(check_prose(untagged))["tags_present"].passed is False
+    assert _by_name(check_prose(untagged, platform="weibo"))["tags_present"].passed is False
+    assert "tags_present" not in _by_name(check_prose(untagged, platform="wechat"))

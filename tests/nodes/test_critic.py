@@ -149,8 +149,11 @@ async def test_a_failing_judge_leaves_the_verdict_to_the_code_checks(tmp_path: P
     ctx = fake_context(FakeModels({"critic": down}), tmp_path)
     update, events = await run_critic(attempt_state(), ctx)
     event = verdict_event(events)
-    assert event["judge"] == "unavailable"
-    assert event["passed"] is True  # every code check passed, and the verdict says how
+    # Every code check passed, and the verdict says it was not judged: no pass, no score.
+    assert event["judge"] == "unavailable" and event["verdict"] == "not_judged"
+    assert event["passed"] is False and event["score"] is None
+    assert update["verdict"]["score"] is None and update["attempts"][-1]["score"] is None
+    assert event["next"] == "finalize" and event["exhausted"] is False
     assert "sk-live-123" not in str(event) and "10.1.2.3" not in str(update)
 
     # …but never a silent pass over a failing check.
@@ -159,6 +162,7 @@ async def test_a_failing_judge_leaves_the_verdict_to_the_code_checks(tmp_path: P
     update, events = await run_critic(state, ctx)
     event = verdict_event(events)
     assert event["judge"] == "unavailable" and event["passed"] is False
+    assert event["verdict"] == "needs_improvement" and event["score"] is None
     assert event["next"] == "rag"
 
 
@@ -169,8 +173,77 @@ async def test_a_slow_judge_times_out(tmp_path: Path) -> None:
     started = loop.time()
     update, events = await run_critic(attempt_state(), ctx)
     assert loop.time() - started < 5
-    assert verdict_event(events)["judge"] == "unavailable"
-    assert "judge unavailable" in update["verdict"]["reasons"][-1]
+    event = verdict_event(events)
+    assert event["judge"] == "unavailable" and event["score"] is None
+    assert "not judged" in update["verdict"]["reasons"][-1]
+
+
+async def test_a_judge_scoring_on_a_1_to_10_scale_gets_a_verdict_not_unavailable(
+    tmp_path: Path,
+) -> None:
+    dims = {"infoDensity": 8, "textImageAlignment": "7", "readability": 9.5, "platformFit": 6}
+    reply = tool_call("JudgeVerdict", verdict="passed", score=7, feedback="好", dimensions=dims)
+    ctx = fake_context(FakeModels({"critic": reply}), tmp_path)
+    _, events = await run_critic(attempt_state(), ctx)
+    event = verdict_event(events)
+    assert event["judge"] == "ok" and event["verdict"] == "passed" and event["passed"]
+    assert event["score"] == 0.7
+    assert event["dimensions"] == {
+        "infoDensity": 0.8,
+        "textImageAlignment": 0.7,
+        "readability": 0.95,
+        "platformFit": 0.6,
+    }
+
+
+def test_the_judge_and_the_review_read_scores_the_same_way() -> None:
+    from nodes.critic import JudgeDimensions, JudgeVerdict
+    from nodes.review_agent import QualityDimensions, ReviewResult
+
+    for raw in (0.7, 7, "7", "70%", 70):
+        judged = JudgeVerdict.model_validate({"verdict": "passed", "score": raw}).score
+        reviewed = ReviewResult.model_validate({"score": raw}).score
+        assert judged == reviewed == pytest.approx(0.7)
+        judged_dim = JudgeDimensions.model_validate({"readability": raw}).readability
+        reviewed_dim = QualityDimensions.model_validate({"readability": raw}).readability
+        assert judged_dim == reviewed_dim == pytest.approx(0.7)
+
+
+def test_the_embedded_model_gets_a_judge_timeout_that_fits_a_cpu_model(tmp_path: Path) -> None:
+    from core.settings import ENDPOINT_CRITIC_TIMEOUT, Settings
+    from graphs.context import AtelierContext
+
+    def timeout(**values: Any) -> float:
+        values = {"llm_base_url": None, "critic_timeout": None, **values}
+        settings = Settings(_env_file=None, data_dir=tmp_path, **values)  # type: ignore[call-arg]
+        return AtelierContext.from_settings(settings, models=FakeModels()).critic_timeout
+
+    embedded = timeout()
+    assert embedded == Settings.model_fields["local_model_critic_timeout"].default
+    assert embedded >= 60 > ENDPOINT_CRITIC_TIMEOUT
+    assert timeout(llm_base_url="http://127.0.0.1:9/v1") == ENDPOINT_CRITIC_TIMEOUT
+    # CRITIC_TIMEOUT, when set, bounds the judge on any model.
+    assert timeout(critic_timeout=5) == 5
+    assert timeout(critic_timeout=5, llm_base_url="http://127.0.0.1:9/v1") == 5
+    assert timeout(local_model_critic_timeout=300) == 300
+
+
+# --- layer 1: prose for people -------------------------------------------------------
+
+
+async def test_prompt_markup_on_an_image_card_fails_the_code_checks(tmp_path: Path) -> None:
+    from nodes.critic import card_texts
+
+    plans = [{"slot": 1, "type": "cover", "desc": "封面", "prompt": "平铺"}]
+    state = attempt_state(
+        creative_brief={"topic": "平价护肤", "goal": "<<<用户请求>>>"},
+        image_plans=plans,
+        images=[{"slot": 1, "asset_id": "x", "alt": "封面"}],
+    )
+    assert "<<<用户请求>>>" in card_texts(state)
+    checks = {c.name: c for c in code_checks(state, fake_context(FakeModels(), tmp_path))}
+    assert checks["data_markup"].passed is False
+    assert checks["data_markup"].measured == ["<<<用户请求>>>"]
 
 
 # --- layer 2: deviation ------------------------------------------------------------

@@ -50,6 +50,12 @@ def test_stage_status_marks_each_stage() -> None:
     assert "❌ evidence_pack（research_evidence_agent）" in status
 
 
+def test_stage_status_tells_the_supervisor_not_to_re_pick_a_capped_agent() -> None:
+    state: Any = {"layout_spec": {"blocks": []}, "capped": ["layout_planner_agent"]}
+    (line,) = [x for x in stage_status(state).splitlines() if "layout_planner_agent" in x]
+    assert line.startswith("✅") and "不要再选" in line
+
+
 async def test_prompt_shows_status_suggestion_errors_and_last_correction(tmp_path: Path) -> None:
     models = FakeModels({"supervisor": decision("research_evidence_agent")})
     state: Any = {

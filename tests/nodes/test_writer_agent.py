@@ -23,6 +23,16 @@ from tests.support.fake_models import FakeModels, fake_context
         ("# 标题\n## 小标题\n正文\n#a#b\n#c", "标题", "## 小标题\n正文", ["a", "b", "c"]),
         ("# 标题\n正文 #不是标签 在句中\n", "标题", "正文 #不是标签 在句中", []),
         ("# 标题 #\n正文\n\n#a #a #A", "标题", "正文", ["a"]),
+        # A model that answers JSON instead of Markdown (issue 10).
+        ('{"title": "标题", "body": "正文", "tags": ["a", "#b"]}', "标题", "正文", ["a", "b"]),
+        (
+            '```json\n{"title": "标题", "body": "正文", "tags": "#a #b"}\n```',
+            "标题",
+            "正文",
+            ["a", "b"],
+        ),
+        ('好的：\n{"标题": "标题", "正文": ["第一段", "第二段"]}', "标题", "第一段\n\n第二段", []),
+        ('# 标题\n正文提到 {"a": 1} 这样的写法', "标题", '正文提到 {"a": 1} 这样的写法', []),
     ],
 )
 def test_parse_post(text: str, title: str, body: str, tags: list[str]) -> None:

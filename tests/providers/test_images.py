@@ -151,6 +151,16 @@ async def test_four_cards_render_concurrently(provider: LocalCardProvider) -> No
     assert all(_png(r.data).size == (1080, 1440) for r in results)
 
 
+async def test_a_card_never_draws_prompt_markup(provider: LocalCardProvider) -> None:
+    # The cover a model's leaked delimiter would have headlined draws as if it were absent.
+    leaked = provider.render(_cover(title="<<<用户请求>>>学生党平价护肤", text="‹‹‹x›››讲清成分"))
+    clean = provider.render(_cover(title="学生党平价护肤", text="讲清成分"))
+    assert ImageChops.difference(leaked.convert("RGB"), clean.convert("RGB")).getbbox() is None
+    body = provider.render(_content(text="先从隔天晚上用开始。\n<<<end 帖子>>>"))
+    plain = provider.render(_content(text="先从隔天晚上用开始。"))
+    assert ImageChops.difference(body.convert("RGB"), plain.convert("RGB")).getbbox() is None
+
+
 async def test_overlong_text_is_truncated_with_ellipsis(provider: LocalCardProvider) -> None:
     generated = await provider.generate(_content(text="很长的正文。" * 600))
     assert _png(generated.data).size == (1080, 1440)
