@@ -73,6 +73,10 @@ const I18N = {
     "check.must_avoid": "出现了应避免的内容：{m}，请删掉", "check.must_avoid.name": "禁用内容",
     "check.image_files": "有图片无法打开，请重新生成配图", "check.image_files.name": "图片文件",
     "check.image_count": "图片 {m} 张，要求 {e}：请调整图片数量", "check.image_count.name": "图片数量",
+    "check.data_markup": "内容里混进了提示词标记（{m}），请删掉", "check.data_markup.name": "无提示词标记",
+    "check.code_share": "正文 {m}% 是代码或 JSON，请写成给人读的文字", "check.code_share.name": "正文是文字",
+    "check.tags_present": "没有标签，这个平台的笔记需要标签", "check.tags_present.name": "有标签",
+    "check.knowledge_deviation": "没有遵守知识库里的规则，请按规则修改", "check.knowledge_deviation.name": "遵守知识库",
     "check.other": "检查“{name}”未通过",
   },
   en: {
@@ -127,6 +131,10 @@ const I18N = {
     "check.must_avoid": "Contains what the post must avoid: {m}; remove it", "check.must_avoid.name": "Must avoid",
     "check.image_files": "An image cannot be opened; regenerate the images", "check.image_files.name": "Image files",
     "check.image_count": "{m} images, {e} wanted: adjust the number of images", "check.image_count.name": "Image count",
+    "check.data_markup": "The text contains prompt markup ({m}); remove it", "check.data_markup.name": "No prompt markup",
+    "check.code_share": "{m}% of the body is code or JSON; write prose for people", "check.code_share.name": "Body is prose",
+    "check.tags_present": "No tags, and posts on this platform carry tags", "check.tags_present.name": "Has tags",
+    "check.knowledge_deviation": "A rule from the knowledge vault was not followed; follow it", "check.knowledge_deviation.name": "Follows the vault",
     "check.other": "Check “{name}” failed",
   },
 };
