@@ -450,7 +450,7 @@ class EmbeddedModelServer:
         one line, and the client and /ready report it instead of restarting forever.
         """
         while self._process is not None:
-            code = await self._process.wait()
+            code: int | None = await self._process.wait()
             await self._settle_output()
             if self._stopping:
                 return
@@ -491,8 +491,7 @@ class EmbeddedModelServer:
         except Exception as exc:  # logged here: nobody awaits the watcher's result
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self.broken = (
-                f"the embedded model (llama.cpp) could not be restarted ({first}): "
-                f"{CRASH_REMEDY}"
+                f"the embedded model (llama.cpp) could not be restarted ({first}): {CRASH_REMEDY}"
             )
             log.error("%s", self.broken)
             return False
