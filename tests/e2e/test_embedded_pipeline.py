@@ -220,7 +220,7 @@ def llama_cpp_server(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1800)
 def test_an_external_llama_cpp_server_as_llm_base_url_completes_the_readme_run(
     llama_cpp_server: str, tmp_path: Path
 ) -> None:
@@ -237,7 +237,7 @@ def test_an_external_llama_cpp_server_as_llm_base_url_completes_the_readme_run(
     }
     with (
         atelier_serve(tmp_path, env) as (url, process),
-        httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=900)) as client,
+        httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=1500)) as client,
     ):
         assert not children(process.pid), "an embedded model was started besides LLM_BASE_URL"
         assert client.get("/info").json()["llm"]["provider"] == "openai-compatible"
