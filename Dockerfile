@@ -4,13 +4,16 @@
 # Set AUTH_API_KEYS in .env before publishing the port anywhere but localhost: without
 # it the service runs open (it says so in its log and in /info). Without LLM_BASE_URL
 # the embedded llama.cpp model is used; build with --build-arg EXTRAS= for a slimmer
-# image that always talks to an external OpenAI-compatible endpoint.
+# image that always talks to an external OpenAI-compatible endpoint. llama.cpp is
+# compiled for a portable x86-64 target (no AMX, see README "Build note"); build with
+# --build-arg ATELIER_NATIVE_BUILD=1 for an image that only runs on CPUs like the builder's.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: compile llama-cpp-python and install Atelier into a virtualenv ----------
 FROM ${PYTHON_IMAGE} AS build
 ARG EXTRAS="[local]"
+ARG ATELIER_NATIVE_BUILD=0
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update \
@@ -19,7 +22,7 @@ RUN apt-get update \
 RUN python -m venv /opt/atelier
 ENV PATH=/opt/atelier/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md dev ./
 COPY app ./app
 COPY core ./core
 COPY graphs ./graphs
@@ -27,7 +30,9 @@ COPY nodes ./nodes
 COPY prompts ./prompts
 COPY knowledge ./knowledge
 COPY providers ./providers
-RUN pip install ".${EXTRAS}"
+# ./dev cmake-args: the same llama.cpp build flags ./dev up uses (portable on x86-64).
+RUN CMAKE_ARGS="$(ATELIER_NATIVE_BUILD=${ATELIER_NATIVE_BUILD} ./dev cmake-args)" \
+    pip install ".${EXTRAS}"
 
 # --- runtime: no compiler, a CJK font, a non-root user -------------------------------
 FROM ${PYTHON_IMAGE}

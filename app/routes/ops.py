@@ -14,7 +14,10 @@ connection (the connection routes use is alive), a query on a fresh read-only
 connection to `DATA_DIR/atelier.db` (the file is still there and readable; an
 already-open connection would keep answering from a deleted file), and any checks
 other parts of the app register in `app.state.ready_checks` (name → async callable
-that raises when not ready), e.g. the run manager's store.
+that raises when not ready), e.g. the run manager's store and the embedded model
+(`model`: not ready while it restarts after a crash, nor once it is given up). A
+check that raises `NotReadyError` has its one-line message shown in `reasons` and
+in the error message; any other failure shows only as "failed" (details in the log).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ router = APIRouter(tags=["operations"])
 CheckOutcome = Literal["ok", "failed", "timeout"]
 
 
+class NotReadyError(RuntimeError):
+    """A readiness check's failure whose one-line message is safe to show to anyone."""
+
+
 class OkResponse(BaseModel):
     """LangGraph Platform's liveness answer."""
 
@@ -63,6 +70,11 @@ class ReadyResponse(BaseModel):
     ready: bool = Field(description="True when every check passed.", examples=[True])
     checks: dict[str, CheckOutcome] = Field(
         description="Outcome of each check, by name.", examples=[{"database": "ok"}]
+    )
+    reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="Why a failed check failed, with the remedy, where the check says.",
+        examples=[{"model": "the embedded model (llama.cpp) crashed (killed by SIGSEGV): ..."}],
     )
 
 
@@ -138,26 +150,37 @@ async def ready(request: Request, settings: SettingsDep) -> Response:
         request.app.state, "ready_checks", {}
     )
     checks.update(extra)
-    outcomes = {name: await _run_check(name, check) for name, check in checks.items()}
+    outcomes: dict[str, CheckOutcome] = {}
+    reasons: dict[str, str] = {}
+    for name, check in checks.items():
+        outcomes[name], reason = await _run_check(name, check)
+        if reason:
+            reasons[name] = reason
     if all(outcome == "ok" for outcome in outcomes.values()):
         return JSONResponse(ReadyResponse(ready=True, checks=outcomes).model_dump())
     failed = ", ".join(name for name, outcome in outcomes.items() if outcome != "ok")
-    body = error_body(503, f"Not ready: {failed} check failed.")
-    body.update(ready=False, checks=outcomes)
+    said = "".join(f" {name}: {reason}" for name, reason in reasons.items())
+    body = error_body(503, f"Not ready: {failed} check failed.{said}")
+    body.update(ready=False, checks=outcomes, reasons=reasons)
     return JSONResponse(body, status_code=503)
 
 
-async def _run_check(name: str, check: Callable[[], Awaitable[Any]]) -> CheckOutcome:
-    """Run one readiness check and return ok, failed or timeout (details go to the log)."""
+async def _run_check(
+    name: str, check: Callable[[], Awaitable[Any]]
+) -> tuple[CheckOutcome, str | None]:
+    """Run one readiness check; return ok, failed or timeout, and a reason safe to show."""
     try:
         await asyncio.wait_for(check(), READY_TIMEOUT_S)
     except TimeoutError:
         log.warning("readiness check %s timed out after %.1f s", name, READY_TIMEOUT_S)
-        return "timeout"
+        return "timeout", None
+    except NotReadyError as exc:
+        log.warning("readiness check %s failed: %s", name, exc)
+        return "failed", str(exc)
     except Exception:
         log.warning("readiness check %s failed", name, exc_info=True)
-        return "failed"
-    return "ok"
+        return "failed", None
+    return "ok", None
 
 
 async def _check_database(request: Request, settings: Settings) -> None:

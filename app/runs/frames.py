@@ -20,6 +20,8 @@ from typing import Any, Literal, cast
 
 from langgraph.types import StreamMode
 
+from providers.local_llm import EmbeddedModelCrashedError
+
 #: Version of the frame format, sent in every `metadata` frame.
 SCHEMA_VERSION = 1
 
@@ -93,7 +95,8 @@ def public_error(exc: BaseException) -> dict[str, str]:
     """
     name = type(exc).__name__
     module = type(exc).__module__
-    if module.startswith(("langgraph.", "pydantic")) or isinstance(exc, ValueError | KeyError):
+    safe = (ValueError, KeyError, EmbeddedModelCrashedError)  # messages written for users
+    if module.startswith(("langgraph.", "pydantic")) or isinstance(exc, safe):
         message = str(exc).strip() or name
     else:
         message = f"the run failed with {name}; the server log has the details"

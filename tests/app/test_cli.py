@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -235,14 +236,34 @@ def test_serve_runs_the_app_factory_and_announces_the_console(
     assert announced == ["http://127.0.0.1:8123/"]
 
 
-def test_announce_waits_for_the_server_to_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    from app.cli import _announce_when_up
-    from tests.support.scripted_openai import ScriptedOpenAIServer
+def test_announce_waits_until_the_service_is_ready(capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: "Atelier is up" was printed once HTTP answered, before /ready said so."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    with ScriptedOpenAIServer(lambda _r: "unused") as srv:
-        url = f"http://127.0.0.1:{srv.port}/"
-        _announce_when_up(url)
-    assert url in capsys.readouterr().err
+    from app.cli import _announce_when_up
+
+    answers = iter([503, 503, 200])
+    asked: list[str] = []
+
+    class Ready(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(next(answers, 200) if self.path == "/ready" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        _announce_when_up(url, interval=0.01)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/ready"] * 3
+    assert "Atelier is up" in capsys.readouterr().err
 
 
 def test_settings_are_read_from_the_environment(data_dir: Path) -> None:

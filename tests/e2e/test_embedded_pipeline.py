@@ -23,13 +23,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from PIL import Image
 
+from providers.local_llm import default_model_path
 from tests.app.harness import HOST, SseFrame, free_port, parse_sse
 from tests.support.processes import alive, children
 
@@ -37,12 +40,19 @@ REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成
 ATELIER = Path(sys.executable).with_name("atelier")
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`atelier serve` with no LLM endpoint, from an empty directory (no .env)."""
+@contextmanager
+def atelier_serve(
+    tmp_path: Path, env_overrides: Mapping[str, str] | None = None, *, timeout: float = 300
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run `atelier serve` from an empty directory (no .env) until the block ends.
+
+    The environment has no `LLM_*`/`LOCAL_MODEL_*` variable but those in
+    `env_overrides`: none means the embedded model.
+    """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "LOCAL_MODEL_"))}
     env.update(DATA_DIR=str(tmp_path / "data"), AUTH_API_KEYS="", PYTHONUNBUFFERED="1")
+    env.update(env_overrides or {})
     log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
         [str(ATELIER), "serve", "--host", HOST, "--port", str(port)],
@@ -52,12 +62,12 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + timeout
     try:
         while True:
             assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             try:
-                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -75,9 +85,67 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         log.close()
 
 
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`atelier serve` with no LLM endpoint, from an empty directory (no .env)."""
+    with atelier_serve(tmp_path) as serving:
+        yield serving
+
+
 def _llm_calls(metrics: str) -> int:
     pattern = r'^atelier_llm_calls_total\{[^}]*outcome="ok"[^}]*\} ([0-9.e+]+)$'
     return int(sum(float(v) for v in re.findall(pattern, metrics, flags=re.MULTILINE)))
+
+
+def readme_run_ends_with_a_post_and_a_png(client: httpx.Client, label: str) -> dict[str, Any]:
+    """Stream the README's curl run (fast mode, one image) and check it ends with a post.
+
+    Returns:
+        The run's result payload.
+    """
+    thread_id = client.post("/threads", json={}).json()["thread_id"]
+    body = {
+        "assistant_id": "atelier",
+        "input": {
+            "request": REQUEST,
+            "auto_confirm": True,
+            "fast_mode": True,
+            "image_count": 1,
+        },
+        "stream_mode": ["custom", "updates"],
+    }
+    started = time.monotonic()
+    frames: list[SseFrame] = []
+    with client.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
+        assert response.status_code == 200
+        frames = [f for f in parse_sse(response.iter_lines()) if isinstance(f, SseFrame)]
+    elapsed = time.monotonic() - started
+    calls = _llm_calls(client.get("/metrics").text)
+    print(f"\n{label}: {elapsed:.0f} s, {len(frames)} frames, {calls} LLM calls")
+
+    # One coherent stream: ids 1..n, metadata first, a clean end last.
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[0].event == "metadata" and frames[-1].event == "end"
+    assert frames[-1].data["status"] == "success", frames[-2:]
+    events = [f.data for f in frames if f.event == "custom"]
+    stages = [e["stage"] for e in events if e["type"] == "stage.completed"]
+    assert stages[0] == "planner" and stages[-1] == "finalize" and "critic" in stages
+    assert any(e["type"] == "supervisor.route" for e in events)
+    assert any(e["type"] == "critic.verdict" for e in events)
+    assert calls > 5
+
+    result: dict[str, Any] = client.get(f"/threads/{thread_id}/state").json()["values"]["result"]
+    assert result["outcome"] in ("completed", "exhausted"), json.dumps(result)[:2000]
+    assert result["post"]["blocks"] and result["quality"]["attempts"] == 1
+    assert result["images"], "the run ended without an image"
+    created = {e["asset_id"] for e in events if e["type"] == "asset.created"}
+    for image in result["images"]:
+        assert image["asset_id"] in created
+        png = client.get(image["url"])
+        assert png.headers["content-type"] == "image/png"
+        with Image.open(io.BytesIO(png.content)) as card:
+            assert card.format == "PNG" and card.width > 0
+    return result
 
 
 @pytest.mark.slow
@@ -92,49 +160,7 @@ def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_ima
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=600)) as client:
         info = client.get("/info").json()
         assert set(info["models"].values()) == {"SmolLM2-135M-Instruct.Q4_1.gguf"}, info
-
-        thread_id = client.post("/threads", json={}).json()["thread_id"]
-        body = {
-            "assistant_id": "atelier",
-            "input": {
-                "request": REQUEST,
-                "auto_confirm": True,
-                "fast_mode": True,
-                "image_count": 1,
-            },
-            "stream_mode": ["custom", "updates"],
-        }
-        started = time.monotonic()
-        frames: list[SseFrame] = []
-        with client.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
-            assert response.status_code == 200
-            frames = [f for f in parse_sse(response.iter_lines()) if isinstance(f, SseFrame)]
-        elapsed = time.monotonic() - started
-        calls = _llm_calls(client.get("/metrics").text)
-        print(f"\nembedded run over HTTP: {elapsed:.0f} s, {len(frames)} frames, {calls} LLM calls")
-
-        # One coherent stream: ids 1..n, metadata first, a clean end last.
-        assert [f.id for f in frames] == list(range(1, len(frames) + 1))
-        assert frames[0].event == "metadata" and frames[-1].event == "end"
-        assert frames[-1].data["status"] == "success", frames[-2:]
-        events = [f.data for f in frames if f.event == "custom"]
-        stages = [e["stage"] for e in events if e["type"] == "stage.completed"]
-        assert stages[0] == "planner" and stages[-1] == "finalize" and "critic" in stages
-        assert any(e["type"] == "supervisor.route" for e in events)
-        assert any(e["type"] == "critic.verdict" for e in events)
-        assert calls > 5
-
-        result = client.get(f"/threads/{thread_id}/state").json()["values"]["result"]
-        assert result["outcome"] in ("completed", "exhausted"), json.dumps(result)[:2000]
-        assert result["post"]["blocks"] and result["quality"]["attempts"] == 1
-        assert result["images"], "the run ended without an image"
-        created = {e["asset_id"] for e in events if e["type"] == "asset.created"}
-        for image in result["images"]:
-            assert image["asset_id"] in created
-            png = client.get(image["url"])
-            assert png.headers["content-type"] == "image/png"
-            with Image.open(io.BytesIO(png.content)) as card:
-                assert card.format == "PNG" and card.width > 0
+        readme_run_ends_with_a_post_and_a_png(client, "embedded run over HTTP")
 
     # A polite stop takes the model process with it.
     process.send_signal(signal.SIGTERM)
@@ -143,3 +169,76 @@ def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_ima
     while any(alive(pid) for pid in models) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in models), "the embedded model outlived the server"
+
+
+@pytest.fixture
+def llama_cpp_server(tmp_path: Path) -> Iterator[str]:
+    """An external `python -m llama_cpp.server` with SmolLM2 as the README starts one."""
+    port = free_port()
+    log_path = tmp_path / "llama_cpp_server.log"
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(default_model_path()),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--n_ctx",
+        "8192",
+        "--logits_all",
+        "False",
+        "--interrupt_requests",
+        "False",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://{HOST}:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "llama_cpp.server did not come up"
+            time.sleep(0.2)
+        yield url
+        assert process.poll() is None, "llama_cpp.server died: " + log_path.read_text()[-3000:]
+        assert "exceeds sane defaults" not in log_path.read_text(errors="replace")
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_an_external_llama_cpp_server_as_llm_base_url_completes_the_readme_run(
+    llama_cpp_server: str, tmp_path: Path
+) -> None:
+    """Regression: llama_cpp.server died on the supervisor's tool schema (maxLength grammar)."""
+    env = {
+        "LLM_BASE_URL": llama_cpp_server,
+        "LLM_MODEL": "SmolLM2-135M-Instruct",
+        # What a tiny model needs (see the embedded model's defaults): greedy routing,
+        # bounded answers.
+        "LLM_TEMPERATURE": "0",
+        "LLM_MAX_TOKENS": "512",
+        # A CPU model on a shared CI machine: a slow call is not a failed one.
+        "LLM_TIMEOUT": "300",
+    }
+    with (
+        atelier_serve(tmp_path, env) as (url, process),
+        httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=1500)) as client,
+    ):
+        assert not children(process.pid), "an embedded model was started besides LLM_BASE_URL"
+        assert client.get("/info").json()["llm"]["provider"] == "openai-compatible"
+        readme_run_ends_with_a_post_and_a_png(client, "external llama.cpp run over HTTP")
