@@ -590,3 +590,7 @@ def notes_export(
     partial.write_text(text, encoding="utf-8")
     partial.replace(file)
     Console(stderr=True).print(f"Exported {len(lines)} note(s) to {escape(str(file))}")
+
+
+if __name__ == "__main__":  # `python -m app.cli ...`, as the `atelier` script
+    main()
