@@ -20,6 +20,7 @@ on every error status, and per operation
 * 404 where a path names a resource, and on the run-creating operations (unknown
   assistant or thread);
 * 409 where `CONFLICTS` says an operation can conflict;
+* 503 on the run-creating operations (a database that takes no writes);
 * 400, 413 and 422 on every operation with a request body (an unreadable body,
   the body limit and the validation apply to all of them), 422 also where there
   are parameters.
@@ -107,7 +108,11 @@ CONFLICTS: dict[tuple[str, str], str] = {
     ("post", "/knowledge/notes"): "The given id is taken.",
     ("patch", "/knowledge/notes/{note_id}"): "The note is no longer at `expected_version`.",
     ("post", "/knowledge/notes/{note_id}/archive"): "The note is no longer at `expected_version`.",
+    ("post", "/threads/{thread_id}/state"): "The thread is running a run, or has never run a "
+    "graph whose state could be updated.",
+    ("get", "/threads/{thread_id}/export.zip"): "The thread has no finished post yet.",
 }
+_RUN_UNAVAILABLE = "The database takes no writes right now (locked or full); retry later."
 _RUN_CONFLICT = (
     "The thread is busy (multitask_strategy reject), has no interrupt to resume, the "
     "server is shutting down, or the Idempotency-Key was used for another request."
@@ -194,6 +199,8 @@ def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
                 statuses[409] = CONFLICTS[method, path]
             elif method == "post" and path in _RUN_CREATING:
                 statuses[409] = _RUN_CONFLICT
+            if method == "post" and path in _RUN_CREATING:
+                statuses[503] = _RUN_UNAVAILABLE
             if "requestBody" in operation:
                 statuses[400] = _DESCRIPTIONS[400]
                 statuses[413] = _DESCRIPTIONS[413]
