@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.app.harness import ServerProcess, SseFrame, read_sse
+from tests.app.many_runs import stream_all
 from tests.app.sample_graphs import scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 
@@ -77,21 +78,6 @@ async def stream_run(client: httpx.AsyncClient, index: int) -> list[SseFrame]:
     return read_sse(text + "\n\n")
 
 
-async def stream_all(url: str) -> list[list[SseFrame] | BaseException]:
-    limits = httpx.Limits(max_connections=RUNS + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=DEADLINE, limits=limits) as client:
-        tasks = [asyncio.ensure_future(stream_run(client, i)) for i in range(RUNS)]
-        _done, pending = await asyncio.wait(tasks, timeout=DEADLINE)
-        for task in pending:
-            task.cancel()
-        return [
-            TimeoutError("no end within the deadline")
-            if task in pending
-            else (task.exception() or task.result())
-            for task in tasks
-        ]
-
-
 def test_every_run_ends_while_the_model_fails_in_every_way(tmp_path: Path) -> None:
     model = ChaosModel()
     health: list[int | str] = []
@@ -121,7 +107,7 @@ def test_every_run_ends_while_the_model_fails_in_every_way(tmp_path: Path) -> No
             watcher = threading.Thread(target=watch_health, args=(server.url,), daemon=True)
             watcher.start()
             started = time.monotonic()
-            results = asyncio.run(stream_all(server.url))
+            results = asyncio.run(stream_all(server.url, RUNS, DEADLINE, stream_run))
             elapsed = time.monotonic() - started
             stop.set()
             watcher.join(timeout=10)

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from tests.app.harness import ServerProcess, SseFrame, read_sse, wait_until
+from tests.app.many_runs import stream_all
 from tests.app.sample_graphs import scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 
@@ -52,21 +53,6 @@ async def stream_run(client: httpx.AsyncClient, index: int) -> list[SseFrame]:
     return read_sse(text + "\n\n")
 
 
-async def stream_all(url: str) -> list[list[SseFrame] | BaseException]:
-    limits = httpx.Limits(max_connections=RUNS + 10, max_keepalive_connections=RUNS + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=DEADLINE, limits=limits) as client:
-        tasks = [asyncio.ensure_future(stream_run(client, i)) for i in range(RUNS)]
-        _done, pending = await asyncio.wait(tasks, timeout=DEADLINE)
-        for task in pending:
-            task.cancel()
-        return [
-            TimeoutError("no end within the deadline")
-            if task in pending
-            else (task.exception() or task.result())
-            for task in tasks
-        ]
-
-
 def active_runs_gauge(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     match = re.search(r"^atelier_active_runs (\S+)$", text, re.M)
@@ -79,7 +65,7 @@ def test_a_hundred_streamed_runs_at_once_all_end_gapless(tmp_path: Path) -> None
         server = ServerProcess(tmp_path, llm.base_url, env={"SSE_HEARTBEAT_INTERVAL": "2"})
         try:
             server.start()
-            results = asyncio.run(stream_all(server.url))
+            results = asyncio.run(stream_all(server.url, RUNS, DEADLINE, stream_run))
             failures = [r for r in results if isinstance(r, BaseException)]
             assert not failures, f"{len(failures)} of {RUNS} streams failed: {failures[:3]!r}"
             streams = [r for r in results if not isinstance(r, BaseException)]
