@@ -13,10 +13,7 @@ prints "Atelier is up". Measured per start-up: seconds to the first 200 from
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,28 +24,15 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.app.harness import HOST, free_port  # noqa: E402
-
-ATELIER = Path(sys.executable).with_name("atelier")
-UP = "Atelier is up"
+from tests.support.atelier_cli import UP, spawn_serve, stop, user_env  # noqa: E402
 
 
 def one_startup(timeout: float) -> tuple[float, float]:
     """Start `atelier serve` once; return seconds to /ready 200 and to the "up" line."""
     with tempfile.TemporaryDirectory(prefix="atelier-bench-") as tmp:
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "LOCAL_MODEL_"))}
-        env.update(DATA_DIR=str(Path(tmp) / "data"), AUTH_API_KEYS="", COLUMNS="200")
         log = Path(tmp) / "serve.log"
         started = time.monotonic()
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [str(ATELIER), "serve", "--host", HOST, "--port", str(port)],
-                cwd=tmp,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        process, url = spawn_serve(Path(tmp), user_env(Path(tmp) / "data"), log)
         ready_s: float | None = None
         try:
             while True:
@@ -58,8 +42,7 @@ def one_startup(timeout: float) -> tuple[float, float]:
                     raise TimeoutError("atelier serve did not come up")
                 if ready_s is None:
                     try:
-                        url = f"http://{HOST}:{port}/ready"
-                        if httpx.get(url, timeout=2).status_code == 200:
+                        if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
                             ready_s = time.monotonic() - started
                     except httpx.HTTPError:
                         pass
@@ -68,12 +51,7 @@ def one_startup(timeout: float) -> tuple[float, float]:
                     return ready_s if ready_s is not None else up_s, up_s
                 time.sleep(0.05)
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 def main() -> None:

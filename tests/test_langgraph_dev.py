@@ -29,24 +29,17 @@ import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from knowledge.notes import KnowledgeNote
 from knowledge.repository import SqliteNoteRepository
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import HOST, free_port
-from tests.support.fake_models import HAPPY_TITLE
+from tests.support.fake_models import HAPPY_TITLE, README_REQUEST, STUDENT_NOTE
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
-NOTE = KnowledgeNote(
-    id="note_students",
-    type="conclusion",
-    status="approved",
-    content="学生党平价护肤：先讲清楚成分，再推荐产品",
-    tags=["护肤"],
-)
+REQUEST = README_REQUEST
+NOTE = STUDENT_NOTE
 #: What keeps `langgraph dev` off the network: no LangSmith tracing, no CLI
 #: analytics, no PyPI version check (its license check is skipped without a key).
 OFFLINE_ENV = {

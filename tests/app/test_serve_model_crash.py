@@ -15,9 +15,7 @@ llama.cpp compiled with AMX instructions does on a CPU whose kernel refuses them
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,54 +23,30 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.app.harness import HOST, REPO_ROOT, free_port
+from tests.app.harness import REPO_ROOT
+from tests.support.atelier_cli import ATELIER, UP, spawn_serve, stop, user_env
 
-ATELIER = Path(sys.executable).with_name("atelier")
 CRASHING_LLAMA = REPO_ROOT / "tests" / "support" / "crashing_llama"
-UP = "Atelier is up"
 
 
 def _env(tmp_path: Path, answers: int) -> dict[str, str]:
     """The environment of an `atelier` child whose embedded model is the crashing stand-in."""
     model = tmp_path / "fake.gguf"
     model.write_bytes(b"GGUF")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "LOCAL_MODEL_"))}
     path = [str(CRASHING_LLAMA), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-    env.update(
+    return user_env(
+        tmp_path / "data",
         PYTHONPATH=os.pathsep.join(p for p in path if p),
-        DATA_DIR=str(tmp_path / "data"),
-        AUTH_API_KEYS="",
-        PYTHONUNBUFFERED="1",
         LOCAL_MODEL_PATH=str(model),
         FAKE_LLAMA_ANSWERS=str(answers),
         FAKE_LLAMA_COUNTER=str(tmp_path / "answered"),
-        COLUMNS="200",  # rich wraps the announcement panel at the terminal width
     )
-    return env
 
 
 def _serve(tmp_path: Path, answers: int) -> tuple[subprocess.Popen[bytes], str, Path]:
-    port = free_port()
     log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(ATELIER), "serve", "--host", HOST, "--port", str(port)],
-            cwd=tmp_path,
-            env=_env(tmp_path, answers),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return process, f"http://{HOST}:{port}", log
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    process, url = spawn_serve(tmp_path, _env(tmp_path, answers), log)
+    return process, url, log
 
 
 @pytest.fixture
@@ -87,7 +61,7 @@ def serve_up(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             time.sleep(0.2)
         yield url, log
     finally:
-        _stop(process)
+        stop(process)
 
 
 @pytest.mark.timeout(180)
@@ -98,7 +72,7 @@ def test_serve_exits_with_the_one_line_reason_when_the_model_crashes_on_its_self
     try:
         code = process.wait(timeout=150)
     finally:
-        _stop(process)
+        stop(process)
     output = log.read_text(errors="replace")
     assert code != 0, output[-3000:]
     assert UP not in output

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import signal
 import subprocess
@@ -34,10 +33,10 @@ from PIL import Image
 
 from providers.local_llm import default_model_path
 from tests.app.harness import HOST, SseFrame, free_port, parse_sse
+from tests.support.atelier_cli import spawn_serve, stop, user_env, wait_for_200
 from tests.support.processes import alive, children
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
-ATELIER = Path(sys.executable).with_name("atelier")
 
 
 @contextmanager
@@ -49,40 +48,15 @@ def atelier_serve(
     The environment has no `LLM_*`/`LOCAL_MODEL_*` variable but those in
     `env_overrides`: none means the embedded model.
     """
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "LOCAL_MODEL_"))}
-    env.update(DATA_DIR=str(tmp_path / "data"), AUTH_API_KEYS="", PYTHONUNBUFFERED="1")
-    env.update(env_overrides or {})
-    log = (tmp_path / "serve.log").open("wb")
-    process = subprocess.Popen(
-        [str(ATELIER), "serve", "--host", HOST, "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    log_path = tmp_path / "serve.log"
+    process, url = spawn_serve(
+        tmp_path, user_env(tmp_path / "data", **(env_overrides or {})), log_path
     )
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "atelier serve did not come up"
-            time.sleep(0.2)
+        wait_for_200(f"{url}/ready", process, log_path, timeout=timeout)
         yield url, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log.close()
+        stop(process)
 
 
 @pytest.fixture
@@ -205,26 +179,12 @@ def llama_cpp_server(tmp_path: Path) -> Iterator[str]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://{HOST}:{port}/v1"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama_cpp.server did not come up"
-            time.sleep(0.2)
+        wait_for_200(f"{url}/models", process, log_path, timeout=180)
         yield url
         assert process.poll() is None, "llama_cpp.server died: " + log_path.read_text()[-3000:]
         assert "exceeds sane defaults" not in log_path.read_text(errors="replace")
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 @pytest.mark.slow

@@ -26,21 +26,14 @@ from pydantic import ValidationError
 
 from graphs.context import AtelierContext, RunOptions, bind_services, context_of
 from graphs.served import atelier, served_services, team
-from knowledge.notes import KnowledgeNote
 from knowledge.repository import SqliteNoteRepository
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import service_settings
-from tests.support.fake_models import HAPPY_TITLE, fake_context
+from tests.support.fake_models import HAPPY_TITLE, README_REQUEST, STUDENT_NOTE, fake_context
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
-REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
-NOTE = KnowledgeNote(
-    id="note_students",
-    type="conclusion",
-    status="approved",
-    content="学生党平价护肤：先讲清楚成分，再推荐产品",
-    tags=["护肤"],
-)
+REQUEST = README_REQUEST
+NOTE = STUDENT_NOTE
 # A blocking call counts when a frame of these is on its stack: every node runs under
 # LangGraph's runner, so this covers a whole run, and nothing of the scripted server.
 SCANNED = ["graphs", "nodes", "knowledge", "providers", "core", "langgraph"]

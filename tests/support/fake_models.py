@@ -85,6 +85,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from knowledge.notes import KnowledgeNote
 from providers.llm import role_tags
 
 __all__ = [
@@ -422,6 +423,16 @@ def garbage() -> AIMessage:
 #: The stage-status line the supervisor's prompt shows per agent: "❌ field（agent）".
 _MISSING_STAGE = re.compile(r"❌[^\n（]*（(\w+)）")
 
+#: The README's request, which the happy scripts answer.
+README_REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+#: An approved vault note the happy path's research finds for that request.
+STUDENT_NOTE = KnowledgeNote(
+    id="note_students",
+    type="conclusion",
+    status="approved",
+    content="学生党平价护肤：先讲清楚成分，再推荐产品",
+    tags=["护肤"],
+)
 HAPPY_TITLE = "学生党平价护肤：3步搞定"
 HAPPY_BODY = (
     "预算有限也能把皮肤照顾好。\n\n"
