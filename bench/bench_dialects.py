@@ -1,6 +1,6 @@
 """Benchmark one pipeline three ways: raw LangGraph, `atelier serve`, `langgraph dev`.
 
-    .venv/bin/python bench/bench_dialects.py [--runs 20] [--concurrency 1 10]
+    .venv/bin/python bench/bench_dialects.py [--concurrency 1 50] [--runs 20 300]
 
 The same `atelier` pipeline and the same scripted model (the scripted OpenAI
 server in this process, `tests/app/atelier_llm.py`, answering at once; one image
@@ -15,7 +15,9 @@ per post, drawn by the local card renderer) run to a post:
   `--n-jobs-per-worker 50`, streamed with the same client.
 
 At each concurrency c, c clients each stream runs on their own threads until
-`--runs` runs are done. Printed: runs/s, seconds from sending the request to the
+that concurrency's `--runs` runs are done (one count for all, or one per
+concurrency: `--concurrency 1 50 --runs 20 300` measures the server's memory
+after 300 runs at c=50). Printed: runs/s, seconds from sending the request to the
 first frame (the SDK's `metadata` event; raw: the first chunk) p50/p95, and the
 resident memory of the server process after the runs (raw: this process, which
 also holds the scripted model and the clients).
@@ -186,11 +188,14 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
     columns = ("runs/s", "first p50", "first p95", "RSS MiB", "failed")
     header = f"{'way':<42} " + " ".join(f"{column:>9}" for column in columns)
     print(header + "\n" + "-" * len(header))
+    counts = args.runs if len(args.runs) > 1 else args.runs * len(args.concurrency)
+    runs_at = dict(zip(args.concurrency, counts, strict=True))
     for concurrency in args.concurrency:
+        runs = runs_at[concurrency]
         label = f"c={concurrency:<3}"
         async with raw_run(llm_url, root / f"raw-{concurrency}") as run_once:
             await measure(run_once, 2, 1)  # warm-up
-            figures = await measure(run_once, args.runs, concurrency)
+            figures = await measure(run_once, runs, concurrency)
         print(figures.line(f"{label} raw LangGraph astream", rss_mb(os.getpid())), flush=True)
 
         data_dir = root / f"serve-{concurrency}"
@@ -199,7 +204,7 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
         try:
             run_once = sdk_run(serve.url)
             await measure(run_once, 2, 1)
-            figures = await measure(run_once, args.runs, concurrency)
+            figures = await measure(run_once, runs, concurrency)
             assert serve.process is not None
             rss = rss_mb(serve.process.pid)
         finally:
@@ -211,7 +216,7 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
             with LanggraphDev(langgraph_dev_project(root, llm_url), *extra) as dev:
                 run_once = sdk_run(dev.url)
                 await measure(run_once, 2, 1)
-                figures = await measure(run_once, args.runs, concurrency)
+                figures = await measure(run_once, runs, concurrency)
                 assert dev.process is not None
                 rss = rss_mb(dev.process.pid)
             print(figures.line(f"{label} {name}", rss), flush=True)
@@ -220,13 +225,22 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
 def main() -> None:
     """Parse the arguments, start the scripted model, run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=20, help="runs per way and concurrency")
     parser.add_argument(
-        "--concurrency", type=int, nargs="+", default=[1, 10], help="concurrent clients"
+        "--runs",
+        type=int,
+        nargs="+",
+        default=[20],
+        help="runs per way: one count, or one per --concurrency value",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 50], help="concurrent clients"
     )
     args = parser.parse_args()
+    if len(args.runs) not in (1, len(args.concurrency)):
+        parser.error("--runs takes one count or one per --concurrency value")
     print("One pipeline three ways (scripted model answering at once, one image per post;")
-    print(f"{args.runs} runs per row after 2 warm-up runs; first frame = request → first frame)\n")
+    print(f"runs per row {args.runs} at c={args.concurrency}, after 2 warm-up runs;")
+    print("first frame = request → first frame)\n")
     with (
         ScriptedOpenAIServer(atelier_responder(images=1)) as llm,
         tempfile.TemporaryDirectory() as tmp,
