@@ -30,7 +30,12 @@ from pydantic import (
     model_validator,
 )
 
-from app.runs.frames import SCHEMA_VERSION, StreamModeName
+from app.runs.frames import (
+    SCHEMA_VERSION,
+    STREAM_MODES,
+    UNSUPPORTED_STREAM_MODES,
+    StreamModeName,
+)
 from core.settings import STREAMING_ROLES
 from providers.assets import ASSET_ID_LENGTH
 
@@ -503,6 +508,19 @@ class RunCreate(RunPlatformOptions, _Strict):
     if_not_exists: Literal["create", "reject"] = Field(
         default="reject", description="Create the thread when it does not exist."
     )
+
+    @field_validator("stream_mode", mode="before")
+    @classmethod
+    def _known_modes(cls, value: Any) -> Any:
+        modes = value if isinstance(value, list) else [value]
+        for mode in modes:
+            if isinstance(mode, str) and mode not in STREAM_MODES:
+                reason = UNSUPPORTED_STREAM_MODES.get(mode, "it is not a stream mode")
+                raise ValueError(
+                    f"stream mode {mode[:40]!r} is not served: {reason}; "
+                    f"use {', '.join(STREAM_MODES)}"
+                )
+        return value
 
     @field_validator("stream_mode")
     @classmethod

@@ -25,12 +25,11 @@ from typing import Annotated, Any
 import aiosqlite
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
-from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 from pydantic import Field
 
 from app.deps import RunsDep
-from app.runs.frames import public_error
+from app.runs.frames import checkpoint_ref, public_error
 from app.runs.manager import Conflict, NotFound, RunManager
 from app.runs.serde import to_jsonable
 from app.runs.store import ThreadRecord, now
@@ -140,18 +139,6 @@ async def delete_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalD
 # --------------------------------------------------------------------------- state
 
 
-def _checkpoint(config: RunnableConfig | None) -> dict[str, Any] | None:
-    if not config:
-        return None
-    configurable = config.get("configurable") or {}
-    return {
-        "thread_id": configurable.get("thread_id"),
-        "checkpoint_ns": configurable.get("checkpoint_ns", ""),
-        "checkpoint_id": configurable.get("checkpoint_id"),
-        "checkpoint_map": configurable.get("checkpoint_map"),
-    }
-
-
 def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
     """Return a checkpointed state in the LangGraph Platform shape."""
     tasks = []
@@ -163,7 +150,7 @@ def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
                 "name": task.name,
                 "error": public_error(task.error)["message"] if task.error else None,
                 "interrupts": to_jsonable(list(task.interrupts)),
-                "checkpoint": _checkpoint(state) if isinstance(state, dict) else None,
+                "checkpoint": checkpoint_ref(state) if isinstance(state, dict) else None,
                 "state": snapshot_json(state) if isinstance(state, StateSnapshot) else None,
                 "result": to_jsonable(task.result),
             }
@@ -172,8 +159,8 @@ def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
         "values": to_jsonable(snapshot.values),
         "next": list(snapshot.next),
         "tasks": tasks,
-        "checkpoint": _checkpoint(snapshot.config),
-        "parent_checkpoint": _checkpoint(snapshot.parent_config),
+        "checkpoint": checkpoint_ref(snapshot.config),
+        "parent_checkpoint": checkpoint_ref(snapshot.parent_config),
         "metadata": to_jsonable(snapshot.metadata),
         "created_at": snapshot.created_at,
         "interrupts": to_jsonable(list(snapshot.interrupts)),

@@ -814,8 +814,7 @@ class RunManager:
                     namespace, mode, chunk = cast(tuple[tuple[str, ...], str, Any], item)
                     if mode == "custom" and self.metrics is not None and isinstance(chunk, dict):
                         self.metrics.observe_event(chunk)
-                    frame = translate(namespace, mode, chunk)
-                    if frame is not None:
+                    for frame in translate(namespace, mode, chunk):
                         self._emit(active, *frame)
         except TimeoutError as exc:
             if not deadline.expired():

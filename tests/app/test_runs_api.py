@@ -7,6 +7,7 @@ to the scripted OpenAI server through the real model factory.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -462,3 +463,49 @@ def test_tasks_debug_and_values_modes_stream(http: httpx.Client) -> None:
         f for f in read_sse(http.post("/runs/stream", json=body).text) if f.event == "messages"
     ]
     assert "".join(f.data[0]["content"] for f in tokens) == WRITER_TEXT
+
+
+def test_legacy_messages_mode_sends_metadata_then_the_message_so_far(http: httpx.Client) -> None:
+    """Studio's legacy `messages` mode: Platform events, never refused (issue 14)."""
+    body = {"assistant_id": "studio", "input": studio_input(), "stream_mode": "messages"}
+    frames = read_sse(http.post("/runs/stream", json=body).text)
+    message_frames = [f for f in frames if f.event.startswith("messages")]
+    assert message_frames, [f.event for f in frames]
+    assert message_frames[0].event == "messages/metadata"
+    ((message_id, meta),) = message_frames[0].data.items()
+    assert meta["metadata"]["tags"] == ["role:writer_agent"]
+    partials = [f.data for f in message_frames if f.event == "messages/partial"]
+    # Each partial holds the whole message so far: its text grows to the writer's text.
+    texts = [data[0]["content"] for data in partials]
+    assert all(data[0]["id"] == message_id for data in partials)
+    assert texts == sorted(texts, key=len) and len(texts) > 1
+    assert texts[-1] == WRITER_TEXT
+    assert all(not f.event.startswith("messages|") for f in frames)
+    # Asked together with messages-tuple, the tuple form wins (as on the Platform).
+    body["stream_mode"] = ["messages", "messages-tuple"]
+    events = {f.event for f in read_sse(http.post("/runs/stream", json=body).text)}
+    assert "messages" in events and "messages/partial" not in events
+
+
+def test_checkpoints_mode_names_each_checkpoint_and_its_parent(http: httpx.Client) -> None:
+    thread = http.post("/threads", json={}).json()["thread_id"]
+    body = {"assistant_id": "studio", "input": studio_input(), "stream_mode": "checkpoints"}
+    frames = read_sse(http.post(f"/threads/{thread}/runs/stream", json=body).text)
+    checkpoints = [f.data for f in frames if f.event == "checkpoints"]
+    assert len(checkpoints) >= 2
+    for data in checkpoints:
+        assert {"values", "metadata", "next", "tasks", "checkpoint", "parent_checkpoint"} <= set(
+            data
+        )
+        assert data["checkpoint"]["thread_id"] == thread
+    for parent, child in itertools.pairwise(checkpoints):
+        assert child["parent_checkpoint"]["checkpoint_id"] == parent["checkpoint"]["checkpoint_id"]
+    head = http.get(f"/threads/{thread}/state").json()
+    assert checkpoints[-1]["checkpoint"]["checkpoint_id"] == head["checkpoint"]["checkpoint_id"]
+
+
+def test_events_mode_is_refused_by_name(http: httpx.Client) -> None:
+    body = {"assistant_id": "studio", "input": studio_input(), "stream_mode": ["values", "events"]}
+    answer = http.post("/runs/stream", json=body)
+    assert answer.status_code == 422
+    assert "stream_mode" in answer.text and "events" in answer.text
