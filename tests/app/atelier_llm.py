@@ -6,7 +6,8 @@ team of `tests.support.fake_models`), and a passing judge — telling roles apar
 by the tool a request forces or binds, as the real model factory sends them. The
 writer's answer streams in chunks, so `messages-tuple` carries tokens.
 
-`slow_writer` makes the writer take its time (cancel and restart tests).
+`writer_delay` and `writer_chunk_delay` make the writer take its time (the console tests).
+`team_responder()` answers the team alone (the team-over-the-wire test).
 """
 
 from __future__ import annotations
@@ -50,21 +51,21 @@ def _bridge(responder: Any, *, chunk_chars: int = 8) -> Callable[[ChatRequest], 
     return respond
 
 
-def atelier_responder(
-    *, images: int = 1, writer_delay: float = 0.0, writer_chunk_delay: float = 0.0
+def team_responder(
+    team: dict[str, Any],
+    *,
+    writer_chunk_chars: int = 8,
+    forced: dict[str, Callable[[ChatRequest], Reply]] | None = None,
+    writer_wrap: Callable[[Reply], Reply] | None = None,
 ) -> Callable[[ChatRequest], Reply]:
-    """Return a responder for the whole pipeline's normal path.
+    """Answer each request as the team's role that sent it (a fake-model team script).
 
-    Args:
-        images: Images the image planner plans (and the image agent draws).
-        writer_delay: Seconds the writer waits before answering.
-        writer_chunk_delay: Seconds between the writer's streamed chunks.
+    Roles are told apart by the tool a request forces or binds, as the real model
+    factory sends them; `forced` adds answers for more forced tools (the planner's,
+    the judge's), and `writer_wrap` may change the writer's reply (delays).
     """
-    team = happy_team(images)
     research = _bridge(team["research_evidence_agent"])
     by_forced = {
-        "PlannerIntent": _bridge(planner_reply()),
-        "JudgeVerdict": _bridge(judge_reply()),
         "CreativeBrief": _bridge(team["brief_compiler_agent"]),
         "ReferenceAnalysis": _bridge(team["reference_intelligence_agent"]),
         "LayoutSpec": _bridge(team["layout_planner_agent"]),
@@ -72,10 +73,11 @@ def atelier_responder(
         "ReviewResult": _bridge(team["review_agent"]),
         "search_knowledge": research,
         "EvidencePack": research,
+        **(forced or {}),
     }
     supervisor = _bridge(team["supervisor"])
     images_agent = _bridge(team["image_agent"])
-    writer = _bridge(team["writer_agent"], chunk_chars=4)
+    writer = _bridge(team["writer_agent"], chunk_chars=writer_chunk_chars)
 
     def respond(req: ChatRequest) -> Reply:
         if req.forced_tool in by_forced:
@@ -88,9 +90,29 @@ def atelier_responder(
             return images_agent(req)
         if not req.tools:
             reply = writer(req)
-            if writer_delay or writer_chunk_delay:
-                reply = Reply.delay(writer_delay, reply, per_chunk=writer_chunk_delay)
-            return reply
+            return writer_wrap(reply) if writer_wrap is not None else reply
         return Reply.error(500, f"unscripted request with tools {req.tools}", retry=False)
 
     return respond
+
+
+def atelier_responder(
+    *, images: int = 1, writer_delay: float = 0.0, writer_chunk_delay: float = 0.0
+) -> Callable[[ChatRequest], Reply]:
+    """Return a responder for the whole pipeline's normal path.
+
+    Args:
+        images: Images the image planner plans (and the image agent draws).
+        writer_delay: Seconds the writer waits before answering.
+        writer_chunk_delay: Seconds between the writer's streamed chunks.
+    """
+
+    def delayed(reply: Reply) -> Reply:
+        return Reply.delay(writer_delay, reply, per_chunk=writer_chunk_delay)
+
+    return team_responder(
+        happy_team(images),
+        writer_chunk_chars=4,
+        forced={"PlannerIntent": _bridge(planner_reply()), "JudgeVerdict": _bridge(judge_reply())},
+        writer_wrap=delayed if writer_delay or writer_chunk_delay else None,
+    )

@@ -9,25 +9,17 @@ calling, the writer's SSE token stream, and the `nostream` tags.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
 from PIL import Image
 
 from core.settings import Settings
 from graphs.state import AGENTS
 from providers.llm import OpenAIModelFactory
+from tests.app.atelier_llm import team_responder
 from tests.graphs.team_runs import run_team
 from tests.support.fake_models import HAPPY_TAGS, HAPPY_TITLE, fake_context, happy_team
-from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
+from tests.support.scripted_openai import ScriptedOpenAIServer
 
 FORCED = (
     "CreativeBrief",
@@ -39,73 +31,9 @@ FORCED = (
 )
 
 
-def _as_messages(req: ChatRequest) -> list[BaseMessage]:
-    """Rebuild the request's messages, enough for the happy-path responders to read."""
-    messages: list[BaseMessage] = []
-    for item in req.messages:
-        content = item.get("content") or ""
-        text = content if isinstance(content, str) else str(content)
-        match item.get("role"):
-            case "system" | "developer":
-                messages.append(SystemMessage(text))
-            case "user":
-                messages.append(HumanMessage(text))
-            case "tool":
-                messages.append(ToolMessage(text, tool_call_id=item.get("tool_call_id", "")))
-            case _:
-                messages.append(AIMessage(text))
-    return messages
-
-
-def _bridge(responder: Any) -> Callable[[ChatRequest], Reply]:
-    """Turn a fake-model responder (message list → AIMessage | str) into a server responder."""
-
-    def respond(req: ChatRequest) -> Reply:
-        reply = responder(_as_messages(req)) if callable(responder) else responder
-        if isinstance(reply, str):
-            return Reply.text(reply, chunk_chars=8)
-        if reply.tool_calls:
-            return Reply.tool_calls([(c["name"], c["args"]) for c in reply.tool_calls])
-        return Reply.text(str(reply.content))
-
-    return respond
-
-
-def _route(team: dict[str, Any]) -> Callable[[ChatRequest], Reply]:
-    """Answer each request as the role that sent it, told apart by its tools and tool choice."""
-    research = _bridge(team["research_evidence_agent"])
-    by_forced = {
-        "CreativeBrief": _bridge(team["brief_compiler_agent"]),
-        "ReferenceAnalysis": _bridge(team["reference_intelligence_agent"]),
-        "LayoutSpec": _bridge(team["layout_planner_agent"]),
-        "ImagePlans": _bridge(team["image_planner_agent"]),
-        "ReviewResult": _bridge(team["review_agent"]),
-        "search_knowledge": research,
-        "EvidencePack": research,
-    }
-    supervisor = _bridge(team["supervisor"])
-    images = _bridge(team["image_agent"])
-    writer = _bridge(team["writer_agent"])
-
-    def respond(req: ChatRequest) -> Reply:
-        if req.forced_tool in by_forced:
-            return by_forced[req.forced_tool](req)
-        if "SupervisorDecision" in req.tools:
-            return supervisor(req)
-        if "EvidencePack" in req.tools:
-            return research(req)
-        if "generate_image" in req.tools:
-            return images(req)
-        if not req.tools:
-            return writer(req)
-        return Reply.error(500, f"unscripted request with tools {req.tools}", retry=False)
-
-    return respond
-
-
 async def test_normal_path_over_the_openai_wire(tmp_path: Path) -> None:
     team = happy_team(3)
-    with ScriptedOpenAIServer(_route(team)) as server:
+    with ScriptedOpenAIServer(team_responder(team)) as server:
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
             llm_base_url=server.base_url,
