@@ -191,11 +191,10 @@ class RedisServer:
 
     def start(self) -> None:
         """Start the server on its port and wait until it accepts connections."""
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        command += ["--save", "", "--appendonly", "no"]  # nothing written to disk
         self.process = subprocess.Popen(
-            [
-                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--protected-mode", "yes",
-            ],  # fmt: skip
+            command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
