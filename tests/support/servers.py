@@ -11,8 +11,9 @@ with durability switched off (these servers live for one test session):
 - Redis: `redis-server --port N --save "" --appendonly no`, restartable on the same port
   (for the tests that drop Redis mid-stream).
 
-The pytest fixtures (`postgres_cluster`, `postgres_url`, `redis_server`) are imported by
-the `conftest.py` of the test directories that need them (tests/db, tests/knowledge), so
+The pytest fixtures (`postgres_cluster`, `postgres_url`, `migrated_postgres_url`,
+`redis_server`) are imported by the `conftest.py` of the test directories that need them
+(tests/app/db, tests/knowledge, tests/providers), so
 no other test starts a server. Servers are shared by the whole session, started on first
 use and stopped at its end. When the binaries (or the `scale` extra's psycopg) are
 missing the tests skip with the reason — except under `CI=true`, where they fail:
@@ -22,6 +23,8 @@ set-up, not a reason to skip.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import glob
 import os
@@ -154,13 +157,14 @@ class PostgresCluster:
         """Return the connection URL of one database of the cluster."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self) -> str:
-        """Create an empty database with a unique name and return its URL."""
+    def create_database(self, template: str | None = None) -> str:
+        """Create a database with a unique name (a copy of `template`, or empty); return its URL."""
         import psycopg
 
         name = f"test_{uuid.uuid4().hex[:12]}"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         return self.url(name)
 
     def drop_database(self, url: str) -> None:
@@ -218,7 +222,7 @@ class RedisServer:
 
 # One server of each kind per test session, however many conftest modules import the
 # fixtures below (each import is a fixture definition of its own to pytest).
-_shared: dict[str, PostgresCluster | RedisServer] = {}
+_shared: dict[str, PostgresCluster | RedisServer | str] = {}
 
 
 def _psycopg_or_missing() -> None:
@@ -246,6 +250,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
     assert isinstance(cluster, PostgresCluster)
     yield cluster
     _shared.pop("postgres", None)
+    _shared.pop("template", None)
     cluster.stop()
 
 
@@ -253,6 +258,28 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def postgres_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
     """Yield the URL of a fresh, empty database, dropped after the test."""
     url = postgres_cluster.create_database()
+    yield url
+    postgres_cluster.drop_database(url)
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
+    """Yield the URL of a fresh database at the newest schema (`atelier db upgrade`).
+
+    The schema is applied once per session to a template database; each test gets a
+    copy of it (`CREATE DATABASE ... TEMPLATE`), which takes milliseconds.
+    """
+    template = _shared.get("template")
+    if template is None:
+        from app.db.migrations import upgrade_url
+
+        url = postgres_cluster.create_database()
+        # In a thread of its own: this fixture may be set up while an event loop runs.
+        with concurrent.futures.ThreadPoolExecutor(1) as executor:
+            executor.submit(asyncio.run, upgrade_url(url)).result()
+        template = _shared["template"] = url.rsplit("/", 1)[1]
+    assert isinstance(template, str)
+    url = postgres_cluster.create_database(template=template)
     yield url
     postgres_cluster.drop_database(url)
 
