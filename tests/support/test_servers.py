@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.servers import free_port, missing
+from tests.support.servers import missing
 
 
 def test_a_missing_server_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,7 +18,3 @@ def test_a_missing_server_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(pytest.skip.Exception, match="redis-server"):
         missing("redis-server is not installed")
 
-
-def test_free_ports_are_on_loopback_and_usable() -> None:
-    port = free_port()
-    assert 1024 <= port <= 65535
