@@ -17,4 +17,3 @@ def test_a_missing_server_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="redis-server"):
         missing("redis-server is not installed")
-
