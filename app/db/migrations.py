@@ -11,7 +11,10 @@ because its migrations are not safe to race (`CREATE INDEX CONCURRENTLY`).
 
 Rules for a new migration: append it, never edit or reorder a released one, and keep it
 backward compatible with the previous release's code while replicas roll over (add
-columns with defaults; drop only what the previous release no longer reads).
+columns with defaults; drop only what the previous release no longer reads). Queries
+name their columns, never `SELECT *`: pooled connections prepare statements
+(`prepare_threshold=0`), and a prepared `SELECT *` fails ("cached plan must not change
+result type") once a migration adds a column under a running replica.
 
 A database whose version is newer than this code knows is left alone (logged): an old
 replica keeps serving during a rolling upgrade.
