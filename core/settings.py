@@ -8,9 +8,9 @@ at start-up with a message naming the variable, instead of running half-configur
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: Every role that asks an LLM, by node name. `LLM_MODELS` maps these to model names.
@@ -39,6 +39,12 @@ STREAMING_ROLES: frozenset[str] = frozenset({"writer_agent"})
 #: parse, so budgets leave room; the writer writes the post and gets the most.
 LOCAL_MODEL_MAX_TOKENS: dict[str, int] = {"default": 512, "writer_agent": 1024}
 
+
+#: URL schemes `DATABASE_URL` and `REDIS_URL` accept.
+_SERVICE_SCHEMES: dict[str, tuple[str, ...]] = {
+    "database_url": ("postgresql://", "postgres://"),
+    "redis_url": ("redis://", "rediss://", "unix://"),
+}
 
 #: The judge's timeout (s) on an LLM endpoint when CRITIC_TIMEOUT is unset.
 ENDPOINT_CRITIC_TIMEOUT = 8.0
@@ -126,6 +132,16 @@ class Settings(BaseSettings):
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(
         default=Path("./data"), description="Directory holding the SQLite database and assets."
+    )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL URL (postgresql://user:pass@host:5432/db) of the scale-out "
+        "deployment; unset: the embedded SQLite database in DATA_DIR.",
+    )
+    redis_url: SecretStr | None = Field(
+        default=None,
+        description="Redis URL (redis://host:6379/0) for live fan-out and wake-ups between "
+        "processes; used with DATABASE_URL.",
     )
 
     # --- runs and streams (app/runs) ---------------------------------------------
@@ -372,6 +388,19 @@ class Settings(BaseSettings):
                 )
         return value
 
+    @field_validator("database_url", "redis_url", mode="before")
+    @classmethod
+    def _service_url(cls, value: object, info: ValidationInfo) -> object:
+        """Require a URL of the right scheme; an empty string means unset (embedded mode)."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        schemes = _SERVICE_SCHEMES[info.field_name or ""]
+        if not isinstance(value, str) or not value.strip().startswith(schemes):
+            raise ValueError(f"must start with {' or '.join(schemes)}")
+        return value.strip()
+
     @field_validator("llm_base_url", "image_api_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -382,6 +411,13 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value
+
+    @model_validator(mode="after")
+    def _redis_needs_postgres(self) -> Self:
+        """Refuse REDIS_URL alone: Redis only carries signals of runs kept in PostgreSQL."""
+        if self.redis_url is not None and self.database_url is None:
+            raise ValueError("REDIS_URL is set but DATABASE_URL is not; set both or neither")
+        return self
 
     def model_for(self, role: str) -> str:
         """Return the model name a role uses: its `LLM_MODELS` entry, else `LLM_MODEL`."""

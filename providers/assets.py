@@ -98,6 +98,42 @@ def asset_id_for(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:ASSET_ID_LENGTH]
 
 
+def new_record(
+    data: bytes, kind: AssetKind = "generated", meta: Mapping[str, Any] | None = None
+) -> AssetRecord:
+    """Return the record a store gives new image bytes (read from their header), unsaved.
+
+    Raises:
+        ValueError: The bytes are empty or not an image of a stored format.
+    """
+    if not data:
+        raise ValueError("cannot store an empty asset")
+    fmt, width, height = _probe(data)
+    extra = dict(meta or {})
+    slot = extra.pop("slot", None)
+    prompt = extra.pop("prompt", None)
+    return AssetRecord(
+        asset_id=asset_id_for(data),
+        content_type=_FORMATS[fmt][0],
+        width=width,
+        height=height,
+        bytes=len(data),
+        kind=kind,
+        slot=slot,
+        prompt=prompt,
+        created_at=datetime.now(UTC),
+        extra=extra,
+    )
+
+
+def extension_for(content_type: str) -> str:
+    """Return the file extension an asset of a stored content type is written with."""
+    for mime, ext in _FORMATS.values():
+        if mime == content_type:
+            return ext
+    raise ValueError(f"not a stored content type: {content_type!r}")
+
+
 class AssetStore:
     """Store images by content hash under one directory.
 
@@ -139,37 +175,19 @@ class AssetStore:
             ValueError: The bytes are empty or not an image of a stored format.
         """
         del content_type  # Detected from the bytes below; kept for callers' clarity.
-        if not data:
-            raise ValueError("cannot store an empty asset")
-        fmt, width, height = _probe(data)
-        mime, ext = _FORMATS[fmt]
-        asset_id = asset_id_for(data)
-
-        existing = self.get(asset_id)
+        record = new_record(data, kind, meta)  # validates before anything is looked up
+        existing = self.get(record.asset_id)
         if existing is not None:
             return existing
+        return self._write_files(record, data)
 
-        extra = dict(meta or {})
-        slot = extra.pop("slot", None)
-        prompt = extra.pop("prompt", None)
-        record = AssetRecord(
-            asset_id=asset_id,
-            content_type=mime,
-            width=width,
-            height=height,
-            bytes=len(data),
-            kind=kind,
-            slot=slot,
-            prompt=prompt,
-            created_at=datetime.now(UTC),
-            extra=extra,
-        )
-        sidecar = record.model_dump_json(exclude={"url"}, indent=2).encode("utf-8")
-
+    def _write_files(self, record: AssetRecord, data: bytes) -> AssetRecord:
+        """Write an asset's bytes, then its sidecar, under `root`; return it with `path`."""
         self.root.mkdir(parents=True, exist_ok=True)
-        data_path = self.root / f"{asset_id}.{ext}"
+        data_path = self.root / f"{record.asset_id}.{extension_for(record.content_type)}"
+        sidecar = record.model_dump_json(exclude={"url"}, indent=2).encode("utf-8")
         _atomic_write(data_path, data)
-        _atomic_write(self.root / f"{asset_id}.json", sidecar)
+        _atomic_write(self.root / f"{record.asset_id}.json", sidecar)
         return record.model_copy(update={"path": data_path})
 
     async def aput(

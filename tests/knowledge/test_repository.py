@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -20,14 +22,32 @@ from knowledge.repository import (
 )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def repo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NoteRepository]:
-    """Yield an empty repository of each implementation."""
+    """Yield an empty repository of each implementation (postgres: a throwaway server's)."""
     if request.param == "memory":
         yield InMemoryNoteRepository()
         return
+    if request.param == "postgres":
+        async with _postgres_pool(request.getfixturevalue("migrated_postgres_url")) as pool:
+            from knowledge.postgres import PostgresNoteRepository
+
+            yield PostgresNoteRepository(pool)
+        return
     async with SqliteNoteRepository(tmp_path / "data" / "atelier.db") as sqlite_repo:
         yield sqlite_repo
+
+
+@contextlib.asynccontextmanager
+async def _postgres_pool(url: str) -> AsyncIterator[Any]:
+    """Open the service's kind of pool on a migrated database (app.db.pool)."""
+    from app.db.pool import open_pool
+
+    pool = await open_pool(url, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 def make(note_id: str, type_: str = "blocker", content: str = "数据库连接失败", **extra: object):
@@ -162,3 +182,33 @@ async def test_sqlite_uses_wal_and_requires_open(tmp_path: Path) -> None:
     finally:
         await repo.close()
         await repo.close()
+
+
+async def test_postgres_notes_are_shared_between_pools(migrated_postgres_url: str) -> None:
+    """Two replicas (two pools) see one vault, and optimistic locking spans them."""
+    from knowledge.postgres import PostgresNoteRepository
+
+    async with (
+        _postgres_pool(migrated_postgres_url) as first_pool,
+        _postgres_pool(migrated_postgres_url) as second_pool,
+    ):
+        first, second = PostgresNoteRepository(first_pool), PostgresNoteRepository(second_pool)
+        note = await first.add(make("shared", content="禁止使用绝对化用语"))
+        assert await second.get("shared") == note
+        await second.update("shared", expected_version=1, tags=["合规"])
+        with pytest.raises(VersionConflictError):
+            await first.update("shared", expected_version=1, content="stale")
+        assert (await first.search("绝对化用语")).ids == ["shared"]
+
+
+async def test_postgres_refuses_nul_characters_clearly(migrated_postgres_url: str) -> None:
+    from knowledge.postgres import PostgresNoteRepository
+
+    async with _postgres_pool(migrated_postgres_url) as pool:
+        repo = PostgresNoteRepository(pool)
+        with pytest.raises(ValueError, match="NUL"):
+            await repo.add(make("nul", content="a\x00b"))
+        await repo.add(make("ok"))
+        with pytest.raises(ValueError, match="NUL"):
+            await repo.update("ok", content="c\x00d")
+        assert await repo.count() == 1
