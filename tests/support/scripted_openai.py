@@ -748,6 +748,10 @@ class ScriptedOpenAIServer:
             log_level="warning",
             access_log=False,
             ws="none",
+            # uvicorn closes an idle keep-alive connection after 5 s by default; a
+            # loaded client reusing it just then gets a reset (ReadError) that no
+            # real provider's long keep-alive would cause, failing runs with retries off.
+            timeout_keep_alive=300,
             timeout_graceful_shutdown=math.ceil(self.shutdown_grace),
         )
         server = uvicorn.Server(config)
