@@ -77,7 +77,7 @@ def _requests(cards: int) -> list[Any]:
     """Return `cards` image requests built by the image tool's own `image_request`."""
     from nodes.tools import image_request
 
-    requests = []
+    requests: list[Any] = []
     post = 0
     while len(requests) < cards:
         palette = PALETTES[post % len(PALETTES)]
