@@ -1,12 +1,14 @@
 """Benchmark the local card renderer: cost per 1080×1440 PNG card, as a run draws it.
 
-    .venv/bin/python bench/bench_cards.py [--cards 40] [--ref GIT_REV] [--concurrency 1]
+    .venv/bin/python bench/bench_cards.py [--cards 40] [--ref GIT_REV] [--fresh-palettes]
+        [--concurrency 1]
 
 Each card goes the way a run sends it: `nodes.tools.image_request` builds the
 request from a post (cover: title over the brief's goal; content cards: one
 section each), `LocalCardProvider.generate` renders it in a worker thread and
 `AssetStore.aput` stores the PNG. Posts cycle through four palettes (a
-reference's, the default, a dark one, a single colour) and every post's title
+reference's, the default, a dark one, a single colour), or with
+`--fresh-palettes` each has a palette of its own, and every post's title
 carries its number, so no two cards are the same bytes and every one is
 written. The first card (font loading) is timed apart; the rest give the
 steady state: wall ms and process CPU seconds per card (all threads), the mean
@@ -73,14 +75,22 @@ def _rss_kib() -> int:
     return 0
 
 
-def _requests(cards: int) -> list[Any]:
+def _palette(post: int, fresh: bool) -> list[str] | None:
+    """Return post `post`'s palette: one of `PALETTES` in turn, or with `fresh` one of its own."""
+    if not fresh:
+        return PALETTES[post % len(PALETTES)]
+    # Distinct colours per post (up to 64^2 posts): no two posts share a background.
+    return [f"#f7{0xA0 + post % 64:02x}{0x90 + post // 64 % 64:02x}", "#e07a5f", "#3d405b"]
+
+
+def _requests(cards: int, fresh: bool) -> list[Any]:
     """Return `cards` image requests built by the image tool's own `image_request`."""
     from nodes.tools import image_request
 
     requests: list[Any] = []
     post = 0
     while len(requests) < cards:
-        palette = PALETTES[post % len(PALETTES)]
+        palette = _palette(post, fresh)
         state = {
             "creative_brief": {"topic": "平价护肤", "goal": GOAL},
             "generated_content": {"title": f"{TITLE}（{post + 1}）"},
@@ -99,14 +109,14 @@ def _requests(cards: int) -> list[Any]:
     return requests[:cards]
 
 
-async def _draw(cards: int, concurrency: int, assets_dir: Path) -> dict[str, Any]:
+async def _draw(cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> dict[str, Any]:
     """Draw the cards with this process's code; return the figures."""
     from providers.assets import AssetStore
     from providers.images import LocalCardProvider
 
     provider = LocalCardProvider()
     store = AssetStore(assets_dir)
-    requests = _requests(cards + 1)
+    requests = _requests(cards + 1, fresh)
     paths: list[str] = []
     sizes: list[int] = []
 
@@ -149,14 +159,16 @@ async def _draw(cards: int, concurrency: int, assets_dir: Path) -> dict[str, Any
     }
 
 
-def _child(root: Path, cards: int, concurrency: int, assets_dir: Path) -> None:
+def _child(root: Path, cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> None:
     """Draw with the code under `root` and print the figures as one JSON line."""
     sys.path.insert(0, str(root))
-    figures = asyncio.run(_draw(cards, concurrency, assets_dir))
+    figures = asyncio.run(_draw(cards, concurrency, fresh, assets_dir))
     print(json.dumps(figures))
 
 
-def _run_side(root: Path, cards: int, concurrency: int, assets_dir: Path) -> dict[str, Any]:
+def _run_side(
+    root: Path, cards: int, concurrency: int, fresh: bool, assets_dir: Path
+) -> dict[str, Any]:
     """Run one side in a fresh interpreter; return its figures."""
     out = subprocess.run(
         [
@@ -170,6 +182,7 @@ def _run_side(root: Path, cards: int, concurrency: int, assets_dir: Path) -> dic
             str(concurrency),
             "--assets",
             str(assets_dir),
+            *(["--fresh-palettes"] if fresh else []),
         ],
         cwd=root,
         check=True,
@@ -234,25 +247,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--cards", type=int, default=40, help="cards timed after the first")
     parser.add_argument("--concurrency", type=int, default=1, help="cards drawn at once")
+    parser.add_argument(
+        "--fresh-palettes",
+        action="store_true",
+        help="give every post a palette of its own (default: posts cycle through four)",
+    )
     parser.add_argument("--ref", help="also draw with this git revision's code, side by side")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--assets", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        _child(args.child, args.cards, args.concurrency, args.assets)
+        _child(args.child, args.cards, args.concurrency, args.fresh_palettes, args.assets)
         return
 
     print(
         f"{args.cards} cards (+1 warm-up) of {CARDS_PER_POST} per post, "
+        f"{'a palette of its own' if args.fresh_palettes else 'four palettes in turn'}, "
         f"concurrency {args.concurrency}, Python {sys.version.split()[0]}"
     )
     with tempfile.TemporaryDirectory(prefix="atelier-cards-") as tmp:
         sides: list[tuple[str, dict[str, Any]]] = []
         if args.ref:
             short = _export(args.ref, Path(tmp))
-            ref = _run_side(Path(tmp) / "tree", args.cards, args.concurrency, Path(tmp) / "a")
+            ref = _run_side(
+                Path(tmp) / "tree",
+                args.cards,
+                args.concurrency,
+                args.fresh_palettes,
+                Path(tmp) / "a",
+            )
             sides.append((f"ref {short}", ref))
-        new = _run_side(REPO_ROOT, args.cards, args.concurrency, Path(tmp) / "b")
+        new = _run_side(
+            REPO_ROOT, args.cards, args.concurrency, args.fresh_palettes, Path(tmp) / "b"
+        )
         sides.append(("worktree", new))
 
         header = f"{'':28}" + "".join(f"{name:>16}" for name, _ in sides)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import io
 from pathlib import Path
@@ -18,6 +19,10 @@ from providers.images.text import (
     clean_text,
     layout_text,
 )
+
+_PNG_COMPRESS_LEVEL = 3
+"""zlib level of the card PNGs: Pillow's default 6 spends ~40% of a card's CPU on deflate;
+3 takes about half that for files within a few percent of the same size (bench/bench_cards.py)."""
 
 
 class LocalCardProvider:
@@ -39,7 +44,7 @@ class LocalCardProvider:
             FontNotFoundError: No CJK-capable font (see `find_cjk_font`).
         """
         self.font_path = find_cjk_font(font_path)
-        self._face_index = chinese_face_index(self.font_path)
+        self._fonts = Fonts(self.font_path, chinese_face_index(self.font_path))
 
     async def generate(self, req: ImageRequest) -> GeneratedImage:
         """Render the card for `req` as PNG."""
@@ -49,46 +54,67 @@ class LocalCardProvider:
         """Render the card for `req` as PNG in the calling thread."""
         image = self.render(req)
         buffer = io.BytesIO()
-        image.save(buffer, format="PNG", compress_level=6)
+        image.save(buffer, format="PNG", compress_level=_PNG_COMPRESS_LEVEL)
         return GeneratedImage(
             data=buffer.getvalue(), content_type="image/png", width=req.width, height=req.height
         )
 
     def render(self, req: ImageRequest) -> Image.Image:
         """Render the card for `req` as an RGB Pillow image."""
-        fonts = Fonts(self.font_path, self._face_index)
         scheme = scheme_for(req.palette)
-        background = _background(req, scheme)
+        canvas = _background(req, scheme)
         if req.kind == "cover":
-            return _draw_cover(background, req, scheme, fonts)
-        return _draw_content(background, req, scheme, fonts)
+            return _draw_cover(canvas, req, scheme, self._fonts)
+        return _draw_content(canvas, req, scheme, self._fonts)
 
 
-def _seed(req: ImageRequest, salt: str) -> float:
+def _seed(slot: int, kind: str, salt: str) -> float:
     """Return a stable number in [0, 1) for decoration placement.
 
     Seeded by slot and kind only, so the background of a card does not change
     with its text (and the process-randomised `hash()` is never used).
     """
-    digest = hashlib.sha256(f"{req.slot}:{req.kind}:{salt}".encode()).digest()
+    digest = hashlib.sha256(f"{slot}:{kind}:{salt}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32
 
 
+def _panel(w: int, h: int) -> tuple[float, float, float, float]:
+    """Return the box of a content card's light panel (left, top, right, bottom)."""
+    s = w / CARD_WIDTH
+    margin = 72 * s
+    return (margin, 200 * s, w - margin, h - 110 * s)
+
+
 def _background(req: ImageRequest, scheme: Scheme) -> Image.Image:
-    """Paint the vertical gradient and the soft blurred shapes."""
-    w, h = req.width, req.height
-    top = Image.new("RGBA", (w, h), (*scheme.bg, 255))
-    bottom = Image.new("RGBA", (w, h), (*scheme.bg2, 255))
-    mask = Image.linear_gradient("L").resize((w, h), Image.Resampling.BICUBIC)
+    """Return the card's full-size RGB background, ready to draw on."""
+    return _backdrop(req.slot, req.kind, scheme, req.width, req.height).resize(
+        (req.width, req.height), Image.Resampling.BILINEAR
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _backdrop(slot: int, kind: str, scheme: Scheme, w: int, h: int) -> Image.Image:
+    """Paint the vertical gradient, the soft blurred shapes and, under a panel, its shadow.
+
+    Everything here is smooth, so it is composed at quarter scale and enlarged
+    once by `_background`: ~5x cheaper than composing full-size layers, and
+    within a few levels per channel of it. Text and sharp shapes are drawn
+    afterwards at full size. The result depends on the palette, slot and kind
+    only, so it is cached (32 × ~0.3 MB at most): runs with the same palette,
+    such as every run without reference images, paint each backdrop once. The
+    cached image is shared: never draw on it.
+    """
+    qw, qh = max(w // 4, 1), max(h // 4, 1)
+    top = Image.new("RGBA", (qw, qh), (*scheme.bg, 255))
+    bottom = Image.new("RGBA", (qw, qh), (*scheme.bg2, 255))
+    mask = Image.linear_gradient("L").resize((qw, qh), Image.Resampling.BICUBIC)
     canvas = Image.composite(bottom, top, mask)
 
-    # Shapes are drawn and blurred at quarter scale: smooth, and ~16x cheaper.
-    qw, qh = max(w // 4, 1), max(h // 4, 1)
-    jitter = (_seed(req, "a") - 0.5) * 0.12
+    jitter = (_seed(slot, kind, "a") - 0.5) * 0.12
     blobs: list[tuple[float, float, float, RGB, int]] = [
         (0.95 + jitter, 0.06 - jitter / 2, 0.36, scheme.accent, 120),
     ]
-    if req.kind == "cover":
+    if kind == "cover":
         blobs.append((0.02 - jitter, 0.93 + jitter / 2, 0.42, scheme.accent2, 110))
         blobs.append((0.88 + jitter, 0.82, 0.16, scheme.accent, 70))
     else:
@@ -101,8 +127,26 @@ def _background(req: ImageRequest, scheme: Scheme) -> Image.Image:
         x, y, rad = cx * qw, cy * qh, r * qw
         ImageDraw.Draw(layer).ellipse((x - rad, y - rad, x + rad, y + rad), fill=(*colour, alpha))
         layer = layer.filter(ImageFilter.GaussianBlur(radius=qw / 18))
-        canvas = Image.alpha_composite(canvas, layer.resize((w, h), Image.Resampling.BICUBIC))
-    return canvas
+        canvas = Image.alpha_composite(canvas, layer)
+
+    if kind != "cover":
+        # Soft shadow under the panel, on a layer that carries the shadow colour
+        # (no dark halo from unpremultiplied blur).
+        s = w / CARD_WIDTH
+        left, panel_top, right, panel_bottom = _panel(w, h)
+        shadow_colour = mix(scheme.bg2, (0, 0, 0), 0.6)
+        shadow = Image.new("RGBA", (qw, qh), (*shadow_colour, 0))
+        ImageDraw.Draw(shadow).rounded_rectangle(
+            tuple(v / 4 for v in (left, panel_top + 14 * s, right, panel_bottom + 14 * s)),
+            radius=12 * s,
+            fill=(*shadow_colour, 60),
+        )
+        shadow = shadow.filter(ImageFilter.GaussianBlur(radius=8 * s))
+        canvas = Image.alpha_composite(canvas, shadow)
+
+    # Cards are drawn on RGB: ImageDraw blends translucent fills only onto RGB
+    # images (onto RGBA it would overwrite the alpha instead).
+    return canvas.convert("RGB")
 
 
 def _bold(size: int) -> int:
@@ -132,12 +176,9 @@ def _draw_badge(
 
 
 def _draw_cover(
-    background: Image.Image, req: ImageRequest, scheme: Scheme, fonts: Fonts
+    canvas: Image.Image, req: ImageRequest, scheme: Scheme, fonts: Fonts
 ) -> Image.Image:
-    """Draw a cover: slot badge, big centred title with a marker highlight, rule, subtitle."""
-    # Draw on RGB: ImageDraw blends translucent fills only onto RGB images
-    # (onto RGBA it would overwrite the alpha instead).
-    canvas = background.convert("RGB")
+    """Draw a cover onto its background: slot badge, centred title with a marker, rule, subtitle."""
     w, h = canvas.size
     s = w / CARD_WIDTH
     margin = 96 * s
@@ -227,29 +268,15 @@ def _draw_cover(
 
 
 def _draw_content(
-    background: Image.Image, req: ImageRequest, scheme: Scheme, fonts: Fonts
+    canvas: Image.Image, req: ImageRequest, scheme: Scheme, fonts: Fonts
 ) -> Image.Image:
-    """Draw a content/detail card: badge and rule, then heading and body on a light panel."""
-    w, h = background.size
+    """Draw a content/detail card onto its background: badge, rule, heading and body on a panel."""
+    w, h = canvas.size
     s = w / CARD_WIDTH
     margin = 72 * s
     header_y = 84 * s
-    panel = (margin, 200 * s, w - margin, h - 110 * s)
+    panel = _panel(w, h)
     panel_fill = mix((255, 255, 255), scheme.bg, 0.08)
-
-    # Soft shadow under the panel, blurred at quarter scale on a layer that
-    # carries the shadow colour (no dark halo from unpremultiplied blur).
-    shadow_colour = mix(scheme.bg2, (0, 0, 0), 0.6)
-    shadow = Image.new("RGBA", (max(w // 4, 1), max(h // 4, 1)), (*shadow_colour, 0))
-    ImageDraw.Draw(shadow).rounded_rectangle(
-        tuple(v / 4 for v in (panel[0], panel[1] + 14 * s, panel[2], panel[3] + 14 * s)),
-        radius=12 * s,
-        fill=(*shadow_colour, 60),
-    )
-    shadow = shadow.filter(ImageFilter.GaussianBlur(radius=8 * s))
-    canvas = Image.alpha_composite(
-        background, shadow.resize((w, h), Image.Resampling.BICUBIC)
-    ).convert("RGB")
 
     draw = ImageDraw.Draw(canvas, "RGBA")
     right = _draw_badge(draw, fonts, margin, header_y, s, f"{req.slot:02d}", scheme.accent)
