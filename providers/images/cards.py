@@ -286,8 +286,9 @@ def _draw_content(
         fill=(*header_ink, 60),
         width=max(1, round(3 * s)),
     )
-    # A light panel keeps body text readable whatever the palette.
-    draw.rounded_rectangle(panel, radius=44 * s, fill=(*panel_fill, 255))
+    # A light panel keeps body text readable whatever the palette. It is opaque,
+    # so it is filled without the per-pixel blending of the "RGBA" draw (~5x faster).
+    ImageDraw.Draw(canvas).rounded_rectangle(panel, radius=44 * s, fill=panel_fill)
 
     ink = ink_for(panel_fill)
     body_ink = mix(ink, panel_fill, 0.18)
