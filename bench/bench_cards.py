@@ -12,8 +12,9 @@ reference's, the default, a dark one, a single colour), or with
 carries its number, so no two cards are the same bytes and every one is
 written. The first card (font loading) is timed apart; the rest give the
 steady state: wall ms and process CPU seconds per card (all threads), the mean
-PNG size, and the process RSS after the warm-up and after the last card (a
-cache that grows with the cards shows up as the second exceeding the first).
+PNG size, and the process RSS after the warm-up, after half the cards and
+after the last (a cache that grows with the cards shows up as the last exceeding
+the middle one).
 
 With `--ref REV` the same cards are also drawn by the code of git revision REV
 (its tree exported to a temp dir), each side in its own fresh process, one
@@ -139,12 +140,17 @@ async def _draw(cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> 
         async with gate:
             await one(req)
 
+    rest = requests[1:]
+    halves = (rest[: cards // 2], rest[cards // 2 :])
+    rss_half = 0
     wall, cpu = time.perf_counter(), time.process_time()
-    if concurrency == 1:
-        for req in requests[1:]:
-            await one(req)
-    else:
-        await asyncio.gather(*(gated(r) for r in requests[1:]))
+    for half in halves:
+        if concurrency == 1:
+            for req in half:
+                await one(req)
+        else:
+            await asyncio.gather(*(gated(r) for r in half))
+        rss_half = rss_half or _rss_kib()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
         "code": str(Path(sys.modules[LocalCardProvider.__module__].__file__ or "")),
@@ -154,6 +160,7 @@ async def _draw(cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> 
         "cpu_s_per_card": cpu / cards,
         "png_bytes": sum(sizes[1:]) / cards,
         "rss_warm_mib": rss_warm / 1024,
+        "rss_half_mib": rss_half / 1024,
         "rss_end_mib": _rss_kib() / 1024,
         "paths": paths,
     }
@@ -238,6 +245,7 @@ ROWS = (
     ("CPU s per card", "cpu_s_per_card", "{:.4f}"),
     ("PNG bytes per card", "png_bytes", "{:.0f}"),
     ("RSS after 1 card, MiB", "rss_warm_mib", "{:.1f}"),
+    ("RSS after half, MiB", "rss_half_mib", "{:.1f}"),
     ("RSS after all cards, MiB", "rss_end_mib", "{:.1f}"),
 )
 
