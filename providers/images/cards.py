@@ -21,8 +21,12 @@ from providers.images.text import (
 )
 
 _PNG_COMPRESS_LEVEL = 3
-"""zlib level of the card PNGs: Pillow's default 6 spends ~40% of a card's CPU on deflate;
-3 takes about half that for files within a few percent of the same size (bench/bench_cards.py)."""
+"""zlib level of the card PNGs, a trade of size for CPU (figures from bench/bench_cards.py).
+
+Encoding is the largest cost of a card. Level 3 encodes in ~60% of the time of
+Pillow's default 6, for files ~25% larger than 6 would make (~100 KB a card,
+what level 6 gave before the backdrop was composed at quarter scale).
+"""
 
 
 class LocalCardProvider:
@@ -100,7 +104,7 @@ def _backdrop(slot: int, kind: str, scheme: Scheme, w: int, h: int) -> Image.Ima
     once by `_background`: ~5x cheaper than composing full-size layers, and
     within a few levels per channel of it. Text and sharp shapes are drawn
     afterwards at full size. The result depends on the palette, slot and kind
-    only, so it is cached (32 × ~0.3 MB at most): runs with the same palette,
+    only, so it is cached (32 × ~0.4 MB at most): runs with the same palette,
     such as every run without reference images, paint each backdrop once. The
     cached image is shared: never draw on it.
     """

@@ -123,11 +123,12 @@ class Fonts:
 def _face(path: str, index: int, size: int) -> ImageFont.FreeTypeFont:
     """Load a face once and keep it: loading costs ~1 ms and ~2 MB per size of a CJK font.
 
-    A card uses a handful of sizes (badge, title or heading, body), and the sizes
-    it tries while fitting text are a fixed few per card width, so 16 faces hold
-    the working set of any run while bounding the memory to ~32 MB. Sharing a face
-    between render threads is safe: Pillow holds the GIL (on free-threaded
-    builds, a per-font critical section) for each FreeType call.
+    A card draws with a handful of sizes (badge, title or heading, body) out of
+    a fixed few per card width that `layout_text` tries (up to 17 for a long
+    cover title), so 16 faces keep the common ones while bounding the memory
+    to ~32 MB. Sharing a face between render threads is safe: Pillow holds the
+    GIL (on free-threaded builds, a per-font critical section) for each
+    FreeType call.
     """
     return ImageFont.truetype(path, size=size, index=index)
 
