@@ -118,38 +118,35 @@ async def _draw(cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> 
     provider = LocalCardProvider()
     store = AssetStore(assets_dir)
     requests = _requests(cards + 1, fresh)
-    paths: list[str] = []
-    sizes: list[int] = []
 
-    async def one(req: Any) -> None:
+    async def one(req: Any) -> tuple[str, int]:
         image = await provider.generate(req)
         record = await store.aput(
             image.data, image.content_type, meta={"slot": req.slot, "prompt": req.prompt}
         )
-        paths.append(str(record.path))
-        sizes.append(record.bytes)
+        return str(record.path), record.bytes
 
     wall, cpu = time.perf_counter(), time.process_time()
-    await one(requests[0])
+    drawn = [await one(requests[0])]
     first_wall, first_cpu = time.perf_counter() - wall, time.process_time() - cpu
     rss_warm = _rss_kib()
 
     gate = asyncio.Semaphore(concurrency)
 
-    async def gated(req: Any) -> None:
+    async def gated(req: Any) -> tuple[str, int]:
         async with gate:
-            await one(req)
+            return await one(req)
 
     rest = requests[1:]
     halves = (rest[: cards // 2], rest[cards // 2 :])
     rss_half = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for half in halves:
+        # In request order either way (gather keeps it), so both sides pair card by card.
         if concurrency == 1:
-            for req in half:
-                await one(req)
+            drawn += [await one(req) for req in half]
         else:
-            await asyncio.gather(*(gated(r) for r in half))
+            drawn += await asyncio.gather(*(gated(r) for r in half))
         rss_half = rss_half or _rss_kib()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
@@ -158,11 +155,11 @@ async def _draw(cards: int, concurrency: int, fresh: bool, assets_dir: Path) -> 
         "first_cpu_s": first_cpu,
         "ms_per_card": wall * 1000 / cards,
         "cpu_s_per_card": cpu / cards,
-        "png_bytes": sum(sizes[1:]) / cards,
+        "png_bytes": sum(size for _, size in drawn[1:]) / cards,
         "rss_warm_mib": rss_warm / 1024,
         "rss_half_mib": rss_half / 1024,
         "rss_end_mib": _rss_kib() / 1024,
-        "paths": paths,
+        "paths": [path for path, _ in drawn],
     }
 
 
