@@ -22,9 +22,9 @@ from providers.images import (
     ImageRequest,
     LocalCardProvider,
     OpenAIImageProvider,
-    _wrap,
     build_image_provider,
 )
+from providers.images.text import wrap
 
 PALETTE = ["#f7e6d7", "#e07a5f", "#3d405b"]
 API_KEY = "sk-test-SECRET-1234567890"
@@ -177,13 +177,13 @@ def test_wrap_breaks_chinese_by_width_and_english_on_spaces(provider: LocalCardP
     from PIL import ImageFont
 
     font = ImageFont.truetype(str(provider.font_path), 40)
-    chinese = _wrap("学生党平价护肤清单，百元内精华怎么选才不踩雷。", font, 300)
+    chinese = wrap("学生党平价护肤清单，百元内精华怎么选才不踩雷。", font, 300)
     assert len(chinese) > 1
     assert all(font.getlength(line) <= 300 + 40 for line in chinese)
     assert "".join(chinese) == "学生党平价护肤清单，百元内精华怎么选才不踩雷。"
     assert not any(line.startswith(("，", "。")) for line in chinese)
 
-    english = _wrap("start with two percent niacinamide first", font, 300)
+    english = wrap("start with two percent niacinamide first", font, 300)
     assert len(english) > 1
     assert " ".join(english) == "start with two percent niacinamide first"
 
