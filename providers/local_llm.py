@@ -311,6 +311,11 @@ class EmbeddedModelServer:
         """The child's process id while it runs."""
         return self._process.pid if self._process else None
 
+    @property
+    def restarting(self) -> bool:
+        """Whether a crashed child is being started again (it does not answer yet)."""
+        return self._restarting
+
     async def start(self) -> str:
         """Start the child, check that it completes a prompt, and return the base URL.
 
