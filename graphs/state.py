@@ -12,29 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
-AgentName = Literal[
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "review_agent",
-    "image_agent",
-]
-
-#: The eight agents, in the order a post is normally made. The order is also the
-#: fallback order: "the first stage whose output is missing" walks this tuple.
-AGENTS: tuple[AgentName, ...] = (
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "image_agent",
-    "review_agent",
-)
+from graphs.limits import TeamLimits
 
 #: Quality dimensions the review agent scores, in fallback priority order.
 QUALITY_DIMENSIONS: tuple[str, ...] = (
@@ -44,29 +22,6 @@ QUALITY_DIMENSIONS: tuple[str, ...] = (
     "readability",
     "platformFit",
 )
-
-
-class TeamLimits(TypedDict, total=False):
-    """Loop bounds of one team run; set by the caller from settings, read by routers."""
-
-    max_team_steps: int
-    max_invalid_decisions: int
-    max_same_agent_repeats: int
-    max_research_tool_rounds: int
-    max_image_tool_rounds: int
-    max_supervisor_tool_rounds: int
-    quality_threshold: float
-
-
-DEFAULT_LIMITS: TeamLimits = {
-    "max_team_steps": 24,
-    "max_invalid_decisions": 2,
-    "max_same_agent_repeats": 2,
-    "max_research_tool_rounds": 3,
-    "max_image_tool_rounds": 9,
-    "max_supervisor_tool_rounds": 2,
-    "quality_threshold": 0.6,
-}
 
 
 class TeamLogEntry(TypedDict):
@@ -97,7 +52,9 @@ class TeamInput(TypedDict, total=False):
     image_provider: str  # "local" | "openai"; read by the image tool
     knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
     retry_context: dict[str, Any] | None  # previous verdict on a retry (PRODUCT.md §1.3)
-    limits: TeamLimits  # loop bounds; defaults to DEFAULT_LIMITS
+    # Loop bounds; unset ones come from the context, then the defaults. The team's entry
+    # node resolves them (graphs.limits); routers and nodes read them (limits_of).
+    limits: TeamLimits
 
 
 class TeamOutput(TypedDict, total=False):
@@ -186,7 +143,7 @@ class PipelineInput(TypedDict, total=False):
     layout_preference: Literal["balanced", "image_heavy", "text_heavy"]  # executor → layout
     image_provider: str  # "local" | "openai"; executor → image tool
     image_count: int  # images wanted (1–9); planner merges it into the constraints
-    fast_mode: bool  # one attempt and a smaller team budget (see above); planner
+    fast_mode: bool  # one attempt and a smaller team budget (see above); run start
     auto_confirm: bool  # never ask a clarification question; planner
 
 
@@ -197,14 +154,18 @@ class PipelineOutput(TypedDict, total=False):
 
 
 class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
-    """Working state of the pipeline; the TeamOutput fields hold the latest attempt."""
+    """Working state of the pipeline; the TeamOutput fields hold the latest attempt.
 
-    session_id: str  # planner: thread id (or a run-scoped id) → rag, critic (coordinator key)
+    "run start" is `graphs.run_start`, which also resets the per-run counters and
+    history below when a new run enters the pipeline.
+    """
+
+    session_id: str  # run start: thread id (or a run-scoped id) → rag, critic (coordinator key)
     clarity: dict[str, Any] | None  # planner: {score, dimensions, missing} → finalize, events
     clarification: dict[str, Any] | None  # planner after a question: {choice, details} → planner
     intent: dict[str, Any] | None  # planner: action, topic, …, constraints → rag, executor, critic
-    max_attempts: int  # planner (1 + MAX_RETRY_COUNT, 1 in fast mode) → critic, route_from_critic
-    team_limits: TeamLimits  # planner: the team's loop bounds → executor
+    max_attempts: int  # run start: 1 + MAX_RETRY_COUNT, 1 in fast mode → critic, route_from_critic
+    team_limits: TeamLimits  # run start: the team's bounds, fast mode applied → executor
     replan_notes: list[dict[str, Any]]  # critic: ignored blocker notes → planner's context
     knowledge_query: str  # rag: the retrieval query of this attempt → events, finalize
     knowledge_notes: list[dict[str, Any]]  # rag → executor (team), critic (deviation check)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
+from typing import Annotated, Any, Protocol, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -24,13 +24,10 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
-from graphs.state import DEFAULT_LIMITS, TeamLimits, TeamState
+from graphs.state import TeamState
 from nodes.checks import Constraints
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
-
-if TYPE_CHECKING:
-    from graphs.context import AtelierContext
 
 log = logging.getLogger(__name__)
 
@@ -255,12 +252,7 @@ def mark_ignores_optional_tools(state: Mapping[str, Any], role: str) -> dict[str
     return {"no_optional_tools": [*roles, role]}
 
 
-# --- limits, errors and constraints ------------------------------------------------
-
-
-def team_limits(state: Mapping[str, Any], ctx: AtelierContext) -> TeamLimits:
-    """Return the run's loop bounds: defaults, then the context's, then the state's."""
-    return cast(TeamLimits, {**DEFAULT_LIMITS, **ctx.limits, **(state.get("limits") or {})})
+# --- errors and constraints ------------------------------------------------
 
 
 #: How many unparsable-output notes the state keeps (newest last).

@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from graphs.context import AtelierContext, context_of
+from graphs.limits import limits_of
 from graphs.routing import draft_digest, quality_fallback
 from graphs.state import QUALITY_DIMENSIONS, TeamState
 from nodes.checks import CheckResult, check_constraints
@@ -26,7 +27,6 @@ from nodes.common import (
     clipped,
     parse_constraints,
     structured_call,
-    team_limits,
 )
 from prompts import review as prompt
 from prompts.common import data_block
@@ -88,7 +88,7 @@ def _failure_text(result: CheckResult) -> str:
 async def review_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Write `review_feedback`, `quality_scores` and `reviewed_digest` (the draft it judged)."""
     ctx = context_of(runtime)
-    threshold = team_limits(state, ctx)["quality_threshold"]
+    threshold = limits_of(state)["quality_threshold"]
     failures = constraint_failures(state)
     checks = [_failure_text(f) for f in failures]
     task = "\n\n".join([data_block(prompt.CHECKS_LABEL, checks or ["全部通过"]), prompt.TASK])

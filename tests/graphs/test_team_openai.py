@@ -22,8 +22,8 @@ from langchain_core.messages import (
 )
 from PIL import Image
 
+from core.agents import AGENTS
 from core.settings import Settings
-from graphs.state import AGENTS
 from providers.llm import OpenAIModelFactory
 from tests.graphs.team_runs import run_team
 from tests.support.fake_models import HAPPY_TAGS, HAPPY_TITLE, fake_context, happy_team
