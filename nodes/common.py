@@ -378,3 +378,17 @@ UNIT_SCORE = BeforeValidator(_unit_score)
 #: confidence): lenient the same way everywhere — ``7`` on a 1–10 habit reads as 0.7,
 #: ``85`` or ``"85%"`` as 0.85 — while the JSON schema still tells the model 0–1.
 UnitScore = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]
+
+
+class QualityDimensions(BaseModel):
+    """Scores 0–1 per dimension; a dimension left out was not judged.
+
+    The one model of the five quality dimensions (`graphs.state.QUALITY_DIMENSIONS`,
+    in that order) that the review agent and the critic's judge both answer with.
+    """
+
+    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
+    textImageAlignment: UnitScore | None = Field(default=None, description="Text-image match.")
+    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
+    readability: UnitScore | None = Field(default=None, description="Readability.")
+    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")

@@ -20,6 +20,7 @@ from graphs.routing import draft_digest, quality_fallback
 from graphs.state import QUALITY_DIMENSIONS, TeamState
 from nodes.checks import CheckResult, check_constraints
 from nodes.common import (
+    QualityDimensions,
     UnitScore,
     agent_error,
     build_messages,
@@ -45,16 +46,6 @@ SECTIONS = (
     "content",
     "images",
 )
-
-
-class QualityDimensions(BaseModel):
-    """Scores 0–1 per dimension; a dimension left out was not judged."""
-
-    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
-    textImageAlignment: UnitScore | None = Field(default=None, description="Text-image match.")
-    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
-    readability: UnitScore | None = Field(default=None, description="Readability.")
-    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")
 
 
 class ReviewResult(BaseModel):
