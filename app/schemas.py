@@ -31,8 +31,8 @@ from pydantic import (
 )
 
 from app.runs.frames import SCHEMA_VERSION, StreamModeName
-from core.settings import STREAMING_ROLES
 from providers.assets import ASSET_ID_LENGTH
+from providers.llm import streams_to_users
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -264,17 +264,8 @@ def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> N
         ) from None
 
 
-_STREAMING_TAGS = frozenset(f"role:{role}" for role in STREAMING_ROLES)
-
-
-def writer_tokens_only(metadata: Mapping[str, Any]) -> bool:
-    """Keep a `messages` chunk only when a writing role's model produced it.
-
-    The model factory tags every other role `nostream`, which LangGraph honours for
-    tokens; this also keeps off the stream whole messages LangGraph emits when a node
-    returns one (a supervisor's tool call, say).
-    """
-    return not _STREAMING_TAGS.isdisjoint(metadata.get("tags") or ())
+#: The `atelier` assistant's token filter: the writing roles' tokens only.
+writer_tokens_only = streams_to_users
 
 
 # --------------------------------------------------------------------------- runs
