@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictInt,
     StringConstraints,
@@ -31,7 +32,16 @@ from pydantic import (
 )
 
 from app.runs.frames import SCHEMA_VERSION, StreamModeName
-from providers.assets import ASSET_ID_LENGTH
+from graphs.state import (
+    AudienceText,
+    ImageCount,
+    ImageProviderName,
+    LayoutPreference,
+    PlatformName,
+    ReferenceImages,
+    ReferenceTexts,
+    RequestText,
+)
 from providers.llm import streams_to_users
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
@@ -51,7 +61,6 @@ INT64_MAX = 2**63 - 1
 MAX_OFFSET = 1_000_000
 
 ResourceId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
@@ -147,25 +156,21 @@ QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 # --------------------------------------------------------------------------- atelier input
 
 
+# The fields of `graphs.state.PipelineInput`, with its types and bounds (a test ties the
+# two: tests/app/test_atelier_input.py); this model adds descriptions, examples, defaults
+# and strict parsing.
 class AtelierInput(_Strict):
     """The `input` of a run of the `atelier` assistant (PRODUCT.md §2.6)."""
 
-    request: str = Field(
-        min_length=1,
-        max_length=4000,
+    request: RequestText = Field(
         description="What to write, in the user's words (1–4000 characters).",
         examples=["写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"],
     )
-    platform: str = Field(
-        default="xiaohongshu",
-        min_length=1,
-        max_length=40,
-        pattern=r"^[a-z0-9_-]+$",
-        description="Target platform.",
-        examples=["xiaohongshu"],
+    platform: PlatformName = Field(
+        default="xiaohongshu", description="Target platform.", examples=["xiaohongshu"]
     )
-    audience: str | None = Field(
-        default=None, max_length=200, description="Who the post is for.", examples=["大学生"]
+    audience: AudienceText | None = Field(
+        default=None, description="Who the post is for.", examples=["大学生"]
     )
     constraints: dict[str, Any] | None = Field(
         default=None,
@@ -174,22 +179,21 @@ class AtelierInput(_Strict):
         "must_include/must_avoid (term lists).",
         examples=[{"body_max": 600, "must_include": ["烟酰胺"]}],
     )
-    reference_images: list[AssetId] = Field(
+    reference_images: ReferenceImages = Field(
         default_factory=list,
-        max_length=9,
         description="Ids of uploaded reference images (POST /assets), at most 9.",
     )
-    reference_texts: list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]] = Field(
-        default_factory=list, max_length=5, description="Example posts to imitate."
+    reference_texts: ReferenceTexts = Field(
+        default_factory=list, description="Example posts to imitate."
     )
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"] = Field(
+    layout_preference: LayoutPreference = Field(
         default="balanced", description="How text and images are balanced."
     )
-    image_provider: Literal["local", "openai"] | None = Field(
+    image_provider: ImageProviderName | None = Field(
         default=None, description="Image provider (default: IMAGE_PROVIDER)."
     )
-    image_count: StrictInt | None = Field(
-        default=None, ge=1, le=9, description="Images wanted (1–9)."
+    image_count: Annotated[ImageCount, Strict()] | None = Field(
+        default=None, description="Images wanted (1–9)."
     )
     fast_mode: StrictBool = Field(default=False, description="One attempt, smaller team budget.")
     auto_confirm: StrictBool = Field(

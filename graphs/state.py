@@ -9,10 +9,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired, Required
 
+from pydantic import Field, StringConstraints
+
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
 from graphs.limits import TeamLimits
+from providers.assets import ASSET_ID_LENGTH
+
+# The pipeline's input fields: each type and its bounds, declared once. The HTTP API's
+# `input` (`app.schemas.AtelierInput`) is built from these same types and adds what only
+# a client needs (descriptions, examples, defaults, strict parsing); a test ties the
+# two field by field (tests/app/test_atelier_input.py).
+RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+PlatformName = Annotated[
+    str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$")
+]
+AudienceText = Annotated[str, StringConstraints(max_length=200)]
+AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
+ReferenceImages = Annotated[list[AssetId], Field(max_length=9)]
+ReferenceTexts = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]], Field(max_length=5)
+]
+LayoutPreference = Literal["balanced", "image_heavy", "text_heavy"]
+ImageProviderName = Literal["local", "openai"]
+ImageCount = Annotated[int, Field(ge=1, le=9)]
+
 
 #: Quality dimensions the review agent scores, in fallback priority order.
 QUALITY_DIMENSIONS: tuple[str, ...] = (
@@ -47,7 +69,7 @@ class TeamInput(TypedDict, total=False):
     intent: dict[str, Any] | None  # planner's intent (topic, goal, style, …)
     reference_images: list[str]  # uploaded asset ids; read by reference_intelligence_agent
     reference_texts: list[str]  # example posts; read by reference_intelligence_agent
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]
+    layout_preference: LayoutPreference
     image_count: int  # images wanted (1–9); read by layout and image planners
     image_provider: str  # "local" | "openai"; read by the image tool
     knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
@@ -134,15 +156,15 @@ class PipelineInput(TypedDict, total=False):
     repeat). The critic still judges the single attempt.
     """
 
-    request: Required[str]  # the user's request (1–4000 chars); planner, rag, executor, critic
-    platform: str  # target platform, default "xiaohongshu"; planner → intent, team
-    audience: str | None  # who the post is for, if the user said; planner, clarity score
-    constraints: dict[str, Any]  # user's verifiable constraints (`Constraints` fields); planner
-    reference_images: list[str]  # uploaded asset ids; executor → reference_intelligence_agent
-    reference_texts: list[str]  # example posts to imitate; executor → reference agent
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]  # executor → layout
-    image_provider: str  # "local" | "openai"; executor → image tool
-    image_count: int  # images wanted (1–9); planner merges it into the constraints
+    request: Required[RequestText]  # the user's request; planner, rag, executor, critic
+    platform: PlatformName  # target platform, default "xiaohongshu"; planner → intent, team
+    audience: AudienceText | None  # who the post is for, if the user said; planner, clarity
+    constraints: dict[str, Any] | None  # user's verifiable constraints (`Constraints`); planner
+    reference_images: ReferenceImages  # uploaded asset ids; executor → reference agent
+    reference_texts: ReferenceTexts  # example posts to imitate; executor → reference agent
+    layout_preference: LayoutPreference  # executor → layout
+    image_provider: ImageProviderName | None  # None: the default; executor → image tool
+    image_count: ImageCount | None  # images wanted; planner merges it into the constraints
     fast_mode: bool  # one attempt and a smaller team budget (see above); run start
     auto_confirm: bool  # never ask a clarification question; planner
 
