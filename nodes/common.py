@@ -33,23 +33,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-#: Context sections an agent can ask for, rendered in this order.
-SECTIONS: tuple[str, ...] = (
-    "request",
-    "intent",
-    "constraints",
-    "notes",
-    "retry",
-    "brief",
-    "evidence",
-    "references",
-    "layout",
-    "plans",
-    "content",
-    "images",
-    "review",
-)
-
+#: Each context section's label in the prompt, in rendering order.
 _SECTION_LABELS = {
     "request": "用户请求",
     "intent": "规划意图",
@@ -65,6 +49,8 @@ _SECTION_LABELS = {
     "images": "已生成图片",
     "review": "审核意见",
 }
+#: Context sections an agent can ask for, rendered in this order (the labels' order).
+SECTIONS: tuple[str, ...] = tuple(_SECTION_LABELS)
 
 
 def _section_value(name: str, state: Mapping[str, Any]) -> Any:
