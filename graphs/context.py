@@ -43,7 +43,7 @@ class AtelierContext:
     notes: NoteRepository  # the knowledge vault, searched by research and rag
     image_providers: dict[str, ImageProvider]  # "local" / "openai" → provider
     default_image_provider: str = "local"
-    # The deployment's loop bounds over the defaults (graphs.limits: resolved at a run's start).
+    # The deployment's loop bounds; graphs.limits resolves them over the defaults.
     limits: TeamLimits = field(default_factory=lambda: TeamLimits())
     today: Callable[[], date] = date.today  # the critic's "today", replaceable in tests
     # --- pipeline (PRODUCT.md §1.1, §1.3) ---

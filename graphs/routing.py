@@ -25,7 +25,7 @@ from langgraph.graph import END
 
 from core.agents import AGENT_TABLE, AGENTS, AgentName
 from core.events import FallbackReason
-from graphs.limits import limits_of
+from graphs.limits import DEFAULT_LIMITS, limits_of
 from graphs.state import QUALITY_DIMENSIONS, TeamOutput
 
 #: Where the run may go after a supervisor turn: back to the supervisor, an agent, or END.
@@ -140,7 +140,7 @@ def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) ->
 
 
 def quality_fallback(
-    scores: Mapping[str, float] | None, threshold: float = 0.6
+    scores: Mapping[str, float] | None, threshold: float = DEFAULT_LIMITS["quality_threshold"]
 ) -> AgentName | None:
     """Return the agent that fixes the first failing quality dimension, or None if all pass.
 

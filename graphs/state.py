@@ -71,7 +71,7 @@ class TeamInput(TypedDict, total=False):
     reference_texts: list[str]  # example posts; read by reference_intelligence_agent
     layout_preference: LayoutPreference
     image_count: int  # images wanted (1–9); read by layout and image planners
-    image_provider: str  # "local" | "openai"; read by the image tool
+    image_provider: ImageProviderName  # read by the image tool
     knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
     retry_context: dict[str, Any] | None  # previous verdict on a retry (PRODUCT.md §1.3)
     # Loop bounds; unset ones come from the context, then the defaults. The team's entry
