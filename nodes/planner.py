@@ -37,13 +37,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from core.events import stage_events
 from graphs.context import AtelierContext, context_of
@@ -246,15 +246,12 @@ def parse_resume(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-class PlannedConstraints(BaseModel):
+class PlannedConstraints(Constraints):
     """Verifiable constraints; leave a field empty unless the request or platform requires it."""
 
-    title_min: int | None = Field(default=None, ge=0, le=1000, description="Min title chars.")
-    title_max: int | None = Field(default=None, ge=0, le=1000, description="Max title chars.")
-    body_min: int | None = Field(default=None, ge=0, le=100_000, description="Min body chars.")
-    body_max: int | None = Field(default=None, ge=0, le=100_000, description="Max body chars.")
-    tag_min: int | None = Field(default=None, ge=0, le=100, description="Min number of tags.")
-    tag_max: int | None = Field(default=None, ge=0, le=100, description="Max number of tags.")
+    # `Constraints`' fields, as the planner's model may answer them: at most 9 images
+    # and 20 terms per list, and an inverted range is not an unreadable answer
+    # (`merge_constraints` drops it).
     image_min: int | None = Field(default=None, ge=0, le=9, description="Min number of images.")
     image_max: int | None = Field(default=None, ge=0, le=9, description="Max number of images.")
     must_include: list[str] = Field(
@@ -263,6 +260,10 @@ class PlannedConstraints(BaseModel):
     must_avoid: list[str] = Field(
         default_factory=list, max_length=20, description="Terms the post must not contain."
     )
+
+    @model_validator(mode="after")
+    def _ranges_are_ordered(self) -> Self:
+        return self
 
 
 class PlannerIntent(BaseModel):

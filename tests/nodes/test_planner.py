@@ -250,3 +250,15 @@ async def test_replan_puts_the_ignored_note_in_context_and_in_the_rules(tmp_path
     assert update["intent"]["constraints"]["must_avoid"] == ["最", "第一"]
     assert update["replan_notes"] == []
     assert note["content"] in models.calls_for("planner")[0].prompt
+
+
+def test_the_planners_constraints_are_the_checked_constraints_narrowed() -> None:
+    from nodes.checks import Constraints
+    from nodes.planner import PlannedConstraints
+
+    assert list(PlannedConstraints.model_fields) == list(Constraints.model_fields)
+    # An inverted range from the model parses (merge_constraints drops it) ...
+    assert PlannedConstraints.model_validate({"title_min": 10, "title_max": 5}).title_min == 10
+    # ... and the model is held to what a post can have.
+    with pytest.raises(ValidationError):
+        PlannedConstraints.model_validate({"image_max": 10})
