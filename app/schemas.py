@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictInt,
     StringConstraints,
@@ -36,8 +37,17 @@ from app.runs.frames import (
     UNSUPPORTED_STREAM_MODES,
     StreamModeName,
 )
-from core.settings import STREAMING_ROLES
-from providers.assets import ASSET_ID_LENGTH
+from graphs.state import (
+    AudienceText,
+    ImageCount,
+    ImageProviderName,
+    LayoutPreference,
+    PlatformName,
+    ReferenceImages,
+    ReferenceTexts,
+    RequestText,
+)
+from providers.llm import streams_to_users
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -56,7 +66,6 @@ INT64_MAX = 2**63 - 1
 MAX_OFFSET = 1_000_000
 
 ResourceId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
@@ -152,25 +161,21 @@ QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 # --------------------------------------------------------------------------- atelier input
 
 
+# The fields of `graphs.state.PipelineInput`, with its types and bounds (a test ties the
+# two: tests/app/test_atelier_input.py); this model adds descriptions, examples, defaults
+# and strict parsing.
 class AtelierInput(_Strict):
     """The `input` of a run of the `atelier` assistant (PRODUCT.md §2.6)."""
 
-    request: str = Field(
-        min_length=1,
-        max_length=4000,
+    request: RequestText = Field(
         description="What to write, in the user's words (1–4000 characters).",
         examples=["写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"],
     )
-    platform: str = Field(
-        default="xiaohongshu",
-        min_length=1,
-        max_length=40,
-        pattern=r"^[a-z0-9_-]+$",
-        description="Target platform.",
-        examples=["xiaohongshu"],
+    platform: PlatformName = Field(
+        default="xiaohongshu", description="Target platform.", examples=["xiaohongshu"]
     )
-    audience: str | None = Field(
-        default=None, max_length=200, description="Who the post is for.", examples=["大学生"]
+    audience: AudienceText | None = Field(
+        default=None, description="Who the post is for.", examples=["大学生"]
     )
     constraints: dict[str, Any] | None = Field(
         default=None,
@@ -179,22 +184,21 @@ class AtelierInput(_Strict):
         "must_include/must_avoid (term lists).",
         examples=[{"body_max": 600, "must_include": ["烟酰胺"]}],
     )
-    reference_images: list[AssetId] = Field(
+    reference_images: ReferenceImages = Field(
         default_factory=list,
-        max_length=9,
         description="Ids of uploaded reference images (POST /assets), at most 9.",
     )
-    reference_texts: list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]] = Field(
-        default_factory=list, max_length=5, description="Example posts to imitate."
+    reference_texts: ReferenceTexts = Field(
+        default_factory=list, description="Example posts to imitate."
     )
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"] = Field(
+    layout_preference: LayoutPreference = Field(
         default="balanced", description="How text and images are balanced."
     )
-    image_provider: Literal["local", "openai"] | None = Field(
+    image_provider: ImageProviderName | None = Field(
         default=None, description="Image provider (default: IMAGE_PROVIDER)."
     )
-    image_count: StrictInt | None = Field(
-        default=None, ge=1, le=9, description="Images wanted (1–9)."
+    image_count: Annotated[ImageCount, Strict()] | None = Field(
+        default=None, description="Images wanted (1–9)."
     )
     fast_mode: StrictBool = Field(default=False, description="One attempt, smaller team budget.")
     auto_confirm: StrictBool = Field(
@@ -269,17 +273,8 @@ def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> N
         ) from None
 
 
-_STREAMING_TAGS = frozenset(f"role:{role}" for role in STREAMING_ROLES)
-
-
-def writer_tokens_only(metadata: Mapping[str, Any]) -> bool:
-    """Keep a `messages` chunk only when a writing role's model produced it.
-
-    The model factory tags every other role `nostream`, which LangGraph honours for
-    tokens; this also keeps off the stream whole messages LangGraph emits when a node
-    returns one (a supervisor's tool call, say).
-    """
-    return not _STREAMING_TAGS.isdisjoint(metadata.get("tags") or ())
+#: The `atelier` assistant's token filter: the writing roles' tokens only.
+writer_tokens_only = streams_to_users
 
 
 # --------------------------------------------------------------------------- runs

@@ -13,20 +13,11 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: Every role that asks an LLM, by node name. `LLM_MODELS` maps these to model names.
-LLM_ROLES: tuple[str, ...] = (
-    "planner",
-    "supervisor",
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "review_agent",
-    "image_agent",
-    "critic",
-)
+from core.agents import AGENTS
+
+#: Every role that asks an LLM, by node name: the planner, the supervisor, every agent of
+#: the team (`core.agents`) and the critic. `LLM_MODELS` maps these to model names.
+LLM_ROLES: tuple[str, ...] = ("planner", "supervisor", *AGENTS, "critic")
 
 #: Roles whose tokens reach users in `messages` stream mode. Every other role's
 #: calls are tagged `nostream` so routers, planners and judges stay off the token

@@ -25,7 +25,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.settings import Settings
-from graphs.state import TeamLimits
+from graphs.limits import TeamLimits, limits_from_settings
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.repository import InMemoryNoteRepository, NoteRepository
 from knowledge.segment import load_dictionary
@@ -43,7 +43,8 @@ class AtelierContext:
     notes: NoteRepository  # the knowledge vault, searched by research and rag
     image_providers: dict[str, ImageProvider]  # "local" / "openai" → provider
     default_image_provider: str = "local"
-    limits: TeamLimits = field(default_factory=lambda: TeamLimits())  # overrides of defaults
+    # The deployment's loop bounds; graphs.limits resolves them over the defaults.
+    limits: TeamLimits = field(default_factory=lambda: TeamLimits())
     today: Callable[[], date] = date.today  # the critic's "today", replaceable in tests
     # --- pipeline (PRODUCT.md §1.1, §1.3) ---
     coordinator: KnowledgeCoordinator = field(default_factory=KnowledgeCoordinator)  # rag, critic
@@ -101,15 +102,7 @@ class AtelierContext:
             notes=notes or InMemoryNoteRepository(),
             image_providers=providers,
             default_image_provider=settings.image_provider,
-            limits=TeamLimits(
-                max_team_steps=settings.max_team_steps,
-                max_invalid_decisions=settings.max_invalid_decisions,
-                max_same_agent_repeats=settings.max_same_agent_repeats,
-                max_research_tool_rounds=settings.max_research_tool_rounds,
-                max_image_tool_rounds=settings.max_image_tool_rounds,
-                max_supervisor_tool_rounds=settings.max_supervisor_tool_rounds,
-                quality_threshold=settings.quality_threshold,
-            ),
+            limits=limits_from_settings(settings),
             max_retry_count=settings.max_retry_count,
             critic_pass_threshold=settings.critic_pass_threshold,
             critic_timeout=settings.judge_timeout(embedded=settings.llm_base_url is None),

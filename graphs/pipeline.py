@@ -8,13 +8,14 @@ planner ── unknown intent / LLM failure ──→ finalize
 ```
 
 Loop bounds live in state, not in `recursion_limit`: the critic writes
-`attempt`, the planner `max_attempts` (1 + MAX_RETRY_COUNT), and the critic
-allows at most `max_replans` replans, so every run reaches finalize. The
-longest legal run (a replan, then every retry) executes 15 supersteps with the
-defaults, and LangGraph needs one more to see that nothing is left to run: the
-smallest `recursion_limit` it needs is `pipeline_recursion_limit()` = 16. The
-team runs as a subgraph under its own bound (`nodes.executor`), so the
-pipeline's limit does not have to cover the team's supersteps.
+`attempt`, the run's start (`graphs.run_start`) `max_attempts` (1 +
+MAX_RETRY_COUNT), and the critic allows at most `max_replans` replans, so
+every run reaches finalize. The longest legal run (a replan, then every retry)
+executes 15 supersteps with the defaults, and LangGraph needs one more to see
+that nothing is left to run: the smallest `recursion_limit` it needs is
+`pipeline_recursion_limit()` = 16. The team runs as a subgraph under its own
+bound (`nodes.executor`), so the pipeline's limit does not have to cover the
+team's supersteps.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graphs.context import AtelierContext
 from graphs.pipeline_routing import route_after_planner, route_from_critic
+from graphs.run_start import starting_run
 from graphs.state import PipelineInput, PipelineOutput, PipelineState
 from graphs.team import build_team, team_recursion_limit
 from nodes.critic import critic
@@ -89,7 +91,9 @@ def build_pipeline(
         input_schema=PipelineInput,
         output_schema=PipelineOutput,
     )
-    builder.add_node("planner", planner)
+    # A new run's per-run state (counters, history, budget) is reset as it enters the
+    # planner, its first node (graphs.run_start).
+    builder.add_node("planner", starting_run(planner))
     builder.add_node("rag", rag)
     builder.add_node("executor", make_executor(team, team_recursion_limit))
     builder.add_node("critic", critic)

@@ -23,21 +23,13 @@ from typing import Any, Literal, cast
 
 from langgraph.graph import END
 
-from graphs.state import AGENTS, DEFAULT_LIMITS, QUALITY_DIMENSIONS, AgentName, TeamLimits
+from core.agents import AGENT_TABLE, AGENTS, AgentName
+from core.events import FallbackReason
+from graphs.limits import DEFAULT_LIMITS, limits_of
+from graphs.state import QUALITY_DIMENSIONS, TeamOutput
 
-SupervisorTarget = Literal[
-    "supervisor",
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "review_agent",
-    "image_agent",
-    "__end__",
-]
-FallbackReason = Literal["precondition", "quality", "cap", "invalid_decision"]
+#: Where the run may go after a supervisor turn: back to the supervisor, an agent, or END.
+SupervisorTarget = Literal["supervisor", AgentName, "__end__"]
 
 #: LangGraph's END, typed as the literal node name the routers return.
 _END = cast(Literal["__end__"], END)
@@ -51,27 +43,19 @@ QUALITY_FALLBACK: dict[str, AgentName] = {
     "platformFit": "writer_agent",
 }
 
-#: What each agent needs before it can run, and who provides it.
-_PRECONDITIONS: dict[str, tuple[str, AgentName]] = {
-    "writer_agent": ("creative_brief", "brief_compiler_agent"),
-    "review_agent": ("generated_content.body", "writer_agent"),
-    "image_agent": ("image_plans", "image_planner_agent"),
-}
+#: `TeamOutput` fields that are not artefacts: the images (their asset ids stand for them),
+#: the review's bookkeeping and the team log.
+_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log"})
+#: What the review writes: a draft is every artefact but these.
+_REVIEW_FIELDS = frozenset({"review_feedback", "quality_scores"})
 
 #: The artefact fields; their fingerprint tells whether an agent made progress.
-ARTEFACT_FIELDS: tuple[str, ...] = (
-    "creative_brief",
-    "evidence_pack",
-    "body_blocks",
-    "reference_analyses",
-    "layout_spec",
-    "image_plans",
-    "generated_content",
-    "generated_image_asset_ids",
-    "review_feedback",
-    "quality_scores",
+ARTEFACT_FIELDS: tuple[str, ...] = tuple(
+    name for name in TeamOutput.__annotations__ if name not in _NOT_ARTEFACTS
 )
-DRAFT_FIELDS: tuple[str, ...] = ARTEFACT_FIELDS[:-2]
+DRAFT_FIELDS: tuple[str, ...] = tuple(
+    name for name in ARTEFACT_FIELDS if name not in _REVIEW_FIELDS
+)
 
 
 @dataclass(frozen=True)
@@ -86,41 +70,33 @@ class Route:
     caps: AgentName | None = None  # an agent capped by this route (see `capped`)
 
 
-def limits_of(state: Mapping[str, Any]) -> TeamLimits:
-    """Return the state's loop bounds, with defaults for any that are unset."""
-    return cast(TeamLimits, {**DEFAULT_LIMITS, **(state.get("limits") or {})})
-
-
 def _body(state: Mapping[str, Any]) -> str:
     content = state.get("generated_content") or {}
     return str(content.get("body") or "").strip()
 
 
+def _present(state: Mapping[str, Any], path: str) -> bool:
+    """Return whether the field at a dotted `path` holds something (a blank string does not)."""
+    value: Any = state
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return bool(value.strip() if isinstance(value, str) else value)
+
+
 def stage_done(agent: str, state: Mapping[str, Any]) -> bool:
-    """Return whether `agent`'s artefact is present in `state`."""
-    match agent:
-        case "brief_compiler_agent":
-            return bool(state.get("creative_brief"))
-        case "research_evidence_agent":
-            return bool(state.get("evidence_pack"))
-        case "reference_intelligence_agent":
-            return bool(state.get("reference_analyses"))
-        case "layout_planner_agent":
-            return bool(state.get("layout_spec"))
-        case "image_planner_agent":
-            return bool(state.get("image_plans"))
-        case "writer_agent":
-            return bool(_body(state))
-        case "image_agent":
-            return bool(state.get("images_complete"))
-        case "review_agent":
-            # A review counts only for the draft it judged: once the draft changes, the
-            # review is stale and the stage is missing again.
-            reviewed = state.get("reviewed_digest")
-            return state.get("review_feedback") is not None and (
-                reviewed is None or reviewed == draft_digest(state)
-            )
-    raise ValueError(f"unknown agent {agent!r}")
+    """Return whether `agent`'s artefact is present in `state` (its `done_when` field).
+
+    A review counts only for the draft it judged: once the draft changes, the
+    review is stale and the stage is missing again.
+    """
+    if agent not in AGENT_TABLE:
+        raise ValueError(f"unknown agent {agent!r}")
+    if agent == "review_agent":
+        reviewed = state.get("reviewed_digest")
+        return state.get("review_feedback") is not None and (
+            reviewed is None or reviewed == draft_digest(state)
+        )
+    return _present(state, AGENT_TABLE[cast(AgentName, agent)].done_when)
 
 
 def given_up(state: Mapping[str, Any]) -> frozenset[str]:
@@ -164,7 +140,7 @@ def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) ->
 
 
 def quality_fallback(
-    scores: Mapping[str, float] | None, threshold: float = 0.6
+    scores: Mapping[str, float] | None, threshold: float = DEFAULT_LIMITS["quality_threshold"]
 ) -> AgentName | None:
     """Return the agent that fixes the first failing quality dimension, or None if all pass.
 
@@ -200,19 +176,17 @@ def end_allowed(state: Mapping[str, Any]) -> bool:
 def check_basic_preconditions(target: str, state: Mapping[str, Any]) -> str:
     """Return where `target` can actually run: itself, or the agent providing what it lacks.
 
-    Rules: writer_agent needs `creative_brief` (else brief_compiler_agent);
+    An agent that `needs` another (`core.agents`) runs only once that one's stage
+    is done: writer_agent needs `creative_brief` (else brief_compiler_agent);
     review_agent needs `generated_content.body` (else writer_agent); image_agent
     needs non-empty `image_plans` (else image_planner_agent). Applied transitively,
     so a review with neither body nor brief goes to brief_compiler_agent.
     """
     seen: set[str] = set()
-    while target in _PRECONDITIONS and target not in seen:
+    while target in AGENT_TABLE and target not in seen:
         seen.add(target)
-        field, provider = _PRECONDITIONS[target]
-        present = (
-            bool(_body(state)) if field == "generated_content.body" else bool(state.get(field))
-        )
-        if present:
+        provider = AGENT_TABLE[cast(AgentName, target)].needs
+        if provider is None or stage_done(provider, state):
             break
         target = provider
     return target

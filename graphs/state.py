@@ -9,32 +9,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired, Required
 
+from pydantic import Field, StringConstraints
+
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
-AgentName = Literal[
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "review_agent",
-    "image_agent",
-]
+from graphs.limits import TeamLimits
+from providers.assets import ASSET_ID_LENGTH
 
-#: The eight agents, in the order a post is normally made. The order is also the
-#: fallback order: "the first stage whose output is missing" walks this tuple.
-AGENTS: tuple[AgentName, ...] = (
-    "brief_compiler_agent",
-    "research_evidence_agent",
-    "reference_intelligence_agent",
-    "layout_planner_agent",
-    "image_planner_agent",
-    "writer_agent",
-    "image_agent",
-    "review_agent",
-)
+# The pipeline's input fields: each type and its bounds, declared once. The HTTP API's
+# `input` (`app.schemas.AtelierInput`) is built from these same types and adds what only
+# a client needs (descriptions, examples, defaults, strict parsing); a test ties the
+# two field by field (tests/app/test_atelier_input.py).
+RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+PlatformName = Annotated[
+    str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$")
+]
+AudienceText = Annotated[str, StringConstraints(max_length=200)]
+AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
+ReferenceImages = Annotated[list[AssetId], Field(max_length=9)]
+ReferenceTexts = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]], Field(max_length=5)
+]
+LayoutPreference = Literal["balanced", "image_heavy", "text_heavy"]
+ImageProviderName = Literal["local", "openai"]
+ImageCount = Annotated[int, Field(ge=1, le=9)]
+
 
 #: Quality dimensions the review agent scores, in fallback priority order.
 QUALITY_DIMENSIONS: tuple[str, ...] = (
@@ -44,29 +44,6 @@ QUALITY_DIMENSIONS: tuple[str, ...] = (
     "readability",
     "platformFit",
 )
-
-
-class TeamLimits(TypedDict, total=False):
-    """Loop bounds of one team run; set by the caller from settings, read by routers."""
-
-    max_team_steps: int
-    max_invalid_decisions: int
-    max_same_agent_repeats: int
-    max_research_tool_rounds: int
-    max_image_tool_rounds: int
-    max_supervisor_tool_rounds: int
-    quality_threshold: float
-
-
-DEFAULT_LIMITS: TeamLimits = {
-    "max_team_steps": 24,
-    "max_invalid_decisions": 2,
-    "max_same_agent_repeats": 2,
-    "max_research_tool_rounds": 3,
-    "max_image_tool_rounds": 9,
-    "max_supervisor_tool_rounds": 2,
-    "quality_threshold": 0.6,
-}
 
 
 class TeamLogEntry(TypedDict):
@@ -92,12 +69,14 @@ class TeamInput(TypedDict, total=False):
     intent: dict[str, Any] | None  # planner's intent (topic, goal, style, …)
     reference_images: list[str]  # uploaded asset ids; read by reference_intelligence_agent
     reference_texts: list[str]  # example posts; read by reference_intelligence_agent
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]
+    layout_preference: LayoutPreference
     image_count: int  # images wanted (1–9); read by layout and image planners
-    image_provider: str  # "local" | "openai"; read by the image tool
+    image_provider: ImageProviderName  # read by the image tool
     knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
     retry_context: dict[str, Any] | None  # previous verdict on a retry (PRODUCT.md §1.3)
-    limits: TeamLimits  # loop bounds; defaults to DEFAULT_LIMITS
+    # Loop bounds; unset ones come from the context, then the defaults. The team's entry
+    # node resolves them (graphs.limits); routers and nodes read them (limits_of).
+    limits: TeamLimits
 
 
 class TeamOutput(TypedDict, total=False):
@@ -177,16 +156,16 @@ class PipelineInput(TypedDict, total=False):
     repeat). The critic still judges the single attempt.
     """
 
-    request: Required[str]  # the user's request (1–4000 chars); planner, rag, executor, critic
-    platform: str  # target platform, default "xiaohongshu"; planner → intent, team
-    audience: str | None  # who the post is for, if the user said; planner, clarity score
-    constraints: dict[str, Any]  # user's verifiable constraints (`Constraints` fields); planner
-    reference_images: list[str]  # uploaded asset ids; executor → reference_intelligence_agent
-    reference_texts: list[str]  # example posts to imitate; executor → reference agent
-    layout_preference: Literal["balanced", "image_heavy", "text_heavy"]  # executor → layout
-    image_provider: str  # "local" | "openai"; executor → image tool
-    image_count: int  # images wanted (1–9); planner merges it into the constraints
-    fast_mode: bool  # one attempt and a smaller team budget (see above); planner
+    request: Required[RequestText]  # the user's request; planner, rag, executor, critic
+    platform: PlatformName  # target platform, default "xiaohongshu"; planner → intent, team
+    audience: AudienceText | None  # who the post is for, if the user said; planner, clarity
+    constraints: dict[str, Any] | None  # user's verifiable constraints (`Constraints`); planner
+    reference_images: ReferenceImages  # uploaded asset ids; executor → reference agent
+    reference_texts: ReferenceTexts  # example posts to imitate; executor → reference agent
+    layout_preference: LayoutPreference  # executor → layout
+    image_provider: ImageProviderName | None  # None: the default; executor → image tool
+    image_count: ImageCount | None  # images wanted; planner merges it into the constraints
+    fast_mode: bool  # one attempt and a smaller team budget (see above); run start
     auto_confirm: bool  # never ask a clarification question; planner
 
 
@@ -197,14 +176,18 @@ class PipelineOutput(TypedDict, total=False):
 
 
 class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
-    """Working state of the pipeline; the TeamOutput fields hold the latest attempt."""
+    """Working state of the pipeline; the TeamOutput fields hold the latest attempt.
 
-    session_id: str  # planner: thread id (or a run-scoped id) → rag, critic (coordinator key)
+    "run start" is `graphs.run_start`, which also resets the per-run counters and
+    history below when a new run enters the pipeline.
+    """
+
+    session_id: str  # run start: thread id (or a run-scoped id) → rag, critic (coordinator key)
     clarity: dict[str, Any] | None  # planner: {score, dimensions, missing} → finalize, events
     clarification: dict[str, Any] | None  # planner after a question: {choice, details} → planner
     intent: dict[str, Any] | None  # planner: action, topic, …, constraints → rag, executor, critic
-    max_attempts: int  # planner (1 + MAX_RETRY_COUNT, 1 in fast mode) → critic, route_from_critic
-    team_limits: TeamLimits  # planner: the team's loop bounds → executor
+    max_attempts: int  # run start: 1 + MAX_RETRY_COUNT, 1 in fast mode → critic, route_from_critic
+    team_limits: TeamLimits  # run start: the team's bounds, fast mode applied → executor
     replan_notes: list[dict[str, Any]]  # critic: ignored blocker notes → planner's context
     knowledge_query: str  # rag: the retrieval query of this attempt → events, finalize
     knowledge_notes: list[dict[str, Any]]  # rag → executor (team), critic (deviation check)

@@ -1,15 +1,24 @@
 """The executor team (PRODUCT.md §1.2): a supervisor routing eight agents until the post is done.
 
 ```
-START → supervisor ─┬─ look-ups ──→ supervisor_tools ──→ supervisor
-                    ├─ (invalid) ─→ supervisor
-                    ├─ END ───────→ END
-                    └─ agent ─────→ <agent> ──→ supervisor
+START → enter_team → supervisor ─┬─ look-ups ──→ supervisor_tools ──→ supervisor
+                                 ├─ (invalid) ─→ supervisor
+                                 ├─ END ───────→ END
+                                 └─ agent ─────→ <agent> ──→ supervisor
 research_evidence_agent ⇄ research_evidence_tools   (search_knowledge, ≤ 3 rounds)
 image_agent ⇄ image_tools                            (generate_image, < 10 rounds)
 review_agent ─┬─ approved and every score passes → END
               └─ otherwise → supervisor
 ```
+
+The agents come from `core.agents`: each `simple` agent is wired here as one node
+(`nodes/<name>.py`'s function `<name>`) that hands straight back to the
+supervisor; the three others (the two tool loops and the review, which may end
+the team) are wired by hand below.
+
+`enter_team` resolves the run's loop bounds once (`graphs.limits`): the input's
+`limits` over the context's over the defaults, written to state `limits`, which
+every router and node reads.
 
 Every rule of the supervisor's edge lives in `graphs.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
@@ -18,13 +27,13 @@ the supervisor node applies the same rules to emit `supervisor.route` and
 Recursion limit: loops are bounded by counters in state (`team_step` against
 `max_team_steps`, the tool-round counters against their caps), never by
 LangGraph's `recursion_limit`. The limit only has to be high enough for the
-longest legal run; `team_recursion_limit(limits)` computes it (557 with the
-default limits: 24 decisions of up to 5 supersteps each — the decision and two
-look-up rounds — plus 23 agent turns of up to 19 supersteps each — the image
-agent's 9 tool rounds — plus the one LangGraph needs to finish). The compiled
-graph carries it as its default config. A parent graph that mounts the team
-(calling it from a node or as a subgraph node) passes *its own*
-`recursion_limit` down, which overrides that default: it must be at least
+longest legal run; `team_recursion_limit(limits)` computes it (559 with the
+default limits: the entry, then 24 decisions of up to 5 supersteps each — the
+decision and two look-up rounds — plus 23 agent turns of up to 19 supersteps
+each — the image agent's 9 tool rounds — plus the one LangGraph needs to
+finish). The compiled graph carries it as its default config. A parent graph
+that mounts the team (calling it from a node or as a subgraph node) passes *its
+own* `recursion_limit` down, which overrides that default: it must be at least
 `team_recursion_limit(limits)` (the team counts its supersteps separately from
 the parent's).
 """
@@ -32,59 +41,59 @@ the parent's).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 
-from graphs.context import AtelierContext
+from core.agents import AGENT_TABLE, AGENTS
+from graphs.context import AtelierContext, context_of
+from graphs.limits import TeamLimits, limits_of, resolve_limits
 from graphs.routing import (
     SupervisorTarget,
-    limits_of,
     route_from_supervisor,
     should_continue_image,
     should_continue_research,
     should_continue_review,
     should_continue_supervisor,
 )
-from graphs.state import AGENTS, TeamInput, TeamLimits, TeamOutput, TeamState
-from nodes.brief_compiler_agent import brief_compiler_agent
+from graphs.state import TeamInput, TeamOutput, TeamState
 from nodes.common import tool_loop_node
-from nodes.image_agent import image_agent
-from nodes.image_planner_agent import image_planner_agent
-from nodes.layout_planner_agent import layout_planner_agent
-from nodes.reference_intelligence_agent import reference_intelligence_agent
-from nodes.research_evidence_agent import research_evidence_agent
-from nodes.review_agent import review_agent
 from nodes.supervisor import supervisor
 from nodes.tools import generate_image, search_knowledge
-from nodes.writer_agent import writer_agent
+
+
+def agent_node(name: str) -> Any:
+    """Return an agent's node: the function `name` of the module `nodes.<name>`."""
+    return getattr(import_module(f"nodes.{name}"), name)
+
 
 #: Agents whose turn is one node that hands straight back to the supervisor.
-_SIMPLE_AGENTS = {
-    "brief_compiler_agent": brief_compiler_agent,
-    "reference_intelligence_agent": reference_intelligence_agent,
-    "layout_planner_agent": layout_planner_agent,
-    "image_planner_agent": image_planner_agent,
-    "writer_agent": writer_agent,
-}
+SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
+
+
+async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Resolve the run's loop bounds once: the input's over the context's over the defaults."""
+    return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
 
 
 def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -> int:
     """Return the smallest `recursion_limit` the longest legal team run needs.
 
-    Each supervisor decision takes at most 1 + 2 × `max_supervisor_tool_rounds`
-    supersteps; each agent turn after a decision at most 1 + 2 × the larger tool
-    cap (research or image); there are at most `max_team_steps` decisions, and
-    the last one ends the run. LangGraph needs one superstep more than the run
-    executes.
+    The entry (`enter_team`) takes one superstep; each supervisor decision at
+    most 1 + 2 × `max_supervisor_tool_rounds`; each agent turn after a decision
+    at most 1 + 2 × the larger tool cap (research or image); there are at most
+    `max_team_steps` decisions, and the last one ends the run. LangGraph needs
+    one superstep more than the run executes.
     """
-    bounds = limits_of({"limits": dict(limits or {})})
+    bounds = limits_of({"limits": limits})
     decision = 1 + 2 * bounds["max_supervisor_tool_rounds"]
     tool_rounds = max(bounds["max_research_tool_rounds"], bounds["max_image_tool_rounds"])
     agent_turn = 1 + 2 * tool_rounds
     steps = bounds["max_team_steps"]
-    return steps * decision + (steps - 1) * agent_turn + 1
+    return 1 + steps * decision + (steps - 1) * agent_turn + 1
 
 
 def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
@@ -115,24 +124,23 @@ def build_team(
         input_schema=TeamInput,
         output_schema=TeamOutput,
     )
+    builder.add_node("enter_team", enter_team)
     builder.add_node("supervisor", supervisor)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
-    for name, node in _SIMPLE_AGENTS.items():
-        builder.add_node(name, node)
-    builder.add_node("research_evidence_agent", research_evidence_agent)
+    for name in AGENTS:
+        builder.add_node(name, agent_node(name))
     builder.add_node(
         "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
     )
-    builder.add_node("image_agent", image_agent)
     builder.add_node("image_tools", tool_loop_node([generate_image], "image_messages"))
-    builder.add_node("review_agent", review_agent)
 
-    builder.add_edge(START, "supervisor")
+    builder.add_edge(START, "enter_team")
+    builder.add_edge("enter_team", "supervisor")
     builder.add_conditional_edges(
         "supervisor", route_after_supervisor, ["supervisor_tools", "supervisor", *AGENTS, END]
     )
     builder.add_edge("supervisor_tools", "supervisor")
-    for name in _SIMPLE_AGENTS:
+    for name in SIMPLE_AGENTS:
         builder.add_edge(name, "supervisor")
     builder.add_conditional_edges(
         "research_evidence_agent",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
+from typing import Annotated, Any, Protocol, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -24,35 +24,16 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
-from graphs.state import DEFAULT_LIMITS, TeamLimits, TeamState
+from graphs.state import TeamState
 from nodes.checks import Constraints
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
-
-if TYPE_CHECKING:
-    from graphs.context import AtelierContext
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-#: Context sections an agent can ask for, rendered in this order.
-SECTIONS: tuple[str, ...] = (
-    "request",
-    "intent",
-    "constraints",
-    "notes",
-    "retry",
-    "brief",
-    "evidence",
-    "references",
-    "layout",
-    "plans",
-    "content",
-    "images",
-    "review",
-)
-
+#: Each context section's label in the prompt, in rendering order.
 _SECTION_LABELS = {
     "request": "用户请求",
     "intent": "规划意图",
@@ -68,6 +49,8 @@ _SECTION_LABELS = {
     "images": "已生成图片",
     "review": "审核意见",
 }
+#: Context sections an agent can ask for, rendered in this order (the labels' order).
+SECTIONS: tuple[str, ...] = tuple(_SECTION_LABELS)
 
 
 def _section_value(name: str, state: Mapping[str, Any]) -> Any:
@@ -255,12 +238,7 @@ def mark_ignores_optional_tools(state: Mapping[str, Any], role: str) -> dict[str
     return {"no_optional_tools": [*roles, role]}
 
 
-# --- limits, errors and constraints ------------------------------------------------
-
-
-def team_limits(state: Mapping[str, Any], ctx: AtelierContext) -> TeamLimits:
-    """Return the run's loop bounds: defaults, then the context's, then the state's."""
-    return cast(TeamLimits, {**DEFAULT_LIMITS, **ctx.limits, **(state.get("limits") or {})})
+# --- errors and constraints ------------------------------------------------
 
 
 #: How many unparsable-output notes the state keeps (newest last).
@@ -386,3 +364,17 @@ UNIT_SCORE = BeforeValidator(_unit_score)
 #: confidence): lenient the same way everywhere — ``7`` on a 1–10 habit reads as 0.7,
 #: ``85`` or ``"85%"`` as 0.85 — while the JSON schema still tells the model 0–1.
 UnitScore = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]
+
+
+class QualityDimensions(BaseModel):
+    """Scores 0–1 per dimension; a dimension left out was not judged.
+
+    The one model of the five quality dimensions (`graphs.state.QUALITY_DIMENSIONS`,
+    in that order) that the review agent and the critic's judge both answer with.
+    """
+
+    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
+    textImageAlignment: UnitScore | None = Field(default=None, description="Text-image match.")
+    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
+    readability: UnitScore | None = Field(default=None, description="Readability.")
+    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")

@@ -76,7 +76,7 @@ from nodes.checks import (
     check_prose,
     count_chars,
 )
-from nodes.common import UnitScore, structured_call
+from nodes.common import QualityDimensions, UnitScore, structured_call
 from nodes.planner import effective_request
 from nodes.tools import image_request
 from prompts import critic as prompt
@@ -95,16 +95,6 @@ _ANSWER_CHECKS = frozenset(
 SUMMARY_EXCERPT_CHARS = 160
 
 
-class JudgeDimensions(BaseModel):
-    """Per-dimension scores, 0–1 (a dimension the judge left out stays unscored)."""
-
-    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
-    textImageAlignment: UnitScore | None = Field(default=None, description="Text/image match.")
-    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
-    readability: UnitScore | None = Field(default=None, description="Readability.")
-    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")
-
-
 class JudgeVerdict(BaseModel):
     """Return the verdict on the post."""
 
@@ -114,7 +104,7 @@ class JudgeVerdict(BaseModel):
     suggestions: list[str] = Field(
         default_factory=list, max_length=10, description="Actionable changes."
     )
-    dimensions: JudgeDimensions | None = Field(default=None, description="Scores per dimension.")
+    dimensions: QualityDimensions | None = Field(default=None, description="Scores per dimension.")
 
 
 # ---------------------------------------------------------------------------

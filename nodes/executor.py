@@ -41,7 +41,7 @@ from langgraph.runtime import Runtime
 
 from core.events import AttemptStarted, emit, stage_events
 from graphs.context import AtelierContext
-from graphs.state import DEFAULT_LIMITS, PipelineState, TeamInput, TeamLimits, TeamOutput
+from graphs.state import PipelineState, TeamInput, TeamOutput
 from nodes.planner import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from providers.llm import model_crash
 
@@ -91,7 +91,7 @@ def team_input(state: PipelineState) -> TeamInput:
         "image_provider": state.get("image_provider"),
         "knowledge_notes": list(state.get("knowledge_notes") or []),
         "retry_context": state.get("retry_context"),
-        "limits": TeamLimits(**{**DEFAULT_LIMITS, **(state.get("team_limits") or {})}),
+        "limits": state.get("team_limits"),  # resolved at the run's start (graphs.run_start)
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 

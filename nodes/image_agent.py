@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from graphs.context import AtelierContext, context_of
+from graphs.limits import limits_of
 from graphs.state import TeamState
 from nodes.common import (
     agent_error,
@@ -26,7 +27,6 @@ from nodes.common import (
     from_transcript,
     ignores_optional_tools,
     mark_ignores_optional_tools,
-    team_limits,
     to_transcript,
 )
 from nodes.tools import generate_image
@@ -120,7 +120,7 @@ async def image_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dic
         return {**_finish(images, complete=False), **agent_error(state, AGENT, str(exc))}
 
     rounds = int(state.get("image_tool_rounds") or 0)
-    if rounds >= team_limits(state, ctx)["max_image_tool_rounds"]:
+    if rounds >= limits_of(state)["max_image_tool_rounds"]:
         slots = ", ".join(str(p["slot"]) for p in missing)
         detail = f"slots {slots} still have no image after {rounds} tool rounds"
         return {**_finish(images, complete=False), **agent_error(state, AGENT, detail)}

@@ -22,10 +22,9 @@ On a replan (the critic found an ignored blocker note) the planner runs again
 with those notes in its prompt and adds them to the intent's `rules`, which
 every agent of the team sees; no question is asked on a replan.
 
-A new run on a thread whose previous run finished (its `result` is set)
-starts over: counters, attempt history, verdict and clarification are reset
-(`new_run_state`). Until the planner gets past a question, the thread's state
-still shows the previous run's fields: nothing is written before `interrupt()`.
+The pipeline enters the planner through `graphs.run_start.starting_run`: a new
+run's counters, history, question and budget (fast mode included) are reset
+there, before the planner sees the state.
 
 Resume values accepted after the clarification interrupt (`parse_resume`):
 ``"defaults"`` or ``{"action": "defaults"}`` → continue with defaults;
@@ -37,19 +36,18 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from core.events import stage_events
 from graphs.context import AtelierContext, context_of
-from graphs.state import DEFAULT_LIMITS, PipelineState, TeamLimits
+from graphs.state import PipelineState
 from nodes.checks import Constraints, count_chars
 from nodes.common import UnitScore, structured_call
 from prompts import planner as prompt
@@ -248,15 +246,12 @@ def parse_resume(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-class PlannedConstraints(BaseModel):
+class PlannedConstraints(Constraints):
     """Verifiable constraints; leave a field empty unless the request or platform requires it."""
 
-    title_min: int | None = Field(default=None, ge=0, le=1000, description="Min title chars.")
-    title_max: int | None = Field(default=None, ge=0, le=1000, description="Max title chars.")
-    body_min: int | None = Field(default=None, ge=0, le=100_000, description="Min body chars.")
-    body_max: int | None = Field(default=None, ge=0, le=100_000, description="Max body chars.")
-    tag_min: int | None = Field(default=None, ge=0, le=100, description="Min number of tags.")
-    tag_max: int | None = Field(default=None, ge=0, le=100, description="Max number of tags.")
+    # `Constraints`' fields, as the planner's model may answer them: at most 9 images
+    # and 20 terms per list, and an inverted range is not an unreadable answer
+    # (`merge_constraints` drops it).
     image_min: int | None = Field(default=None, ge=0, le=9, description="Min number of images.")
     image_max: int | None = Field(default=None, ge=0, le=9, description="Max number of images.")
     must_include: list[str] = Field(
@@ -265,6 +260,10 @@ class PlannedConstraints(BaseModel):
     must_avoid: list[str] = Field(
         default_factory=list, max_length=20, description="Terms the post must not contain."
     )
+
+    @model_validator(mode="after")
+    def _ranges_are_ordered(self) -> Self:
+        return self
 
 
 class PlannerIntent(BaseModel):
@@ -344,47 +343,6 @@ def merge_constraints(
     return Constraints.model_validate(merged).model_dump(exclude_none=True)
 
 
-def team_limits_for(ctx: AtelierContext, fast_mode: bool) -> TeamLimits:
-    """Return the team's loop bounds: settings over defaults, tightened in fast mode."""
-    limits: dict[str, Any] = {**DEFAULT_LIMITS, **ctx.limits}
-    if fast_mode:
-        limits["max_team_steps"] = min(int(limits["max_team_steps"]), 12)
-        limits["max_research_tool_rounds"] = min(int(limits["max_research_tool_rounds"]), 1)
-        limits["max_supervisor_tool_rounds"] = 0
-        # A choice repeated with no progress is corrected at its first repeat, not its second.
-        limits["max_same_agent_repeats"] = min(int(limits["max_same_agent_repeats"]), 1)
-    return TeamLimits(**limits)  # type: ignore[typeddict-item]
-
-
-def new_run_state(ctx: AtelierContext, state: Mapping[str, Any], session_id: str) -> dict[str, Any]:
-    """Return the per-run fields a new run starts with (counters, history, question)."""
-    fast = bool(state.get("fast_mode"))
-    return {
-        "session_id": session_id,
-        "max_attempts": 1 if fast else 1 + ctx.max_retry_count,
-        "team_limits": team_limits_for(ctx, fast),
-        "attempt": 0,
-        "replans": 0,
-        "attempts": [],
-        "verdict": None,
-        "retry_context": None,
-        "replan_notes": [],
-        "clarification": None,
-        "failure": None,
-        "result": None,
-    }
-
-
-def _session_id(runtime: Runtime[AtelierContext]) -> str:
-    """Return the coordinator's key: the thread id, else the run id, else a fresh id."""
-    info = getattr(runtime, "execution_info", None)
-    for key in ("thread_id", "run_id"):
-        value = getattr(info, key, None)
-        if value:
-            return str(value)
-    return f"run-{uuid.uuid4().hex}"
-
-
 def _planner_context(state: PipelineState, request: str) -> str:
     facts: dict[str, Any] = {
         "platform": state.get("platform") or DEFAULT_PLATFORM,
@@ -427,11 +385,6 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
     """Plan the post: ask when the request is vague, then extract the intent and constraints."""
     ctx = context_of(runtime)
     update: dict[str, Any] = {}
-    if not state.get("session_id") or state.get("result") is not None:
-        # A new run: the first on its thread, or one after an earlier run on the thread
-        # finished. Its counters, history and question start over.
-        update = new_run_state(ctx, state, _session_id(runtime))
-        state = {**state, **update}  # type: ignore[typeddict-item]
     replanning = bool(state.get("replan_notes")) and bool(state.get("intent"))
     with stage_events(runtime.stream_writer, "planner", int(state.get("attempt") or 0)):
         if not replanning:

@@ -23,6 +23,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from graphs.context import AtelierContext, context_of
+from graphs.limits import limits_of
 from graphs.state import TeamState
 from nodes.common import (
     agent_error,
@@ -34,7 +35,6 @@ from nodes.common import (
     mark_ignores_optional_tools,
     parse_tool_call,
     structured_call,
-    team_limits,
     to_transcript,
 )
 from nodes.tools import search_knowledge
@@ -101,7 +101,7 @@ async def research_evidence_agent(
 ) -> dict[str, Any]:
     """Search the vault (bounded tool loop), then write `evidence_pack` and `body_blocks`."""
     ctx = context_of(runtime)
-    max_rounds = team_limits(state, ctx)["max_research_tool_rounds"]
+    max_rounds = limits_of(state)["max_research_tool_rounds"]
     rounds = int(state.get("research_tool_rounds") or 0)
     loop = from_transcript(state.get("research_messages"))
     model = ctx.models(AGENT)

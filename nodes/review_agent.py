@@ -15,10 +15,12 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from graphs.context import AtelierContext, context_of
+from graphs.limits import limits_of
 from graphs.routing import draft_digest, quality_fallback
 from graphs.state import QUALITY_DIMENSIONS, TeamState
 from nodes.checks import CheckResult, check_constraints
 from nodes.common import (
+    QualityDimensions,
     UnitScore,
     agent_error,
     build_messages,
@@ -26,7 +28,6 @@ from nodes.common import (
     clipped,
     parse_constraints,
     structured_call,
-    team_limits,
 )
 from prompts import review as prompt
 from prompts.common import data_block
@@ -45,16 +46,6 @@ SECTIONS = (
     "content",
     "images",
 )
-
-
-class QualityDimensions(BaseModel):
-    """Scores 0–1 per dimension; a dimension left out was not judged."""
-
-    infoDensity: UnitScore | None = Field(default=None, description="Information density.")
-    textImageAlignment: UnitScore | None = Field(default=None, description="Text-image match.")
-    styleConsistency: UnitScore | None = Field(default=None, description="Style consistency.")
-    readability: UnitScore | None = Field(default=None, description="Readability.")
-    platformFit: UnitScore | None = Field(default=None, description="Platform fit.")
 
 
 class ReviewResult(BaseModel):
@@ -88,7 +79,7 @@ def _failure_text(result: CheckResult) -> str:
 async def review_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Write `review_feedback`, `quality_scores` and `reviewed_digest` (the draft it judged)."""
     ctx = context_of(runtime)
-    threshold = team_limits(state, ctx)["quality_threshold"]
+    threshold = limits_of(state)["quality_threshold"]
     failures = constraint_failures(state)
     checks = [_failure_text(f) for f in failures]
     task = "\n\n".join([data_block(prompt.CHECKS_LABEL, checks or ["全部通过"]), prompt.TASK])

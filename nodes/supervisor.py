@@ -8,8 +8,10 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
+from core.agents import AGENT_TABLE, AGENTS
 from core.events import AgentFallback, SupervisorRoute, emit
 from graphs.context import AtelierContext, context_of
+from graphs.limits import limits_of
 from graphs.routing import (
     artefact_digest,
     capped,
@@ -21,30 +23,18 @@ from graphs.routing import (
     resolve_route,
     stage_done,
 )
-from graphs.state import AGENTS, TeamLogEntry, TeamState
+from graphs.state import TeamLogEntry, TeamState
 from nodes.common import (
     from_transcript,
     ignores_optional_tools,
     mark_ignores_optional_tools,
     parse_tool_call,
     render_context,
-    team_limits,
     to_transcript,
 )
 from nodes.tools import search_knowledge
 from prompts import supervisor as prompt
 from prompts.common import system_prompt
-
-_STAGE_FIELDS = {
-    "brief_compiler_agent": "creative_brief",
-    "research_evidence_agent": "evidence_pack",
-    "reference_intelligence_agent": "reference_analyses",
-    "layout_planner_agent": "layout_spec",
-    "image_planner_agent": "image_plans",
-    "writer_agent": "generated_content",
-    "image_agent": "generated_image_asset_ids",
-    "review_agent": "review_feedback",
-}
 
 
 class SupervisorDecision(BaseModel):
@@ -77,7 +67,7 @@ def stage_status(state: TeamState) -> str:
         note = "，已放弃：多次没有可用产出，不要再选" if agent in skipped and not done else ""
         if agent in stuck and done:
             note = "，已完成：重复选择没有新进展，不要再选"
-        lines.append(f"{mark} {_STAGE_FIELDS[agent]}（{agent}{note}）")
+        lines.append(f"{mark} {AGENT_TABLE[agent].output}（{agent}{note}）")
     review = state.get("review_feedback")
     if review and not review.get("approved"):
         scores = state.get("quality_scores") or {}
@@ -117,7 +107,7 @@ def _errors(state: TeamState) -> str:
 async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Ask the supervisor LLM for the next agent and record where routing sends the run."""
     ctx = context_of(runtime)
-    limits = team_limits(state, ctx)
+    limits = limits_of(state)
     step = int(state.get("team_step") or 0) + 1
     tool_rounds = int(state.get("supervisor_tool_rounds") or 0)
     log = state.get("team_log") or []
@@ -177,10 +167,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         "supervisor_tool_rounds": 0,
         **shy,
     }
-    if state.get("limits") != limits:
-        # Routers read the bounds from state; keep the merged ones there.
-        update["limits"] = limits
-    merged = {**state, **update, "limits": limits}
+    merged = {**state, **update}
     route = resolve_route(merged)
     if route.gives_up is not None:
         update["given_up"] = [*(state.get("given_up") or []), route.gives_up]

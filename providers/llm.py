@@ -17,7 +17,7 @@ still bounds every attempt, and the run timeout every run.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal, Protocol
 
@@ -54,6 +54,22 @@ def role_tags(role: str) -> list[str]:
     if role not in STREAMING_ROLES:
         tags.append(TAG_NOSTREAM)
     return tags
+
+
+#: The tags of the roles whose tokens reach users (`STREAMING_ROLES`, see `role_tags`).
+_STREAMING_TAGS = frozenset(role_tags(role)[0] for role in STREAMING_ROLES)
+
+
+def streams_to_users(metadata: Mapping[str, Any]) -> bool:
+    """Tell whether a `messages` chunk belongs on a user's token stream, from its metadata.
+
+    Only the `STREAMING_ROLES` (the writer) write for users. `role_tags` marks every
+    other role `nostream`, which LangGraph honours for tokens; this check also keeps
+    off the stream whole messages LangGraph emits when a node returns one (a
+    supervisor's tool call, say). The HTTP service filters every run's `messages`
+    frames with it, so clients (the console included) get the writer's tokens only.
+    """
+    return not _STREAMING_TAGS.isdisjoint(metadata.get("tags") or ())
 
 
 FailureReason = Literal["rate_limited", "server_error", "client_error", "timeout", "connection"]

@@ -451,10 +451,9 @@ function onPipelineEvent(ev) {
 
 function onMessage(data) {
   if (!Array.isArray(data)) return;
-  const [chunk, meta] = data;
+  const [chunk] = data;
   if (!chunk || typeof chunk.content !== "string") return;
-  const node = (meta && meta.langgraph_node) || "";
-  if (node && node !== "writer_agent") return;
+  // The server streams the writing roles' tokens only (providers/llm.py, streams_to_users).
   const id = chunk.id || "draft";
   let part = state.draftIds.get(id);
   if (!part) {

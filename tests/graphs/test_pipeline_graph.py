@@ -9,9 +9,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from core.agents import AGENTS
 from graphs.context import AtelierContext, RunOptions
 from graphs.pipeline import build_pipeline
-from graphs.state import AGENTS, PipelineInput
+from graphs.state import PipelineInput
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_NODES = ("planner", "rag", "executor", "critic", "finalize")
@@ -48,9 +49,10 @@ def test_xray_draws_the_team_inside_the_executor() -> None:
     for agent in (*AGENTS, "supervisor", "research_evidence_tools", "image_tools"):
         assert f"executor:{agent}" in nodes, agent
     found = edges(drawing)
-    # planner → rag → executor → critic, with the executor's own start and end.
-    assert ("rag", "executor:__start__", False) in found
-    assert ("executor:__start__", "executor:supervisor", False) in found
+    # planner → rag → executor → critic, with the executor's own entry and end.
+    # The team's entry (it resolves the loop bounds) stands for the executor's start.
+    assert ("rag", "executor:enter_team", False) in found
+    assert ("executor:enter_team", "executor:supervisor", False) in found
     assert ("executor:supervisor", "executor:writer_agent", True) in found
     assert ("executor:writer_agent", "executor:supervisor", False) in found
     assert ("executor:__end__", "critic", False) in found

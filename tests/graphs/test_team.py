@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from PIL import Image
 
-from graphs.state import AGENTS
+from core.agents import AGENTS
 from graphs.team import build_team, team_recursion_limit
 from knowledge.notes import KnowledgeNote
 from knowledge.repository import InMemoryNoteRepository
@@ -422,9 +422,10 @@ async def test_step_cap_ends_a_stuck_team_without_recursion_error(
 
 
 def test_recursion_limit_formula() -> None:
-    assert team_recursion_limit() == 24 * 5 + 23 * 19 + 1
+    # The entry, the decisions, the agent turns between them, and LangGraph's last tick.
+    assert team_recursion_limit() == 1 + 24 * 5 + 23 * 19 + 1
     assert team_recursion_limit({"max_team_steps": 5, "max_supervisor_tool_rounds": 0}) == (
-        5 * 1 + 4 * 19 + 1
+        1 + 5 * 1 + 4 * 19 + 1
     )
     assert (build_team().config or {}).get("recursion_limit") == team_recursion_limit()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from core.agents import AGENTS
 from core.settings import Settings
-from graphs.state import AGENTS
 from providers.llm import OpenAIModelFactory
 from tests.app.atelier_llm import team_responder
 from tests.graphs.team_runs import run_team

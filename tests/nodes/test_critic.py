@@ -197,15 +197,26 @@ async def test_a_judge_scoring_on_a_1_to_10_scale_gets_a_verdict_not_unavailable
 
 
 def test_the_judge_and_the_review_read_scores_the_same_way() -> None:
-    from nodes.critic import JudgeDimensions, JudgeVerdict
-    from nodes.review_agent import QualityDimensions, ReviewResult
+    from graphs.state import QUALITY_DIMENSIONS
+    from nodes.common import QualityDimensions
+    from nodes.critic import JudgeVerdict
+    from nodes.review_agent import ReviewResult
+
+    # One model of the dimensions, for both, with the dimensions in their priority order.
+    assert tuple(QualityDimensions.model_fields) == QUALITY_DIMENSIONS
+    for model in (JudgeVerdict, ReviewResult):
+        assert "QualityDimensions" in str(model.model_fields["dimensions"].annotation)
 
     for raw in (0.7, 7, "7", "70%", 70):
         judged = JudgeVerdict.model_validate({"verdict": "passed", "score": raw}).score
         reviewed = ReviewResult.model_validate({"score": raw}).score
         assert judged == reviewed == pytest.approx(0.7)
-        judged_dim = JudgeDimensions.model_validate({"readability": raw}).readability
-        reviewed_dim = QualityDimensions.model_validate({"readability": raw}).readability
+        judged_dim = JudgeVerdict.model_validate(
+            {"verdict": "passed", "score": 1, "dimensions": {"readability": raw}}
+        ).dimensions
+        reviewed_dim = ReviewResult.model_validate({"dimensions": {"readability": raw}}).dimensions
+        assert judged_dim is not None
+        judged_dim, reviewed_dim = judged_dim.readability, reviewed_dim.readability
         assert judged_dim == reviewed_dim == pytest.approx(0.7)
 
 

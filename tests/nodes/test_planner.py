@@ -180,16 +180,13 @@ def test_invalid_user_constraints_are_rejected() -> None:
 # --- the node -----------------------------------------------------------------
 
 
-async def test_planner_writes_intent_counters_and_merged_constraints(tmp_path: Path) -> None:
+async def test_planner_writes_intent_and_merged_constraints(tmp_path: Path) -> None:
     models = FakeModels({"planner": [intent_reply()]})
     ctx = fake_context(models, tmp_path)
     events: list[dict[str, Any]] = []
     state = {"request": CLEAR_REQUEST, "image_count": 2, "constraints": {"title_max": 18}}
     update = await planner(state, runtime(ctx, events, thread_id="thread-1"))
 
-    assert update["session_id"] == "thread-1"
-    assert update["max_attempts"] == 1 + ctx.max_retry_count
-    assert update["attempt"] == 0 and update["replans"] == 0
     intent = update["intent"]
     assert intent["action"] == "create_post" and intent["topic"] == "学生党平价护肤"
     assert intent["constraints"]["title_max"] == 18
@@ -202,16 +199,6 @@ async def test_planner_writes_intent_counters_and_merged_constraints(tmp_path: P
     # One call, and the prompt carries the request as data.
     (call,) = models.calls_for("planner")
     assert CLEAR_REQUEST in call.prompt and call.forced_tool == "PlannerIntent"
-
-
-async def test_fast_mode_allows_one_attempt_and_a_smaller_team(tmp_path: Path) -> None:
-    ctx = fake_context(FakeModels({"planner": intent_reply()}), tmp_path)
-    update = await planner({"request": CLEAR_REQUEST, "fast_mode": True}, runtime(ctx, []))
-    assert update["max_attempts"] == 1
-    assert update["team_limits"]["max_team_steps"] <= 12
-    assert update["team_limits"]["max_supervisor_tool_rounds"] == 0
-    assert update["team_limits"]["max_same_agent_repeats"] == 1
-    assert update["session_id"].startswith("run-")
 
 
 async def test_unknown_intent_goes_to_finalize(tmp_path: Path) -> None:
@@ -262,5 +249,16 @@ async def test_replan_puts_the_ignored_note_in_context_and_in_the_rules(tmp_path
     assert update["intent"]["rules"] == [note["content"]]
     assert update["intent"]["constraints"]["must_avoid"] == ["最", "第一"]
     assert update["replan_notes"] == []
-    assert "session_id" not in update  # counters are not reset on a replan
     assert note["content"] in models.calls_for("planner")[0].prompt
+
+
+def test_the_planners_constraints_are_the_checked_constraints_narrowed() -> None:
+    from nodes.checks import Constraints
+    from nodes.planner import PlannedConstraints
+
+    assert list(PlannedConstraints.model_fields) == list(Constraints.model_fields)
+    # An inverted range from the model parses (merge_constraints drops it) ...
+    assert PlannedConstraints.model_validate({"title_min": 10, "title_max": 5}).title_min == 10
+    # ... and the model is held to what a post can have.
+    with pytest.raises(ValidationError):
+        PlannedConstraints.model_validate({"image_max": 10})
