@@ -75,6 +75,13 @@ class ImageRequest(BaseModel):
         description="Colours as #rrggbb, background first; None uses a warm default.",
         examples=[["#f7e6d7", "#e07a5f", "#3d405b"]],
     )
+    variant: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="0 for a card's first drawing, n for its n-th redraw: the local cards "
+        "arrange their background anew for each variant (generative providers draw anew anyway).",
+    )
     width: int = Field(default=CARD_WIDTH, ge=256, le=4096, description="Width in pixels.")
     height: int = Field(default=CARD_HEIGHT, ge=256, le=4096, description="Height in pixels.")
 
@@ -426,10 +433,12 @@ def _chinese_face_index(path: Path) -> int:
 def _seed(req: ImageRequest, salt: str) -> float:
     """Return a stable number in [0, 1) for decoration placement.
 
-    Seeded by slot and kind only, so the background of a card does not change
-    with its text (and the process-randomised `hash()` is never used).
+    Seeded by slot, kind and variant only, so the background of a card does not
+    change with its text but does with a redraw (and the process-randomised
+    `hash()` is never used). Variant 0 keeps the seeds cards had before variants.
     """
-    digest = hashlib.sha256(f"{req.slot}:{req.kind}:{salt}".encode()).digest()
+    variant = f":{req.variant}" if req.variant else ""
+    digest = hashlib.sha256(f"{req.slot}:{req.kind}:{salt}{variant}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32
 
 
@@ -443,7 +452,10 @@ def _background(req: ImageRequest, scheme: _Scheme) -> Image.Image:
 
     # Shapes are drawn and blurred at quarter scale: smooth, and ~16x cheaper.
     qw, qh = max(w // 4, 1), max(h // 4, 1)
-    jitter = (_seed(req, "a") - 0.5) * 0.12
+    # A redrawn card (variant > 0) moves its shapes further and, every other time,
+    # mirrors them: visibly another card with the same text.
+    jitter = (_seed(req, "a") - 0.5) * (0.4 if req.variant else 0.12)
+    mirrored = req.variant % 2 == 1
     blobs: list[tuple[float, float, float, RGB, int]] = [
         (0.95 + jitter, 0.06 - jitter / 2, 0.36, scheme.accent, 120),
     ]
@@ -452,6 +464,8 @@ def _background(req: ImageRequest, scheme: _Scheme) -> Image.Image:
         blobs.append((0.88 + jitter, 0.82, 0.16, scheme.accent, 70))
     else:
         blobs.append((0.0 + jitter, 1.0, 0.30, scheme.accent2, 90))
+    if mirrored:
+        blobs = [(1 - cx, cy, r, colour, alpha) for cx, cy, r, colour, alpha in blobs]
     for cx, cy, r, colour, alpha in blobs:
         # Each blob gets its own layer whose transparent pixels already carry its
         # colour: Pillow blurs RGBA unpremultiplied, so a shared transparent-black
