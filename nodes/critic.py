@@ -35,12 +35,13 @@ could be told to fix, so the run finalizes with this post as outcome
 
 Who made the attempt (`source`, kept in its record and its verdict): `team` when
 the executor stamped the draft (`draft_source`), `card` when `nodes.redraw_card`
-drew one card again, and `edit` when neither did since the critic last reset it to
-None — the draft came in by a state update, a person's edit (`draft_source`). A revision (`edit`, `card`) is judged like any attempt but never
-replans, and the run then finalizes whatever the verdict
-(`graphs.pipeline_routing.route_from_critic`): a team attempt would rewrite what
-the person changed. Each record also keeps the attempt's image plans, so a card of
-an earlier attempt that finalize publishes can be drawn again.
+drew one card again, and `edit` when neither did since the critic last reset
+`draft_source` to None — the draft came in by a state update, a person's edit. A
+revision (`edit`, `card`) is judged like any attempt but never replans, and the
+run then finalizes whatever the verdict (`graphs.pipeline_routing.route_from_critic`):
+a team attempt would rewrite what the person changed. Each record also keeps the
+attempt's image plans, so a card of an earlier attempt that finalize publishes can
+be drawn again.
 
 The critic writes `attempt` (attempts judged so far), `verdict`, `attempts` (every
 judged attempt with its post, for finalize), `retry_context` (what the next
