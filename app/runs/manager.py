@@ -476,7 +476,7 @@ class RunManager:
             if unknown:
                 raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
         if assistant.check_update is not None and command.get("resume") is None:
-            targets = [goto] if isinstance(goto, str) else list(goto or [])
+            goto_nodes = [goto] if isinstance(goto, str) else list(goto or [])
             update = command.get("update")
             await self._check_update(
                 assistant,
@@ -484,7 +484,7 @@ class RunManager:
                 update if isinstance(update, dict) else {},
                 checkpoint,
                 field="command.update",
-                goto=targets,
+                goto=goto_nodes,
             )
         if "resume" not in command or command["resume"] is None:
             return
