@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import colorsys
 import hashlib
 import io
 import re
@@ -79,8 +80,9 @@ class ImageRequest(BaseModel):
         default=0,
         ge=0,
         le=1000,
-        description="0 for a card's first drawing, n for its n-th redraw: the local cards "
-        "arrange their background anew for each variant (generative providers draw anew anyway).",
+        description="0 for a card's first drawing, n for its n-th redraw: the local cards turn "
+        "the palette's hue a little and arrange their background anew for each variant "
+        "(generative providers draw anew anyway).",
     )
     width: int = Field(default=CARD_WIDTH, ge=256, le=4096, description="Width in pixels.")
     height: int = Field(default=CARD_HEIGHT, ge=256, le=4096, description="Height in pixels.")
@@ -193,9 +195,28 @@ class _Scheme:
     accent2: RGB  # soft background shapes: a colourful tone near the background's lightness
 
 
-def _scheme(palette: list[str] | None) -> _Scheme:
-    """Assign roles to a palette; a reference image's palette is ordered by frequency."""
+def _hue_shift(c: RGB, degrees: float) -> RGB:
+    """Return `c` with its hue turned by `degrees`, lightness and saturation kept."""
+    h, lightness, saturation = colorsys.rgb_to_hls(*(x / 255 for x in c))
+    r, g, b = colorsys.hls_to_rgb((h + degrees / 360) % 1.0, lightness, saturation)
+    return (round(r * 255), round(g * 255), round(b * 255))
+
+
+def variant_hue(variant: int) -> float:
+    """Return the hue turn of a card's redraw: 0, then +24°, -24°, +48°, -48°, … degrees."""
+    step = (variant + 1) // 2
+    return 24.0 * step * (1 if variant % 2 else -1)
+
+
+def _scheme(palette: list[str] | None, variant: int = 0) -> _Scheme:
+    """Assign roles to a palette; a reference image's palette is ordered by frequency.
+
+    A redrawn card (`variant` > 0) turns every colour's hue a little (`variant_hue`):
+    the same palette family, visibly another card.
+    """
     colours = [_rgb(c) for c in (palette or DEFAULT_PALETTE)]
+    if variant:
+        colours = [_hue_shift(c, variant_hue(variant)) for c in colours]
     bg = colours[0]
     rest = colours[1:]
     if not rest:
@@ -409,7 +430,7 @@ class LocalCardProvider:
     def render(self, req: ImageRequest) -> Image.Image:
         """Render the card for `req` as an RGB Pillow image."""
         fonts = _Fonts(self.font_path, self._face_index)
-        scheme = _scheme(req.palette)
+        scheme = _scheme(req.palette, req.variant)
         background = _background(req, scheme)
         if req.kind == "cover":
             return _draw_cover(background, req, scheme, fonts)
