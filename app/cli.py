@@ -64,6 +64,136 @@ DEFAULTS_ANSWER: dict[str, str] = {"action": "defaults"}
 EventHandler = Callable[[Mapping[str, Any]], None]
 ClarificationHandler = Callable[[Any], Any]
 
+# What `run` asks and prints follows the request's language: a request with Chinese in
+# it gets Chinese (`request_language`), any other English. What models and people wrote
+# (the post, the planner's question, feedback) is printed as written.
+TEXT: dict[str, dict[str, str]] = {
+    "en": {
+        "status.stage": "{stage} (attempt {n})",
+        "attempt": "── attempt {n}/{max} ──",
+        "knowledge": "  knowledge: {n} note(s) injected",
+        "step": "  → step {n}: ",
+        "fallback": "  ↪ fallback {src} → {dst} ({reason}: {detail})",
+        "ignored": "  ⚠ ignored notes {ids} ({severity}): {reason}",
+        "critic": "  critic: ",
+        "score": " score {score}/{threshold}",
+        "judge.unavailable": " (judge unavailable)",
+        "judge.skipped": " (nothing to judge)",
+        "failed_checks": "  failed checks: {names}",
+        "image": "  image {slot}: {url}",
+        "not_judged": "not judged",
+        "no_title": "(no title)",
+        "images": "images",
+        "col.slot": "slot",
+        "col.file": "file",
+        "col.alt": "alt",
+        "summary": "outcome [bold]{outcome}[/]  verdict {verdict}  score {score}  "
+        "attempts {attempts}",
+        "exhausted": "  (retries exhausted)",
+        "question": "question",
+        "question.fallback": "The planner needs more details.",
+        "not_interactive": "(not interactive: continuing with defaults)",
+        "choose": "Choose an option's number, or type the details",
+        "details": "Details",
+        "finished": "finished in {s:.1f} s with {calls} LLM calls",
+        "usage": "LLM usage by role",
+        "col.role": "role",
+        "col.calls": "calls",
+        "col.prompt": "prompt tokens",
+        "col.completion": "completion tokens",
+        "col.seconds": "seconds",
+        "total": "total",
+        "unknown": "unknown",
+        "cancelled": "cancelled",
+        "failed": "run failed:",
+    },
+    "zh": {
+        "status.stage": "{stage}（第 {n} 次尝试）",
+        "attempt": "── 第 {n}/{max} 次尝试 ──",
+        "knowledge": "  知识库：注入笔记 {n} 条",
+        "step": "  → 第 {n} 步：",
+        "fallback": "  ↪ 改派 {src} → {dst}（{reason}：{detail}）",
+        "ignored": "  ⚠ 忽略了笔记 {ids}（{severity}）：{reason}",
+        "critic": "  评审：",
+        "score": " 得分 {score}/{threshold}",
+        "judge.unavailable": "（评审模型不可用）",
+        "judge.skipped": "（没有可评审的内容）",
+        "failed_checks": "  未通过的检查：{names}",
+        "image": "  图 {slot}：{url}",
+        "not_judged": "未评审",
+        "no_title": "（无标题）",
+        "images": "配图",
+        "col.slot": "序号",
+        "col.file": "文件",
+        "col.alt": "说明",
+        "summary": "结果 [bold]{outcome}[/]  评审 {verdict}  得分 {score}  尝试 {attempts} 次",
+        "exhausted": "  （重试已用尽）",
+        "question": "需要确认",
+        "question.fallback": "规划需要更多信息。",
+        "not_interactive": "（非交互终端：按默认继续）",
+        "choose": "输入选项编号，或直接输入补充细节",
+        "details": "补充细节",
+        "finished": "用时 {s:.1f} 秒，调用模型 {calls} 次",
+        "usage": "各角色的模型用量",
+        "col.role": "角色",
+        "col.calls": "调用",
+        "col.prompt": "输入词元",
+        "col.completion": "输出词元",
+        "col.seconds": "耗时（秒）",
+        "total": "合计",
+        "unknown": "未知",
+        "cancelled": "已取消",
+        "failed": "运行失败：",
+        "stage.planner": "规划",
+        "stage.rag": "知识检索",
+        "stage.executor": "团队创作",
+        "stage.critic": "评审",
+        "stage.finalize": "定稿",
+        "stage.redraw_card": "重画配图",
+        "agent.planner": "规划",
+        "agent.supervisor": "调度",
+        "agent.critic": "评审",
+        "agent.brief_compiler_agent": "简报整理",
+        "agent.research_evidence_agent": "资料研究",
+        "agent.reference_intelligence_agent": "参考分析",
+        "agent.layout_planner_agent": "版式规划",
+        "agent.image_planner_agent": "配图规划",
+        "agent.writer_agent": "写作",
+        "agent.image_agent": "配图",
+        "agent.review_agent": "审稿",
+        "agent.FINISH": "完成",
+        "agent.__end__": "完成",
+        "verdict.passed": "通过",
+        "verdict.needs_improvement": "需改进",
+        "verdict.failed": "未通过",
+        "verdict.not_judged": "未评审",
+        "outcome.completed": "已完成",
+        "outcome.exhausted": "未达标",
+        "outcome.needs_clarification": "待补充",
+        "outcome.failed": "失败",
+        "reason.precondition": "前置条件",
+        "reason.quality": "质量",
+        "reason.cap": "上限",
+        "reason.invalid_decision": "无效决定",
+    },
+}
+
+
+def request_language(request: str) -> str:
+    """Return "zh" for a request with Chinese (CJK ideographs) in it, else "en"."""
+    return "zh" if any("\u3400" <= ch <= "\u9fff" for ch in request) else "en"
+
+
+def _t(lang: str, key: str, **values: Any) -> str:
+    """Return the CLI's text `key` in `lang` (English when it has none), filled in."""
+    text = TEXT.get(lang, TEXT["en"]).get(key, TEXT["en"].get(key, key))
+    return text.format(**values) if values else text
+
+
+def _name(lang: str, kind: str, value: Any) -> str:
+    """Return the name of an id (a stage, agent, verdict, …) in `lang`; the id when it has none."""
+    return TEXT.get(lang, {}).get(f"{kind}.{value}", str(value))
+
 
 def main() -> None:
     """Run the `atelier` command line (the console script's entry point)."""
@@ -227,9 +357,10 @@ class LLMCallCounter(BaseCallbackHandler):
 class ProgressView:
     """Render pipeline events as a spinner line plus one printed line per notable event."""
 
-    def __init__(self, console: Console, progress: Progress | None) -> None:
-        """Print through `console`; `progress` (may be None) shows the current stage."""
+    def __init__(self, console: Console, progress: Progress | None, lang: str = "en") -> None:
+        """Print through `console` in `lang`; `progress` (may be None) shows the current stage."""
         self.console = console
+        self.lang = lang
         self.progress = progress
         self.task = progress.add_task("starting", total=None) if progress else None
         self.stage = ""
@@ -242,75 +373,121 @@ class ProgressView:
     def __call__(self, event: Mapping[str, Any]) -> None:
         """Show one `custom` event."""
         kind = event.get("type")
-        line = self.describe(event)
+        line = self.describe(event, self.lang)
+        lang = self.lang
         if kind == "stage.started":
             self.stage = str(event.get("stage", ""))
-            self._status(f"{self.stage} (attempt {event.get('attempt', 0)})")
+            stage = _name(lang, "stage", self.stage)
+            self._status(_t(lang, "status.stage", stage=stage, n=event.get("attempt", 0)))
         elif kind == "attempt.started":
             self.attempt = int(event.get("attempt") or 0)
         elif kind == "supervisor.route":
-            self._status(f"executor · {event.get('next_agent')}")
+            executor = _name(lang, "stage", "executor")
+            self._status(f"{executor} · {_name(lang, 'agent', event.get('next_agent'))}")
         if line is not None:
             self.console.print(line)
 
     @staticmethod
-    def describe(event: Mapping[str, Any]) -> Text | None:
-        """Return the printed line for an event, or None for events shown only as status."""
+    def describe(event: Mapping[str, Any], lang: str = "en") -> Text | None:
+        """Return the printed line for an event in `lang`, or None for status-only events."""
         kind = event.get("type")
         get = event.get
+
+        def agent(value: Any) -> str:
+            return _name(lang, "agent", value)
+
         if kind == "stage.completed":
             seconds = float(get("duration_ms") or 0) / 1000
-            return Text.assemble(("✓ ", "green"), str(get("stage")), (f"  {seconds:.1f} s", "dim"))
+            stage = _name(lang, "stage", get("stage"))
+            return Text.assemble(("✓ ", "green"), stage, (f"  {seconds:.1f} s", "dim"))
         if kind == "attempt.started":
-            return Text(f"── attempt {get('attempt')}/{get('max_attempts')} ──", style="bold")
+            line = _t(lang, "attempt", n=get("attempt"), max=get("max_attempts"))
+            return Text(line, style="bold")
         if kind == "knowledge.injected":
-            notes = get("notes") or []
-            return Text(f"  knowledge: {len(notes)} note(s) injected", style="cyan")
+            return Text(_t(lang, "knowledge", n=len(get("notes") or [])), style="cyan")
         if kind == "supervisor.route":
             guidance = str(get("guidance") or "")
             short = guidance if len(guidance) <= 60 else guidance[:59] + "…"
             return Text.assemble(
-                (f"  → step {get('step')}: ", "dim"),
-                (str(get("next_agent")), "bold"),
+                (_t(lang, "step", n=get("step")), "dim"),
+                (agent(get("next_agent")), "bold"),
                 (f"  {short}" if short else "", "dim"),
             )
         if kind == "agent.fallback":
-            return Text(
-                f"  ↪ fallback {get('from')} → {get('to')} ({get('reason')}: {get('detail', '')})",
-                style="yellow",
+            line = _t(
+                lang,
+                "fallback",
+                src=agent(get("from")),
+                dst=agent(get("to")),
+                reason=_name(lang, "reason", get("reason")),
+                detail=get("detail", ""),
             )
+            return Text(line, style="yellow")
         if kind == "knowledge.deviation":
-            ignored = get("ignored_notes")
-            return Text(
-                f"  ⚠ ignored notes {ignored} ({get('severity')}): {get('reason', '')}",
-                style="yellow",
+            line = _t(
+                lang,
+                "ignored",
+                ids=get("ignored_notes"),
+                severity=get("severity"),
+                reason=get("reason", ""),
             )
+            return Text(line, style="yellow")
         if kind == "critic.verdict":
             failed = [c.get("name") for c in get("checks") or [] if not c.get("passed")]
             style = "green" if get("passed") else "red"
-            judge = {"unavailable": " (judge unavailable)", "skipped": " (nothing to judge)"}.get(
-                get("judge", "ok"), ""
-            )
+            judge = get("judge", "ok")
+            judged = _t(lang, f"judge.{judge}") if judge in ("unavailable", "skipped") else ""
+            score = _score(get("score"), lang)
+            threshold = f"{float(get('threshold') or 0):.2f}"
             text = Text.assemble(
-                ("  critic: ", "bold"),
-                (f"{get('verdict')}", style),
-                f" score {_score(get('score'))}/{float(get('threshold') or 0):.2f}{judge}",
-                f" → {get('next')}",
+                (_t(lang, "critic"), "bold"),
+                (_name(lang, "verdict", get("verdict")), style),
+                _t(lang, "score", score=score, threshold=threshold) + judged,
+                f" → {_name(lang, 'stage', get('next'))}",
             )
             if failed:
-                text.append(f"  failed checks: {', '.join(map(str, failed))}", style="dim")
+                names = ", ".join(map(str, failed))
+                text.append(_t(lang, "failed_checks", names=names), style="dim")
             return text
         if kind == "asset.created":
-            return Text(f"  image {get('slot')}: {get('url')}", style="magenta")
+            return Text(_t(lang, "image", slot=get("slot"), url=get("url")), style="magenta")
         return None
 
 
-def _score(score: Any) -> str:
+def _score(score: Any, lang: str = "en") -> str:
     """Format a judge's score; without one (no judge gave it) say "not judged", not 0.00."""
-    return f"{float(score):.2f}" if score is not None else "not judged"
+    return f"{float(score):.2f}" if score is not None else _t(lang, "not_judged")
 
 
-def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
+def render_usage(usage: Mapping[str, Any] | None, lang: str = "en") -> Table | None:
+    """Render `result.usage` (calls, tokens, seconds by role); unknown tokens say so."""
+    roles = (usage or {}).get("roles") or {}
+    if not roles:
+        return None
+
+    def tokens(value: Any) -> str:
+        return _t(lang, "unknown") if value is None else str(value)
+
+    table = Table(
+        *(_t(lang, f"col.{c}") for c in ("role", "calls", "prompt", "completion", "seconds")),
+        box=None,
+        title=_t(lang, "usage"),
+        title_justify="left",
+    )
+    rows = [*((_name(lang, "agent", r), u) for r, u in roles.items())]
+    rows.append((_t(lang, "total"), (usage or {}).get("total") or {}))
+    for name, u in rows:
+        table.add_row(
+            name,
+            str(u.get("calls", 0)),
+            tokens(u.get("prompt_tokens")),
+            tokens(u.get("completion_tokens")),
+            f"{float(u.get('seconds') or 0):.1f}",
+        )
+    return table
+
+
+def render_result(result: Mapping[str, Any], assets_dir: Path, lang: str = "en") -> Group:
     """Render the result payload as the finished post and its quality report."""
     post = result.get("post") or {}
     parts: list[Any] = []
@@ -327,13 +504,18 @@ def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
     tags = " ".join(f"#{t}" for t in post.get("tags") or [])
     if tags:
         body.append(tags, style="cyan")
-    title = str(post.get("title") or "(no title)")
+    title = str(post.get("title") or _t(lang, "no_title"))
     parts.append(Panel(body, title=Text(title, style="bold"), title_align="left"))
 
     images = result.get("images") or []
     if images:
         store = AssetStore(assets_dir)
-        table = Table("slot", "file", "alt", box=None, title="images", title_justify="left")
+        table = Table(
+            *(_t(lang, f"col.{c}") for c in ("slot", "file", "alt")),
+            box=None,
+            title=_t(lang, "images"),
+            title_justify="left",
+        )
         for image in images:
             asset_id = str(image.get("asset_id", ""))
             path = store.path(asset_id) if is_valid_asset_id(asset_id) else None
@@ -345,17 +527,28 @@ def render_result(result: Mapping[str, Any], assets_dir: Path) -> Group:
         parts.append(table)
 
     quality = result.get("quality") or {}
-    summary = (
-        f"outcome [bold]{result.get('outcome')}[/]  verdict {quality.get('verdict')}  "
-        f"score {_score(quality.get('score'))}  attempts {quality.get('attempts')}"
-        + ("  (retries exhausted)" if quality.get("exhausted") else "")
-    )
+    summary = _t(
+        lang,
+        "summary",
+        outcome=_name(lang, "outcome", result.get("outcome")),
+        verdict=_name(lang, "verdict", quality.get("verdict")),
+        score=_score(quality.get("score"), lang),
+        attempts=quality.get("attempts"),
+    ) + (_t(lang, "exhausted") if quality.get("exhausted") else "")
     parts.append(Text.from_markup(summary))
+    usage = render_usage(result.get("usage"), lang)
+    if usage is not None:
+        parts.append(usage)
     return Group(*parts)
 
 
-def _terminal_clarifier(console: Console, interactive: bool) -> ClarificationHandler:
+def _terminal_clarifier(
+    console: Console, interactive: bool, lang: str = "en"
+) -> ClarificationHandler:
     """Return a handler that asks the planner's question on the terminal, or answers it.
+
+    Its own words (the panel's title, the prompts) are in `lang`; the question is the
+    planner's, as it wrote it.
 
     The planner's interrupt value is ``{"question": str, "options": [{"id", "label"}]}``
     and it resumes with ``{"action": "defaults"}`` or ``{"action": "details",
@@ -365,21 +558,20 @@ def _terminal_clarifier(console: Console, interactive: bool) -> ClarificationHan
     def clarify(value: Any) -> Any:
         question = value.get("question") if isinstance(value, Mapping) else value
         options = value.get("options") or [] if isinstance(value, Mapping) else []
-        console.print(Panel(str(question or "The planner needs more details."), title="question"))
+        shown = str(question or _t(lang, "question.fallback"))
+        console.print(Panel(shown, title=_t(lang, "question")))
         if not interactive:
-            console.print("[dim](not interactive: continuing with defaults)[/dim]")
+            console.print(f"[dim]{escape(_t(lang, 'not_interactive'))}[/dim]")
             return DEFAULTS_ANSWER
         for number, option in enumerate(options, 1):
             label = option.get("label", option) if isinstance(option, Mapping) else option
             console.print(f"  {number}. {label}")
-        answer = Prompt.ask(
-            "Choose an option's number, or type the details", console=console, default="1"
-        ).strip()
+        answer = Prompt.ask(_t(lang, "choose"), console=console, default="1").strip()
         if answer.isdigit() and 1 <= int(answer) <= len(options):
             option = options[int(answer) - 1]
             if not isinstance(option, Mapping) or option.get("id") != "details":
                 return DEFAULTS_ANSWER
-            answer = Prompt.ask("Details", console=console, default="").strip()
+            answer = Prompt.ask(_t(lang, "details"), console=console, default="").strip()
         if not answer:
             return DEFAULTS_ANSWER
         return {"action": "details", "details": answer}
@@ -405,7 +597,10 @@ def run(
     ] = None,
     fast: Annotated[bool, typer.Option("--fast", help="Fast mode (fewer steps).")] = False,
 ) -> None:
-    """Run one request through the pipeline here, showing its progress, then print the post."""
+    """Run one request through the pipeline here, showing its progress, then print the post.
+
+    What it asks and prints is in the request's language (`request_language`).
+    """
     if not request.strip() or len(request) > 4000:
         raise typer.BadParameter("must be 1-4000 characters", param_hint="REQUEST")
     settings = _settings()
@@ -422,7 +617,8 @@ def run(
     err = Console(stderr=True)
     shown = err if json_output else out
     interactive = not auto_confirm and sys.stdin.isatty() and shown.is_terminal
-    ask = _terminal_clarifier(shown, interactive)
+    lang = request_language(request)
+    ask = _terminal_clarifier(shown, interactive, lang)
     counter = LLMCallCounter()
     started = time.monotonic()
     try:
@@ -448,25 +644,27 @@ def run(
                     finally:
                         progress.start()
 
-                view = ProgressView(out, progress)
+                view = ProgressView(out, progress, lang)
                 result = asyncio.run(
                     run_request(
                         settings, inputs, on_event=view, clarify=clarify, callbacks=[counter]
                     )
                 )
     except KeyboardInterrupt:
-        err.print("[yellow]cancelled[/yellow]")
+        err.print(f"[yellow]{_t(lang, 'cancelled')}[/yellow]")
         raise typer.Exit(130) from None
     except Exception as exc:  # one readable line, not a traceback, for a failed run
-        err.print(f"[red]run failed:[/red] {escape(type(exc).__name__)}: {escape(str(exc))}")
+        failed = _t(lang, "failed")
+        err.print(f"[red]{failed}[/red] {escape(type(exc).__name__)}: {escape(str(exc))}")
         raise typer.Exit(1) from None
 
     if json_output:
         out.print_json(json.dumps(result, ensure_ascii=False, default=str))
     else:
-        out.print(render_result(result, settings.assets_dir))
+        out.print(render_result(result, settings.assets_dir, lang))
         elapsed = time.monotonic() - started
-        out.print(f"[dim]finished in {elapsed:.1f} s with {counter.calls} LLM calls[/dim]")
+        finished = _t(lang, "finished", s=elapsed, calls=counter.calls)
+        out.print(f"[dim]{escape(finished)}[/dim]")
     raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
 
 

@@ -34,7 +34,10 @@ it tracks by LangChain run id). It learns a call's role from `metadata["role"]` 
 a `role:<name>` tag, both set by `providers.llm.OpenAIModelFactory`; a model built
 elsewhere counts as role "unknown". Token counts come from the message's
 `usage_metadata` (the factory asks for `stream_usage`), else from the provider's
-`token_usage`. LLM retries are counted where they happen, in
+`token_usage`; a call whose answer carries neither counts in
+`atelier_llm_calls_without_usage_total{role}` (its tokens are unknown, not zero —
+the embedded llama.cpp server may send none). The same calls, per run and by role,
+are in each result's `usage` (`providers.usage`). LLM retries are counted where they happen, in
 `atelier_retries_total{kind="llm",role=...}`: a model call tagged `retry:attempt:N`
 by `with_retry` (not one merely inside a retried chain), the `on_retry` callback of
 legacy LLM wrappers, and every retry the OpenAI client makes underneath
@@ -68,6 +71,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
+from providers.usage import response_tokens
 
 RUN_STATUSES: tuple[str, ...] = ("pending", "running", "success", "error", "timeout", "interrupted")
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
@@ -126,6 +130,13 @@ class AtelierMetrics:
             "atelier_llm_tokens",
             "LLM tokens by role and direction (input, output).",
             ["role", "direction"],
+            registry=r,
+        )
+        self.llm_unmetered = Counter(
+            "atelier_llm_calls_without_usage",
+            "Finished LLM calls whose answer reported no token usage, by role: their tokens "
+            "are missing from atelier_llm_tokens_total (never estimated).",
+            ["role"],
             registry=r,
         )
         self.llm_duration = Histogram(
@@ -292,6 +303,8 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         m.llm_calls.labels(role=role, outcome="ok").inc()
         if started is not None:
             m.llm_duration.labels(role=role).observe(time.perf_counter() - started)
+        if response_tokens(response) is None:
+            m.llm_unmetered.labels(role=role).inc()
         input_tokens, output_tokens = token_usage(response)
         if input_tokens:
             m.llm_tokens.labels(role=role, direction="input").inc(input_tokens)

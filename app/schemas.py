@@ -273,6 +273,35 @@ def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> N
         ) from None
 
 
+def check_pipeline_update(
+    update: Mapping[str, Any], values: Mapping[str, Any], goto: Sequence[str]
+) -> None:
+    """Check a state update (a run's `command`, or `POST /threads/{t}/state`) of `atelier`.
+
+    Only the card redraw has a rule beyond the state's keys: `redraw` must name a
+    card of the thread's post (`nodes.redraw_card.card_to_redraw`), and a
+    `goto: "redraw_card"` needs one, in the update or already in the state.
+
+    Raises:
+        ValueError: What is wrong, starting with the key at fault (`redraw`, `redraw.slot`).
+    """
+    from nodes.redraw_card import card_to_redraw
+
+    wanted = update.get("redraw") if "redraw" in update else values.get("redraw")
+    if wanted is None:
+        if "redraw_card" in goto:
+            raise ValueError('redraw: goto "redraw_card" needs {"redraw": {"slot": n}}')
+        return
+    try:
+        card_to_redraw(wanted, values.get("images") or [])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("redraw", *first["loc"]))
+        raise ValueError(f"{where}: {first['msg']}") from None
+    except ValueError as exc:
+        raise ValueError(f"redraw.slot: {exc}") from None
+
+
 #: The `atelier` assistant's token filter: the writing roles' tokens only.
 writer_tokens_only = streams_to_users
 

@@ -16,11 +16,25 @@ that nothing is left to run: the smallest `recursion_limit` it needs is
 `pipeline_recursion_limit()` = 16. The team runs as a subgraph under its own
 bound (`nodes.executor`), so the pipeline's limit does not have to cover the
 team's supersteps.
+
+A finished post is revised the LangGraph way. An edit: a state update as the
+`executor` (`POST /threads/{t}/state` with `as_node: "executor"` and the new
+`generated_content`), then a run with no input continues at the critic. One card
+again: a run with `command: {"goto": "redraw_card", "update": {"redraw": {"slot":
+n}}}`, or a state update as `finalize` with `{"redraw": {"slot": n}}` and a run
+with no input (`finalize → redraw_card` when `redraw` is set); `redraw_card →
+critic` (`nodes.redraw_card`). Either way the critic checks the revised post and
+finalize publishes it.
+
+Every node is metered (`metered`): the LLM calls made while it runs — the team's
+too — are added to the state's `usage` by role (`providers.usage`), which
+finalize puts in the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -28,7 +42,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graphs.context import AtelierContext
-from graphs.pipeline_routing import route_after_planner, route_from_critic
+from graphs.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
 from graphs.run_start import starting_run
 from graphs.state import PipelineInput, PipelineOutput, PipelineState
 from graphs.team import build_team, team_recursion_limit
@@ -37,6 +51,36 @@ from nodes.executor import make_executor
 from nodes.finalize import finalize
 from nodes.planner import planner
 from nodes.rag import rag
+from nodes.redraw_card import redraw_card
+from providers.usage import metering
+
+Node = Callable[..., Awaitable[dict[str, Any]]]
+
+
+def metered(node: Node, *, draft_source: str | None = None) -> Node:
+    """Wrap a pipeline node so its update adds the LLM usage of its calls to `usage`.
+
+    With `draft_source`, the update also says who made the draft the critic judges
+    next (the executor: "team"; a person's edit writes none, see `nodes.critic`).
+    `functools.wraps` keeps what LangGraph reads off the node: its signature (which
+    of runtime / config to pass, forwarded here as keywords) and its closure (the
+    executor's team, found there as a subgraph), so the wrapper is one level deep.
+    A node interrupted (the planner's question) or failing adds nothing: its update
+    is never written.
+    """
+
+    @functools.wraps(node)
+    async def run(state: Any, **kwargs: Any) -> dict[str, Any]:
+        with metering() as ledger:
+            update = await node(state, **kwargs)
+        usage = ledger.as_dict()
+        if usage:
+            update = {**update, "usage": usage}
+        if draft_source is not None:
+            update = {**update, "draft_source": draft_source}
+        return update
+
+    return run
 
 
 def pipeline_supersteps(max_retry_count: int = 3, max_replans: int = 1) -> int:
@@ -93,18 +137,21 @@ def build_pipeline(
     )
     # A new run's per-run state (counters, history, budget) is reset as it enters the
     # planner, its first node (graphs.run_start).
-    builder.add_node("planner", starting_run(planner))
-    builder.add_node("rag", rag)
-    builder.add_node("executor", make_executor(team, team_recursion_limit))
-    builder.add_node("critic", critic)
-    builder.add_node("finalize", finalize)
+    builder.add_node("planner", metered(starting_run(planner)))
+    builder.add_node("rag", metered(rag))
+    executor = make_executor(team, team_recursion_limit)
+    builder.add_node("executor", metered(executor, draft_source="team"))
+    builder.add_node("critic", metered(critic))
+    builder.add_node("finalize", metered(finalize))
+    builder.add_node("redraw_card", metered(redraw_card))
 
     builder.add_edge(START, "planner")
     builder.add_conditional_edges("planner", route_after_planner, ["rag", "finalize"])
     builder.add_edge("rag", "executor")
     builder.add_edge("executor", "critic")
+    builder.add_edge("redraw_card", "critic")
     builder.add_conditional_edges("critic", route_from_critic, ["finalize", "rag", "planner"])
-    builder.add_edge("finalize", END)
+    builder.add_conditional_edges("finalize", route_after_finalize, ["redraw_card", END])
     graph = builder.compile(checkpointer=checkpointer, name="atelier")
     # Whichever server runs the graph (atelier serve, langgraph dev), its safety net
     # is the limit the longest configurable run needs: LangGraph's own default was 25

@@ -20,6 +20,8 @@ from core.events import VerdictLabel
 PLANNED_ACTIONS = ("create_post", "revise_post")
 #: The critic's label for a verdict decided without the judge on clean code checks.
 NOT_JUDGED: VerdictLabel = "not_judged"
+#: Attempt sources that are revisions of a finished post (`nodes.critic.draft_source`).
+REVISIONS = ("edit", "card")
 
 
 def route_after_planner(state: Mapping[str, Any]) -> Literal["rag", "finalize"]:
@@ -44,7 +46,9 @@ def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "p
 
     In order: a failed executor, a passing verdict or a `not_judged` one (every
     code check passed and the judge was unavailable: nothing for another attempt
-    to fix, see `nodes.critic`) → finalize; no attempts left → finalize
+    to fix, see `nodes.critic`) → finalize; a revision (a person's edit, a redrawn
+    card: verdict `source` in `REVISIONS`) → finalize, whatever the verdict, for a
+    team attempt would overwrite it; no attempts left → finalize
     (exhausted: the best attempt is published); an ignored blocker note with a
     replan left (`verdict["replan"]`) → planner; otherwise → rag, for another
     attempt with the verdict as feedback.
@@ -52,8 +56,20 @@ def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "p
     verdict = state.get("verdict") or {}
     if state.get("failure") or verdict.get("passed") or verdict.get("verdict") == NOT_JUDGED:
         return "finalize"
+    if verdict.get("source") in REVISIONS:
+        return "finalize"
     if attempts_left(state) == 0:
         return "finalize"
     if verdict.get("replan"):
         return "planner"
     return "rag"
+
+
+def route_after_finalize(state: Mapping[str, Any]) -> Literal["redraw_card", "__end__"]:
+    """End the run, unless a client asked for one card again (`redraw`, see `nodes.redraw_card`).
+
+    Finalize clears `redraw` when it runs, so only a state update made *as* finalize
+    (`POST /threads/{t}/state` with `as_node: "finalize"`) leads here to the redraw;
+    a stale request of a redraw that failed never redraws after a later run.
+    """
+    return "redraw_card" if state.get("redraw") else "__end__"

@@ -16,6 +16,7 @@ from typing_extensions import TypedDict
 
 from graphs.limits import TeamLimits
 from providers.assets import ASSET_ID_LENGTH
+from providers.usage import add_usage
 
 # The pipeline's input fields: each type and its bounds, declared once. The HTTP API's
 # `input` (`app.schemas.AtelierInput`) is built from these same types and adds what only
@@ -198,3 +199,10 @@ class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     replans: int  # critic: critic → planner loops so far → critic, route_from_critic
     verdict: dict[str, Any] | None  # critic: the latest verdict → route_from_critic, finalize
     attempts: list[dict[str, Any]]  # critic: every judged attempt with its post → finalize
+    # Who made the draft the critic judges next: "team" (the executor) or "card" (redraw_card);
+    # None (the critic's reset) then a state update: a person's edit. critic reads, resets.
+    draft_source: str | None
+    redraw: dict[str, Any] | None  # client (command.update): {slot, prompt} → redraw_card
+    # LLM calls, tokens and time by role, summed over every node of every run of the thread
+    # (providers.usage); each metered pipeline node adds its own → finalize (result.usage).
+    usage: Annotated[dict[str, dict[str, Any]], add_usage]

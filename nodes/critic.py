@@ -33,6 +33,16 @@ could be told to fix, so the run finalizes with this post as outcome
 `completed`, and the result, the console and the CLI show it as not judged
 (未评审), never as passed with a score.
 
+Who made the attempt (`source`, kept in its record and its verdict): `team` when
+the executor stamped the draft (`draft_source`), `card` when `nodes.redraw_card`
+drew one card again, and `edit` when neither did since the critic last reset
+`draft_source` to None — the draft came in by a state update, a person's edit. A
+revision (`edit`, `card`) is judged like any attempt but never replans, and the
+run then finalizes whatever the verdict (`graphs.pipeline_routing.route_from_critic`):
+a team attempt would rewrite what the person changed. Each record also keeps the
+attempt's image plans, so a card of an earlier attempt that finalize publishes can
+be drawn again.
+
 The critic writes `attempt` (attempts judged so far), `verdict`, `attempts` (every
 judged attempt with its post, for finalize), `retry_context` (what the next
 attempt's team sees), `replans` and `replan_notes`; `route_from_critic` reads
@@ -84,6 +94,8 @@ from prompts.common import data_block, system_prompt
 
 log = logging.getLogger(__name__)
 
+#: Who made an attempt: the team (executor), a card redraw, or a person's edit.
+AttemptSource = Literal["team", "card", "edit"]
 #: What the judge may answer.
 JudgeLabel = Literal["passed", "needs_improvement", "failed"]
 
@@ -424,6 +436,19 @@ class Judgement:
         return reasons
 
 
+def draft_source(state: Mapping[str, Any]) -> AttemptSource:
+    """Return who made the draft in `state`: the team, a card redraw, or a person's edit.
+
+    The critic resets `draft_source` to None after each attempt, so None means a state
+    update since — an edit. A state that never had the key (a thread from before
+    revisions were told apart, a test's hand-made state) counts as the team's.
+    """
+    if "draft_source" not in state:
+        return "team"
+    source = state.get("draft_source")
+    return source if source in ("team", "card") else "edit"
+
+
 async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: Any) -> Judgement:
     """Run the three layers on the attempt in `state` (none when the team broke down)."""
     judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=state.get("failure"))
@@ -480,8 +505,10 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
         judgement = await judge_attempt(state, ctx, writer)
         passed, label, score = judgement.passed, judgement.label, judgement.score
         replans = int(state.get("replans") or 0)
+        source = draft_source(state)
         replan = (
-            not passed
+            source == "team"
+            and not passed
             and judgement.replan_required
             and replans < ctx.max_replans
             and attempt < max_attempts
@@ -501,6 +528,7 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
             "dimensions": judgement.dimensions,
             "judge": judgement.judge_status,
             "reasons": judgement.reasons,
+            "source": source,
         }
         record = {
             "attempt": attempt,
@@ -512,6 +540,8 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
             else None,
             "body_blocks": list(state.get("body_blocks") or []),
             "images": images,
+            "image_plans": list(state.get("image_plans") or []),
+            "source": source,
         }
         ignored_blockers = [
             {"id": n.id, "type": n.type.value, "content": n.content}
@@ -526,6 +556,7 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
             "retry_context": _retry_context(judgement, content, len(images)),
             "replans": replans + 1 if replan else replans,
             "replan_notes": ignored_blockers if replan else [],
+            "draft_source": None,
         }
         after = {**state, **update}
         next_stage = route_from_critic(after)

@@ -13,7 +13,9 @@ the planner could not tell what was wanted, and when an LLM failed — and
   "images": [{"asset_id", "url", "slot", "alt"}],
   "quality": {"verdict", "score", "threshold", "judge", "dimensions", "checks",
               "exhausted", "attempts"},   # of the published attempt; attempts = how many ran
-  "attempts": [{"attempt", "verdict", "score", "feedback"}],
+  "attempts": [{"attempt", "verdict", "score", "feedback", "source"}],
+  "revision": "edit" | "card" | None,
+  "usage": {"roles": {role: {...}}, "total": {...}},
   "ui": [{"component": name, "props": {...}}, ...],
 }
 ```
@@ -30,7 +32,20 @@ called passed.
 
 Which attempt is published: completed → the last attempt; exhausted →
 the best one (`nodes.critic.best_attempt`: fewest failing checks, then highest
-score); failed → the best earlier attempt if there was one, else none.
+score); failed → the best earlier attempt if there was one, else none. A
+revision is the exception: when the last attempt is a person's edit or a redrawn
+card (`source` `edit` / `card`), it is published whatever its score — the person
+asked for that version, and an older attempt that scored higher is not what they
+edited; the verdict and the message say what still fails. `result.revision` names
+the kind of revision (None for a team attempt).
+
+When the published attempt is not the state's latest draft (an earlier attempt
+won), finalize writes its post, body blocks, images and image plans back to the
+state, so an edit or a card redraw that follows starts from the post the user sees.
+
+`usage` is the LLM usage of the thread's runs so far by role (`providers.usage`:
+calls, metered calls, prompt and completion tokens — null when no call reported
+them —, seconds in calls), with `total` over all roles.
 
 `ui` lists components in display order, each `{"component": name, "props":
 {...}}`, so a frontend maps names to widgets without knowing the graph:
@@ -56,9 +71,10 @@ from langgraph.runtime import Runtime
 
 from core.events import stage_events
 from graphs.context import AtelierContext, context_of
-from graphs.pipeline_routing import NOT_JUDGED
+from graphs.pipeline_routing import NOT_JUDGED, REVISIONS
 from graphs.state import Outcome, PipelineState
 from nodes.critic import best_attempt
+from providers.usage import usage_totals
 
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
@@ -123,6 +139,9 @@ def _published(state: Mapping[str, Any], outcome: Outcome) -> Mapping[str, Any] 
     if outcome == "completed":
         return attempts[-1] if attempts else None
     if outcome in ("exhausted", "failed"):
+        last = attempts[-1] if attempts else None
+        if last is not None and last.get("source") in REVISIONS and last.get("post"):
+            return last  # the person's version, not an older one that scored higher
         return best_attempt(attempts)
     return None
 
@@ -145,6 +164,11 @@ def _message(
         )
     if outcome == "completed":
         return f"已完成：第 {chosen['attempt']} 次尝试通过质检（{scored}）。"
+    if chosen.get("source") in REVISIONS:
+        return (
+            f"修改后的版本（第 {chosen['attempt']} 次）未达到质检标准（{scored}，阈值 "
+            f"{threshold:.2f}）。已按你的修改发布，请按评审意见再改或确认后使用。"
+        )
     return (
         f"尝试了 {ran} 次仍未达到质检标准（阈值 {threshold:.2f}）。"
         f"下面是最好的一版（第 {chosen['attempt']} 次，{scored}），请确认后使用。"
@@ -183,6 +207,7 @@ def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
             "verdict": a.get("verdict"),
             "score": a.get("score"),
             "feedback": a.get("feedback") or "",
+            "source": a.get("source") or "team",
         }
         for a in attempts
     ]
@@ -221,12 +246,43 @@ def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
         "images": images,
         "quality": quality,
         "attempts": history,
+        "revision": (chosen or {}).get("source")
+        if (chosen or {}).get("source") in REVISIONS
+        else None,
+        "usage": {
+            "roles": dict(state.get("usage") or {}),
+            "total": usage_totals(state.get("usage")),
+        },
         "ui": ui,
     }
+
+
+def published_artefacts(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the state update that makes the published attempt the state's draft again.
+
+    Empty when the published attempt is the latest (the state already holds it) or
+    nothing was published (see the module docstring).
+    """
+    attempts = list(state.get("attempts") or [])
+    chosen = _published(state, _outcome(state))
+    if chosen is None or chosen is (attempts[-1] if attempts else None):
+        return {}
+    update: dict[str, Any] = {
+        "generated_content": dict(chosen["post"]),
+        "body_blocks": list(chosen.get("body_blocks") or []),
+        "images": list(chosen.get("images") or []),
+        "generated_image_asset_ids": [i["asset_id"] for i in chosen.get("images") or []],
+    }
+    if chosen.get("image_plans"):
+        update["image_plans"] = list(chosen["image_plans"])
+    return update
 
 
 async def finalize(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Write the run's result payload."""
     ctx = context_of(runtime)
     with stage_events(runtime.stream_writer, "finalize", int(state.get("attempt") or 0)):
-        return {"result": build_result(state, ctx.critic_pass_threshold)}
+        result = build_result(state, ctx.critic_pass_threshold)
+        # `redraw` cleared: a card redraw runs only when asked for after this (see
+        # graphs.pipeline_routing.route_after_finalize).
+        return {"result": result, "redraw": None, **published_artefacts(state)}

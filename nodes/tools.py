@@ -119,6 +119,46 @@ def image_request(
     )
 
 
+async def draw_card(
+    ctx: Any,
+    plan: Mapping[str, Any],
+    state: Mapping[str, Any],
+    writer: Any,
+    *,
+    prompt: str = "",
+    variant: int = 0,
+) -> dict[str, Any]:
+    """Draw the image of one plan, store it, announce it (`asset.created`) and describe it.
+
+    Shared by the image agent's `generate_image` tool and `nodes.redraw_card`, so a card
+    drawn again is made exactly like the first one, only as another `variant`.
+
+    Returns:
+        `{asset_id, url, slot, alt, path, variant}` of the stored image.
+
+    Raises:
+        ImageProviderError, ValueError, OSError, httpx.HTTPError: The image could not be made.
+    """
+    slot = int(plan["slot"])
+    provider = ctx.image_provider(state.get("image_provider"))
+    request = image_request(plan, state, prompt.strip()).model_copy(update={"variant": variant})
+    image = await provider.generate(request)
+    record = await ctx.assets.aput(
+        image.data,
+        image.content_type,
+        meta={"slot": slot, "prompt": request.prompt, "provider": provider.name},
+    )
+    emit(writer, AssetCreated(asset_id=record.asset_id, url=record.url, slot=slot))
+    return {
+        "asset_id": record.asset_id,
+        "url": record.url,
+        "slot": slot,
+        "alt": str(plan.get("desc") or ""),
+        "path": str(record.path),
+        "variant": variant,
+    }
+
+
 @tool(response_format="content_and_artifact")
 async def generate_image(
     slot: int, runtime: ToolRuntime[Any, Any], prompt: str = ""
@@ -133,27 +173,13 @@ async def generate_image(
     plan = next((p for p in state.get("image_plans") or [] if p.get("slot") == slot), None)
     if plan is None:
         return f"没有 slot {slot} 的图片计划。", None
-    ctx = context_of(runtime)
     try:
-        provider = ctx.image_provider(state.get("image_provider"))
-        request = image_request(plan, state, prompt.strip())
-        image = await provider.generate(request)
-        record = await ctx.assets.aput(
-            image.data,
-            image.content_type,
-            meta={"slot": slot, "prompt": request.prompt, "provider": provider.name},
+        image_info = await draw_card(
+            context_of(runtime), plan, state, runtime.stream_writer, prompt=prompt
         )
     except (ImageProviderError, ValueError, OSError, httpx.HTTPError) as exc:
         # The provider's messages are written to be safe to show (no secrets).
         log.warning("image for slot %s failed: %s", slot, exc)
         reason = str(exc) if isinstance(exc, ImageProviderError) else type(exc).__name__
         return f"slot {slot} 生成失败：{reason}", None
-    emit(runtime.stream_writer, AssetCreated(asset_id=record.asset_id, url=record.url, slot=slot))
-    image_info = {
-        "asset_id": record.asset_id,
-        "url": record.url,
-        "slot": slot,
-        "alt": str(plan.get("desc") or ""),
-        "path": str(record.path),
-    }
-    return f"slot {slot} 已生成：{record.url}", image_info
+    return f"slot {slot} 已生成：{image_info['url']}", image_info

@@ -33,6 +33,7 @@ from providers.local_llm import (
     LlamaCppChatOpenAI,
     embedded_model_name,
 )
+from providers.usage import UsageCallback
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ class OpenAIModelFactory:
             llama_cpp = settings.llm_llama_cpp_dialect == "on"
         self.llama_cpp = embedded or llama_cpp
         self._observer = observer
+        self._usage = UsageCallback()  # every call's usage, to the ledger of the node making it
         self._cache: dict[str, BaseChatModel] = {}
         self._clients: list[httpx.Client | httpx.AsyncClient] = []
 
@@ -281,6 +283,7 @@ class OpenAIModelFactory:
             stream_usage=True,
             tags=role_tags(role),
             metadata={"role": role},
+            callbacks=[self._usage],
             **self._http_clients(role),
         )
         if isinstance(model, LlamaCppChatOpenAI) and self._server is not None:

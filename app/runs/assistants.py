@@ -24,6 +24,8 @@ from app.runs.store import now
 
 #: Check a resume value against the pending interrupts; raise ValueError when wrong.
 ResumeCheck = Callable[[Any, Sequence[Interrupt]], None]
+#: Check a state update (values, the thread's values, goto nodes); raise ValueError when wrong.
+UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[str]], None]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Assistant:
     description: str
     input_model: type[BaseModel] | None = None  # validates `input`; None accepts any object
     check_resume: ResumeCheck | None = None
+    check_update: UpdateCheck | None = None  # command.update / POST …/state values
     keep_message: MessageFilter | None = None  # None streams every token LangGraph emits
     created_at: str = field(default_factory=now)
 
@@ -65,7 +68,12 @@ AssistantFactory = Callable[[BaseCheckpointSaver], Mapping[str, Assistant]]
 
 def default_assistants(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant]:
     """Build the service's assistants: `atelier`, the content pipeline."""
-    from app.schemas import AtelierInput, check_clarification_answer, writer_tokens_only
+    from app.schemas import (
+        AtelierInput,
+        check_clarification_answer,
+        check_pipeline_update,
+        writer_tokens_only,
+    )
     from graphs.pipeline import build_pipeline
 
     atelier = Assistant(
@@ -75,6 +83,7 @@ def default_assistants(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant
         description="Plan, research, write, illustrate and review a post (PRODUCT.md §1).",
         input_model=AtelierInput,
         check_resume=check_clarification_answer,
+        check_update=check_pipeline_update,
         keep_message=writer_tokens_only,
     )
     return {atelier.assistant_id: atelier}

@@ -475,6 +475,17 @@ class RunManager:
             unknown = sorted(targets - set(assistant.graph.nodes))
             if unknown:
                 raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
+        if assistant.check_update is not None and command.get("resume") is None:
+            goto_nodes = [goto] if isinstance(goto, str) else list(goto or [])
+            update = command.get("update")
+            await self._check_update(
+                assistant,
+                thread_id,
+                update if isinstance(update, dict) else {},
+                checkpoint,
+                field="command.update",
+                goto=goto_nodes,
+            )
         if "resume" not in command or command["resume"] is None:
             return
         snapshot = await assistant.graph.aget_state(self._at_checkpoint(thread_id, checkpoint))
@@ -505,6 +516,25 @@ class RunManager:
                     assistant.check_resume(value, interrupts)
                 except ValueError as exc:
                     raise Invalid(f"command.resume: {exc}", field="command.resume") from None
+
+    async def _check_update(
+        self,
+        assistant: Assistant,
+        thread_id: str,
+        update: dict[str, Any],
+        checkpoint: dict[str, Any] | None,
+        *,
+        field: str,
+        goto: list[str],
+    ) -> None:
+        """Refuse a state update the assistant's `check_update` finds wrong for this thread."""
+        assert assistant.check_update is not None
+        snapshot = await assistant.graph.aget_state(self._at_checkpoint(thread_id, checkpoint))
+        try:
+            assistant.check_update(update, snapshot.values or {}, goto)
+        except ValueError as exc:
+            where = str(exc).split(":", 1)[0]
+            raise Invalid(f"{field}.{exc}", field=f"{field}.{where}") from None
 
     # -- cancel --------------------------------------------------------------------
 
@@ -594,6 +624,10 @@ class RunManager:
                 )
             if checkpoint:
                 await self._check_checkpoint(thread.thread_id, checkpoint)
+            if assistant.check_update is not None and isinstance(values, dict):
+                await self._check_update(
+                    assistant, thread.thread_id, values, checkpoint, field="values", goto=[]
+                )
             config = self._at_checkpoint(thread.thread_id, checkpoint)
             try:
                 written = await graph.aupdate_state(config, values, as_node=as_node)

@@ -54,6 +54,11 @@ const I18N = {
     "action.copy": "复制全文", "action.regenerate": "重新生成", "action.accept": "就用这一版", "action.retry": "再试一次",
     "action.edit_request": "修改需求", "action.export": "导出（Markdown + 图片）", "action.edit": "编辑",
     "action.copied": "已复制到剪贴板", "action.accepted": "已采用这一版", "card.download": "下载", "card.enlarge": "放大",
+    "card.redraw": "重画这张", "stage.redraw_card": "重画配图",
+    "outcome.revised": "你的修改未达到评审标准，已按你的版本发布；请按评审意见再改，或确认后使用。",
+    "usage.title": "用量", "usage.role": "角色", "usage.calls": "调用", "usage.prompt": "输入词元", "usage.completion": "输出词元",
+    "usage.seconds": "耗时（秒）", "usage.total": "合计", "usage.unknown": "未知", "usage.partial": "（{n} 次调用未报告用量）",
+    "usage.none": "这篇作品还没有记录到模型调用。", "agent.unknown": "其他", "agent.other": "其他",
     "models": "模型：{m}",
     "dim.infoDensity": "信息密度", "dim.textImageAlignment": "图文匹配", "dim.styleConsistency": "风格一致",
     "dim.readability": "可读性", "dim.platformFit": "平台契合",
@@ -112,6 +117,11 @@ const I18N = {
     "action.copy": "Copy post", "action.regenerate": "Regenerate", "action.accept": "Use this version", "action.retry": "Try again",
     "action.edit_request": "Edit the request", "action.export": "Export (Markdown + images)", "action.edit": "Edit",
     "action.copied": "Copied to the clipboard", "action.accepted": "This version is accepted", "card.download": "Download", "card.enlarge": "Enlarge",
+    "card.redraw": "Redraw", "stage.redraw_card": "Redraw card",
+    "outcome.revised": "Your revision did not reach the review bar; it is published as you made it. Revise it as the review says, or check it before use.",
+    "usage.title": "Usage", "usage.role": "Role", "usage.calls": "Calls", "usage.prompt": "Prompt tokens", "usage.completion": "Completion tokens",
+    "usage.seconds": "Time (s)", "usage.total": "Total", "usage.unknown": "unknown", "usage.partial": " ({n} calls reported no usage)",
+    "usage.none": "No model calls recorded for this post yet.", "agent.unknown": "Other", "agent.other": "Other",
     "models": "Models: {m}",
     "dim.infoDensity": "Information density", "dim.textImageAlignment": "Text–image match", "dim.styleConsistency": "Style consistency",
     "dim.readability": "Readability", "dim.platformFit": "Platform fit",
@@ -517,8 +527,9 @@ function clearView() {
   state.draftIds.clear();
   state.unjudged.clear();
   state.stageCounts = {};
-  for (const id of ["routes", "draft", "verdicts", "gallery", "post", "quality", "actions"]) $(id).replaceChildren();
+  for (const id of ["routes", "draft", "verdicts", "gallery", "post", "quality", "usage", "actions"]) $(id).replaceChildren();
   for (const li of $("stages").children) { li.className = ""; li.querySelector(".count")?.remove(); li.removeAttribute("title"); }
+  $("stages").querySelector('[data-stage="redraw_card"]').hidden = true;
   $("attempt").textContent = "";
   $("result").hidden = true;
   $("editor").hidden = true;
@@ -566,6 +577,7 @@ function showError(message) {
 function markStage(stage, how, attempt, durationMs) {
   const li = $("stages").querySelector(`[data-stage="${stage}"]`);
   if (!li) return;
+  li.hidden = false;  // redraw_card shows only in a run that redraws a card
   if (how === "active") {
     for (const other of $("stages").children) other.classList.remove("active");
     li.classList.remove("done");
@@ -687,6 +699,16 @@ async function addImage(ev, into = $("gallery")) {
   enlarge.addEventListener("click", open);
   img.addEventListener("click", open);
   cap.append(slot, download, enlarge);
+  if (into !== $("gallery") && ev.slot != null) {
+    // A card of the finished post: draw this one again (the others stay as they are).
+    const redraw = document.createElement("button");
+    redraw.type = "button";
+    redraw.className = "link redraw";
+    redraw.dataset.slot = ev.slot;
+    redraw.textContent = t("card.redraw");
+    redraw.addEventListener("click", () => redrawCard(ev.slot).catch((err) => showError(err.message)));
+    cap.append(redraw);
+  }
   fig.append(img, cap);
   into.append(fig);
   const src = await imageUrl(ev.url);
@@ -698,7 +720,8 @@ function renderResult(result) {
   state.result = result;
   $("result").hidden = false;
   $("editor").hidden = true;
-  const outcomeKey = result.outcome === "completed" && unjudged(result.quality || {}) ? "outcome.completed_unjudged" : `outcome.${result.outcome}`;
+  const outcomeKey = result.outcome === "completed" && unjudged(result.quality || {}) ? "outcome.completed_unjudged"
+    : result.outcome === "exhausted" && result.revision ? "outcome.revised" : `outcome.${result.outcome}`;
   $("outcome").textContent = t(outcomeKey) === outcomeKey ? result.outcome : t(outcomeKey);
   $("outcome").title = result.message || "";
   const post = $("post");
@@ -722,6 +745,53 @@ function renderResult(result) {
   }
   renderActions(result);
   renderQuality(result.quality || {}, result.attempts || []);
+  renderUsage(result.usage);
+}
+
+// LLM calls, tokens and time by role (result.usage): tokens a server did not report
+// are "unknown", never a guess; a sum over only some of a role's calls says so.
+function renderUsage(usage) {
+  const box = $("usage");
+  box.replaceChildren();
+  box.hidden = !usage;
+  if (!usage) return;
+  const head = document.createElement("strong");
+  head.textContent = t("usage.title");
+  box.append(head);
+  const roles = Object.entries(usage.roles || {});
+  if (!roles.length) {
+    const none = document.createElement("div");
+    none.className = "muted small";
+    none.textContent = t("usage.none");
+    box.append(none);
+    return;
+  }
+  const table = document.createElement("table");
+  const row = (cells, tag = "td") => {
+    const tr = document.createElement("tr");
+    for (const text of cells) { const c = document.createElement(tag); c.textContent = text; tr.append(c); }
+    return tr;
+  };
+  const tokens = (u, key) => (u[key] == null ? t("usage.unknown") : String(u[key]));
+  const seconds = (u) => Number(u.seconds || 0).toFixed(1);
+  table.append(row([t("usage.role"), t("usage.calls"), t("usage.prompt"), t("usage.completion"), t("usage.seconds")], "th"));
+  for (const [role, u] of roles) {
+    const tr = row([named("agent", role), String(u.calls), tokens(u, "prompt_tokens"), tokens(u, "completion_tokens"), seconds(u)]);
+    tr.dataset.role = role;
+    table.append(tr);
+  }
+  const total = usage.total || {};
+  const totalRow = row([t("usage.total"), String(total.calls ?? 0), tokens(total, "prompt_tokens"), tokens(total, "completion_tokens"), seconds(total)]);
+  totalRow.className = "total";
+  table.append(totalRow);
+  box.append(table);
+  const unmetered = (total.calls || 0) - (total.metered || 0);
+  if (unmetered > 0 && total.metered > 0) {
+    const note = document.createElement("div");
+    note.className = "muted small";
+    note.textContent = t("usage.partial", { n: unmetered });
+    box.append(note);
+  }
 }
 
 // A post block of the result payload: {type: heading | text | list_item, text}.
@@ -832,6 +902,19 @@ async function saveEdit() {
   state.input = input;
   state.runId = null;
   await openStream("POST", `/threads/${threadId}/runs/stream`, runBody({ input: null }));
+}
+
+// One card again: a run whose command jumps to the redraw_card node with the slot in
+// the state update; the critic checks the post with its new card, finalize publishes.
+async function redrawCard(slot) {
+  const threadId = state.threadId;
+  const input = state.input;
+  resetView();
+  state.threadId = threadId;
+  state.input = input;
+  state.runId = null;
+  const command = { goto: "redraw_card", update: { redraw: { slot } } };
+  await openStream("POST", `/threads/${threadId}/runs/stream`, runBody({ command }));
 }
 
 function renderQuality(q, history) {

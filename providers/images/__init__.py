@@ -21,6 +21,7 @@ import httpx
 from pydantic import SecretStr
 
 from providers.images.cards import LocalCardProvider
+from providers.images.colour import variant_hue
 from providers.images.contract import (
     CARD_HEIGHT,
     CARD_WIDTH,
@@ -46,6 +47,7 @@ __all__ = [
     "LocalCardProvider",
     "OpenAIImageProvider",
     "build_image_provider",
+    "variant_hue",
 ]
 
 IMAGE_PROVIDERS: tuple[str, ...] = ("local", "openai")

@@ -65,20 +65,22 @@ class LocalCardProvider:
 
     def render(self, req: ImageRequest) -> Image.Image:
         """Render the card for `req` as an RGB Pillow image."""
-        scheme = scheme_for(req.palette)
+        scheme = scheme_for(req.palette, req.variant)
         canvas = _background(req, scheme)
         if req.kind == "cover":
             return _draw_cover(canvas, req, scheme, self._fonts)
         return _draw_content(canvas, req, scheme, self._fonts)
 
 
-def _seed(slot: int, kind: str, salt: str) -> float:
+def _seed(slot: int, kind: str, salt: str, variant: int = 0) -> float:
     """Return a stable number in [0, 1) for decoration placement.
 
-    Seeded by slot and kind only, so the background of a card does not change
-    with its text (and the process-randomised `hash()` is never used).
+    Seeded by slot, kind and variant only, so the background of a card does not
+    change with its text but does with a redraw (and the process-randomised
+    `hash()` is never used). Variant 0 keeps the seeds cards had before variants.
     """
-    digest = hashlib.sha256(f"{slot}:{kind}:{salt}".encode()).digest()
+    suffix = f":{variant}" if variant else ""
+    digest = hashlib.sha256(f"{slot}:{kind}:{salt}{suffix}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32
 
 
@@ -91,20 +93,20 @@ def _panel(w: int, h: int) -> tuple[float, float, float, float]:
 
 def _background(req: ImageRequest, scheme: Scheme) -> Image.Image:
     """Return the card's full-size RGB background, ready to draw on."""
-    return _backdrop(req.slot, req.kind, scheme, req.width, req.height).resize(
+    return _backdrop(req.slot, req.kind, req.variant, scheme, req.width, req.height).resize(
         (req.width, req.height), Image.Resampling.BILINEAR
     )
 
 
 @functools.lru_cache(maxsize=32)
-def _backdrop(slot: int, kind: str, scheme: Scheme, w: int, h: int) -> Image.Image:
+def _backdrop(slot: int, kind: str, variant: int, scheme: Scheme, w: int, h: int) -> Image.Image:
     """Paint the vertical gradient, the soft blurred shapes and, under a panel, its shadow.
 
     Everything here is smooth, so it is composed at quarter scale and enlarged
     once by `_background`: ~5x cheaper than composing full-size layers, and
     within a few levels per channel of it. Text and sharp shapes are drawn
-    afterwards at full size. The result depends on the palette, slot and kind
-    only, so it is cached (32 × ~0.4 MB at most): runs with the same palette,
+    afterwards at full size. The result depends on the palette, slot, kind and
+    variant only, so it is cached (32 × ~0.4 MB at most): runs with the same palette,
     such as every run without reference images, paint each backdrop once. The
     cached image is shared: never draw on it.
     """
@@ -114,7 +116,9 @@ def _backdrop(slot: int, kind: str, scheme: Scheme, w: int, h: int) -> Image.Ima
     mask = Image.linear_gradient("L").resize((qw, qh), Image.Resampling.BICUBIC)
     canvas = Image.composite(bottom, top, mask)
 
-    jitter = (_seed(slot, kind, "a") - 0.5) * 0.12
+    # A redrawn card (variant > 0) moves its shapes further and, every other time,
+    # mirrors them: visibly another card with the same text.
+    jitter = (_seed(slot, kind, "a", variant) - 0.5) * (0.4 if variant else 0.12)
     blobs: list[tuple[float, float, float, RGB, int]] = [
         (0.95 + jitter, 0.06 - jitter / 2, 0.36, scheme.accent, 120),
     ]
@@ -123,6 +127,8 @@ def _backdrop(slot: int, kind: str, scheme: Scheme, w: int, h: int) -> Image.Ima
         blobs.append((0.88 + jitter, 0.82, 0.16, scheme.accent, 70))
     else:
         blobs.append((0.0 + jitter, 1.0, 0.30, scheme.accent2, 90))
+    if variant % 2 == 1:
+        blobs = [(1 - cx, cy, r, colour, alpha) for cx, cy, r, colour, alpha in blobs]
     for cx, cy, r, colour, alpha in blobs:
         # Each blob gets its own layer whose transparent pixels already carry its
         # colour: Pillow blurs RGBA unpremultiplied, so a shared transparent-black

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass
 
 from providers.images.contract import DEFAULT_PALETTE
@@ -64,9 +65,28 @@ class Scheme:
     accent2: RGB  # soft background shapes: a colourful tone near the background's lightness
 
 
-def scheme_for(palette: list[str] | None) -> Scheme:
-    """Assign roles to a palette; a reference image's palette is ordered by frequency."""
+def hue_shift(c: RGB, degrees: float) -> RGB:
+    """Return `c` with its hue turned by `degrees`, lightness and saturation kept."""
+    h, lightness, saturation = colorsys.rgb_to_hls(*(x / 255 for x in c))
+    r, g, b = colorsys.hls_to_rgb((h + degrees / 360) % 1.0, lightness, saturation)
+    return (round(r * 255), round(g * 255), round(b * 255))
+
+
+def variant_hue(variant: int) -> float:
+    """Return the hue turn of a card's redraw: 0, then +24°, -24°, +48°, -48°, … degrees."""
+    step = (variant + 1) // 2
+    return 24.0 * step * (1 if variant % 2 else -1)
+
+
+def scheme_for(palette: list[str] | None, variant: int = 0) -> Scheme:
+    """Assign roles to a palette; a reference image's palette is ordered by frequency.
+
+    A redrawn card (`variant` > 0) turns every colour's hue a little (`variant_hue`):
+    the same palette family, visibly another card.
+    """
     colours = [hex_to_rgb(c) for c in (palette or DEFAULT_PALETTE)]
+    if variant:
+        colours = [hue_shift(c, variant_hue(variant)) for c in colours]
     bg = colours[0]
     rest = colours[1:]
     if not rest:

@@ -55,6 +55,14 @@ class ImageRequest(BaseModel):
         description="Colours as #rrggbb, background first; None uses a warm default.",
         examples=[["#f7e6d7", "#e07a5f", "#3d405b"]],
     )
+    variant: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="0 for a card's first drawing, n for its n-th redraw: the local cards turn "
+        "the palette's hue a little and arrange their background anew for each variant "
+        "(generative providers draw anew anyway).",
+    )
     width: int = Field(default=CARD_WIDTH, ge=256, le=4096, description="Width in pixels.")
     height: int = Field(default=CARD_HEIGHT, ge=256, le=4096, description="Height in pixels.")
 

@@ -200,6 +200,21 @@ def test_a_verdict_no_judge_gave_shows_not_judged_never_a_score(tmp_path: Path) 
         ]
     )
     assert "not_judged score not judged/0.70 (judge unavailable) → finalize" in text
+    zh = Console(record=True, width=120)
+    zh.print(
+        ProgressView.describe(
+            {
+                "type": "critic.verdict",
+                "verdict": "not_judged",
+                "score": None,
+                "threshold": 0.7,
+                "judge": "unavailable",
+                "next": "finalize",
+            },
+            "zh",
+        )
+    )
+    assert "评审：未评审 得分 未评审/0.70（评审模型不可用） → 定稿" in zh.export_text()
     result = {
         "outcome": "completed",
         "post": {"title": "学生党平价护肤", "blocks": [], "tags": []},
@@ -308,6 +323,13 @@ def test_clarification_without_a_terminal_continues_with_defaults() -> None:
     assert _terminal_clarifier(console, interactive=False)(QUESTION) == {"action": "defaults"}
     assert "continuing with defaults" in console.export_text()
 
+    chinese = Console(record=True, width=100)
+    assert _terminal_clarifier(chinese, interactive=False, lang="zh")(QUESTION) == {
+        "action": "defaults"
+    }
+    text = chinese.export_text()
+    assert "按默认继续" in text and "需要确认" in text and "defaults" not in text
+
 
 # --------------------------------------------------------------------------- run
 
@@ -396,8 +418,44 @@ def test_run_shows_progress_and_the_post(data_dir: Path, monkeypatch: pytest.Mon
         result = runner.invoke(cli, ["run", REQUEST, "--image-count", "1"])
     assert result.exit_code == 0, result.output
     out = result.stdout
+    # A Chinese request: the CLI's own words are Chinese too.
+    assert "✓ 规划" in out and "评审：通过" in out and "图 1：/assets/" in out
+    assert HAPPY_TITLE in out and "结果 已完成" in out and "调用模型" in out
+    assert "各角色的模型用量" in out and "写作" in out  # usage by role, agents by name
+    assert "outcome" not in out and "critic:" not in out and "LLM calls" not in out
+
+
+def test_an_english_request_gets_an_english_cli(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    request = "Write a Xiaohongshu note on budget skincare for students, ingredients explained"
+    with ScriptedOpenAIServer(atelier_responder(images=1)) as server:
+        _scripted_env(monkeypatch, server.base_url)
+        result = runner.invoke(cli, ["run", request, "--auto-confirm", "--image-count", "1"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
     assert "✓ planner" in out and "critic: passed" in out and "image 1: /assets/" in out
-    assert HAPPY_TITLE in out and "outcome completed" in out and "LLM calls" in out
+    assert "outcome completed" in out and "LLM calls" in out and "LLM usage by role" in out
+    for chinese_label in ("规划", "评审：", "结果", "调用模型", "各角色"):
+        assert chinese_label not in out, chinese_label
+
+
+@pytest.mark.parametrize(
+    ("request_", "lang"),
+    [
+        ("写一篇小红书笔记：平价护肤", "zh"),
+        ("帮我写 a post about 护肤", "zh"),
+        ("Write a post about budget skincare", "en"),
+        ("Écris un article sur les soins", "en"),
+    ],
+)
+def test_the_cli_language_follows_the_request(request_: str, lang: str) -> None:
+    from app.cli import request_language
+
+    assert request_language(request_) == lang
 
 
 def test_run_rejects_a_bad_image_count(data_dir: Path) -> None:
@@ -409,5 +467,5 @@ def test_run_failure_is_one_readable_line(data_dir: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("LOCAL_MODEL_PATH", str(data_dir / "missing.gguf"))
     result = runner.invoke(cli, ["run", REQUEST, "--auto-confirm"])
     assert result.exit_code == 1
-    assert "run failed" in result.output and "LOCAL_MODEL_PATH" in result.output
+    assert "运行失败" in result.output and "LOCAL_MODEL_PATH" in result.output
     assert "Traceback" not in result.output

@@ -26,6 +26,7 @@ METRIC_NAMES = (
     "atelier_llm_calls_total",
     "atelier_llm_tokens_total",
     "atelier_llm_call_duration_seconds",
+    "atelier_llm_calls_without_usage_total",
     "atelier_sse_subscribers",
     "atelier_retries_total",
 )
@@ -99,6 +100,29 @@ async def test_tokens_come_from_usage_metadata_and_the_role_from_a_tag() -> None
 
     assert value(metrics, "atelier_llm_tokens_total", role="planner", direction="input") == 11
     assert value(metrics, "atelier_llm_tokens_total", role="planner", direction="output") == 7
+
+
+async def test_a_call_whose_answer_reports_no_usage_is_counted_as_such() -> None:
+    metrics = AtelierMetrics()
+    silent = GenericFakeChatModel(messages=iter([AIMessage(content="hi")]), tags=["role:critic"])
+    metered = GenericFakeChatModel(
+        messages=iter(
+            [
+                AIMessage(
+                    content="hi",
+                    usage_metadata={"input_tokens": 3, "output_tokens": 1, "total_tokens": 4},
+                )
+            ]
+        ),
+        tags=["role:critic"],
+    )
+
+    await silent.ainvoke("hello", config={"callbacks": [metrics.callback]})
+    await metered.ainvoke("hello", config={"callbacks": [metrics.callback]})
+
+    assert value(metrics, "atelier_llm_calls_without_usage_total", role="critic") == 1
+    assert value(metrics, "atelier_llm_calls_total", role="critic", outcome="ok") == 2
+    assert value(metrics, "atelier_llm_tokens_total", role="critic", direction="input") == 3
 
 
 async def test_a_failed_call_counts_as_an_error() -> None:

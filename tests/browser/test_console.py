@@ -222,7 +222,9 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     _start(page, server, REQUEST, auto_confirm=True)
     _wait_for_result(page)
 
-    stages = page.eval_on_selector_all("#stages li", "els => els.map((e) => e.className)")
+    stages = page.eval_on_selector_all(
+        "#stages li:not([hidden])", "els => els.map((e) => e.className)"
+    )
     assert stages == ["done"] * 5  # planner, rag, executor, critic, finalize
     assert "第 1 / " in page.inner_text("#attempt")
     routes = page.inner_text("#routes")
@@ -238,6 +240,7 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert page.inner_text("#post h1") and "#" in post  # a title and tags
     assert "质量" in page.inner_text("#quality")
     assert "scripted" in page.inner_text("#models")  # the model of each role
+    _check_usage(page, _result(server, _thread_id(page)))
     page.click("#roles summary")
     roles = page.inner_text("#roles-list")
     assert "写作" in roles and "调度" in roles and "scripted" in roles
@@ -652,3 +655,97 @@ def test_regenerate_starts_a_new_post_with_the_same_request(page: Any, server: s
     # Both posts are in the library.
     page.wait_for_selector(f"#library-list li[data-thread='{second}']")
     assert page.locator(f"#library-list li[data-thread='{first}']").count() == 1
+
+
+def _check_usage(page: Any, result: dict[str, Any]) -> None:
+    """The usage panel shows the result's calls and tokens by role, and their total."""
+    usage = result["usage"]
+    assert usage["roles"] and usage["total"]["calls"] > 0
+    assert usage["total"]["calls"] == sum(u["calls"] for u in usage["roles"].values())
+    for role, numbers in usage["roles"].items():
+        cells = page.eval_on_selector_all(
+            f"#usage tr[data-role='{role}'] td", "els => els.map((e) => e.textContent)"
+        )
+        # The scripted server reports usage on every answer: every call is metered.
+        assert numbers["metered"] == numbers["calls"] > 0
+        assert cells[1:4] == [
+            str(numbers["calls"]),
+            str(numbers["prompt_tokens"]),
+            str(numbers["completion_tokens"]),
+        ], role
+    total = page.eval_on_selector_all("#usage tr.total td", "els => els.map((e) => e.textContent)")
+    assert total[1] == str(usage["total"]["calls"])
+    assert total[2] == str(usage["total"]["prompt_tokens"])
+    assert "写作" in page.inner_text("#usage")  # roles by name
+
+
+def test_regenerating_one_card_replaces_only_that_card(page: Any, server: str) -> None:
+    _start(page, server, REQUEST, auto_confirm=True, images=2)
+    _wait_for_result(page)
+    thread = _thread_id(page)
+    before = _result(server, thread)
+    cover, card = before["images"]
+    cover_bytes = httpx.get(server + cover["url"], timeout=30).content
+    card_bytes = httpx.get(server + card["url"], timeout=30).content
+    runs_before = len(httpx.get(f"{server}/threads/{thread}/runs", timeout=30).json())
+
+    page.locator(f"#post figure[data-asset='{card['asset_id']}'] button.redraw").click()
+    page.wait_for_function(
+        "(old) => { const imgs = [...document.querySelectorAll('#post figure')];"
+        " return document.querySelector('#run-status').textContent === '完成'"
+        " && imgs.length === 2 && !imgs.some((f) => f.dataset.asset === old); }",
+        arg=card["asset_id"],
+    )
+    after = _result(server, thread)
+    new_cover, new_card = after["images"]
+    assert new_cover == cover  # the other card: same asset, same URL …
+    assert httpx.get(server + new_cover["url"], timeout=30).content == cover_bytes  # same bytes
+    assert new_card["slot"] == card["slot"] and new_card["asset_id"] != card["asset_id"]
+    assert new_card["url"] != card["url"]
+    new_bytes = httpx.get(server + new_card["url"], timeout=30).content
+    assert new_bytes[:8] == b"\x89PNG\r\n\x1a\n" and new_bytes != card_bytes
+    assert after["post"] == before["post"]  # the text is untouched
+    # The critic checked the post with its new card: one more attempt, of source "card".
+    assert len(after["attempts"]) == len(before["attempts"]) + 1
+    assert after["attempts"][-1]["source"] == "card" and after["revision"] == "card"
+    assert len(httpx.get(f"{server}/threads/{thread}/runs", timeout=30).json()) == runs_before + 1
+    assert page.eval_on_selector_all(
+        "#stages li.done", "els => els.map((e) => e.dataset.stage)"
+    ) == ["redraw_card", "critic", "finalize"]
+    assert page.locator("#gallery figure").count() == 1  # the run drew one card
+    shown = page.eval_on_selector_all("#post figure", "els => els.map((e) => e.dataset.asset)")
+    assert shown == [cover["asset_id"], new_card["asset_id"]]
+
+
+def test_a_redraw_that_names_no_card_of_the_post_is_refused(server: str) -> None:
+    thread = httpx.post(f"{server}/threads", json={}, timeout=30).json()["thread_id"]
+    body = {
+        "assistant_id": "atelier",
+        "input": {"request": REQUEST, "auto_confirm": True, "image_count": 1},
+    }
+    run = httpx.post(f"{server}/threads/{thread}/runs/wait", json=body, timeout=120)
+    assert run.status_code == 200
+
+    def redraw(command: dict[str, Any]) -> httpx.Response:
+        return httpx.post(
+            f"{server}/threads/{thread}/runs",
+            json={"assistant_id": "atelier", "command": command},
+            timeout=30,
+        )
+
+    wrong = redraw({"goto": "redraw_card", "update": {"redraw": {"slot": 5}}})
+    assert wrong.status_code == 422
+    assert "command.update.redraw.slot" in wrong.text and "slot 5 is not a card" in wrong.text
+    missing = redraw({"goto": "redraw_card"})
+    assert missing.status_code == 422 and "needs" in missing.text
+    bad = redraw({"goto": "redraw_card", "update": {"redraw": {"slot": "two"}}})
+    assert bad.status_code == 422 and "redraw.slot" in bad.text
+    as_finalize = httpx.post(
+        f"{server}/threads/{thread}/state",
+        json={"values": {"redraw": {"slot": 9}}, "as_node": "finalize"},
+        timeout=30,
+    )
+    assert as_finalize.status_code == 422 and "values.redraw.slot" in as_finalize.text
+    # Nothing was half-written: the thread still has no redraw asked for.
+    values = httpx.get(f"{server}/threads/{thread}/state", timeout=30).json()["values"]
+    assert not values.get("redraw")

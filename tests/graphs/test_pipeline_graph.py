@@ -22,12 +22,13 @@ def edges(drawing: Any) -> set[tuple[str, str, bool]]:
     return {(e.source, e.target, bool(e.conditional)) for e in drawing.edges}
 
 
-def test_the_pipeline_has_exactly_the_five_nodes_and_the_edges_of_the_spec() -> None:
+def test_the_pipeline_has_the_five_nodes_and_the_edges_of_the_spec_and_the_card_redraw() -> None:
     graph = build_pipeline()
     assert graph.name == "atelier"
     assert graph.context_schema is AtelierContext
     drawing = graph.get_graph()
-    assert set(drawing.nodes) == {"__start__", *PIPELINE_NODES, "__end__"}
+    # The spec's five nodes, plus redraw_card: one card again (issue 15, nodes.redraw_card).
+    assert set(drawing.nodes) == {"__start__", *PIPELINE_NODES, "redraw_card", "__end__"}
     assert edges(drawing) == {
         ("__start__", "planner", False),
         ("planner", "rag", True),
@@ -37,7 +38,9 @@ def test_the_pipeline_has_exactly_the_five_nodes_and_the_edges_of_the_spec() -> 
         ("critic", "finalize", True),  # passed, exhausted or failed
         ("critic", "rag", True),  # retry
         ("critic", "planner", True),  # replan
-        ("finalize", "__end__", False),
+        ("finalize", "__end__", True),
+        ("finalize", "redraw_card", True),  # a state update as finalize asked for a card
+        ("redraw_card", "critic", False),
     }
 
 
@@ -64,7 +67,7 @@ def test_xray_draws_the_team_inside_the_executor() -> None:
         ("critic", "planner"),
     ):
         assert (source, target, True) in found
-    assert ("finalize", "__end__", False) in found
+    assert ("finalize", "__end__", True) in found
     mermaid = drawing.draw_mermaid()
     assert "subgraph executor" in mermaid
 

@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from graphs.pipeline_routing import attempts_left, route_after_planner, route_from_critic
+from graphs.pipeline_routing import (
+    attempts_left,
+    route_after_finalize,
+    route_after_planner,
+    route_from_critic,
+)
 
 CREATE = {"action": "create_post"}
 
@@ -51,6 +56,10 @@ def test_route_after_planner(state: dict[str, Any], expected: str) -> None:
         ({"attempt": 1, "max_attempts": 4, "verdict": {}, "failure": {"m": 1}}, "finalize"),
         # fast mode: one attempt only
         ({"attempt": 1, "max_attempts": 1, "verdict": {"passed": False}}, "finalize"),
+        # a revision (a person's edit, a redrawn card) → finalize, attempts left or not
+        ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "edit"}}, "finalize"),
+        ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "card"}}, "finalize"),
+        ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "team"}}, "rag"),
     ],
 )
 def test_route_from_critic(state: dict[str, Any], expected: str) -> None:
@@ -61,3 +70,9 @@ def test_attempts_left_defaults_to_one_attempt() -> None:
     assert attempts_left({}) == 1
     assert attempts_left({"attempt": 2, "max_attempts": 4}) == 2
     assert attempts_left({"attempt": 9, "max_attempts": 4}) == 0
+
+
+def test_route_after_finalize_redraws_only_when_a_card_is_asked_for() -> None:
+    assert route_after_finalize({}) == "__end__"
+    assert route_after_finalize({"redraw": None}) == "__end__"
+    assert route_after_finalize({"redraw": {"slot": 2}}) == "redraw_card"

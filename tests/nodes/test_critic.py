@@ -276,8 +276,9 @@ async def test_an_ignored_blocker_sends_the_run_back_to_the_planner_once(tmp_pat
         {"id": "rule-absolute", "type": "blocker", "content": BLOCKER["content"]}
     ]
 
-    # The replan is spent: the same deviation now retries from rag.
-    again, events = await run_critic({**state, **update}, ctx)
+    # The replan is spent: the same deviation now retries from rag (the next attempt's
+    # executor stamps its draft as the team's).
+    again, events = await run_critic({**state, **update, "draft_source": "team"}, ctx)
     assert again["verdict"]["replan"] is False and verdict_event(events)["next"] == "rag"
     assert again["replans"] == 1
 
@@ -474,3 +475,24 @@ def test_best_attempt_prefers_fewer_failing_checks_then_score_then_earliest() ->
     ]
     assert best_attempt(attempts)["attempt"] == 2  # type: ignore[index]
     assert best_attempt([]) is None
+
+
+async def test_a_persons_edit_is_judged_then_finalized_never_retried_or_replanned(
+    tmp_path: Path,
+) -> None:
+    ctx = fake_context(FakeModels({"critic": judge("needs_improvement", 0.4)}), tmp_path)
+    # After an attempt the critic resets draft_source; a state update (an edit) writes none.
+    state = attempt_state(knowledge_notes=[BLOCKER], draft_source=None)
+    update, events = await run_critic(state, ctx)
+    assert update["verdict"]["source"] == "edit" and update["attempts"][-1]["source"] == "edit"
+    assert update["verdict"]["replan"] is False and update["replans"] == 0
+    assert verdict_event(events)["next"] == "finalize"  # attempts were left: still no retry
+    assert update["draft_source"] is None
+
+    team, _ = await run_critic({**state, "draft_source": "team"}, ctx)
+    assert team["verdict"]["source"] == "team" and team["verdict"]["replan"] is True
+    card, events = await run_critic(
+        attempt_state(draft_source="card"),
+        fake_context(FakeModels({"critic": judge("needs_improvement", 0.4)}), tmp_path),
+    )
+    assert card["attempts"][-1]["source"] == "card" and verdict_event(events)["next"] == "finalize"

@@ -7,7 +7,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.finalize import build_result, finalize, post_blocks
+from nodes.finalize import build_result, finalize, post_blocks, published_artefacts
 from tests.support.fake_models import FakeModels, fake_context
 
 POST = {
@@ -16,11 +16,14 @@ POST = {
     "tags": ["护肤"],
 }
 IMAGE = {"asset_id": "a" * 32, "url": "/assets/" + "a" * 32, "slot": 1, "alt": "封面", "path": "/x"}
-KEYS = {"outcome", "message", "post", "images", "quality", "attempts", "ui"}
+KEYS = {"outcome", "message", "post", "images", "quality", "attempts", "revision", "usage", "ui"}
 
 
-def attempt(number: int, score: float, *, passed: bool = False, failing: int = 0) -> dict[str, Any]:
+def attempt(
+    number: int, score: float, *, passed: bool = False, failing: int = 0, source: str = "team"
+) -> dict[str, Any]:
     return {
+        "source": source,
         "attempt": number,
         "verdict": "passed" if passed else "needs_improvement",
         "passed": passed,
@@ -67,8 +70,14 @@ def test_completed_publishes_the_passing_attempt() -> None:
     assert result["quality"]["exhausted"] is False and result["quality"]["attempts"] == 2
     assert result["quality"]["score"] == 0.9 and result["quality"]["verdict"] == "passed"
     assert result["attempts"] == [
-        {"attempt": 1, "verdict": "needs_improvement", "score": 0.5, "feedback": "反馈1"},
-        {"attempt": 2, "verdict": "passed", "score": 0.9, "feedback": "反馈2"},
+        {
+            "attempt": 1,
+            "verdict": "needs_improvement",
+            "score": 0.5,
+            "feedback": "反馈1",
+            "source": "team",
+        },
+        {"attempt": 2, "verdict": "passed", "score": 0.9, "feedback": "反馈2", "source": "team"},
     ]
     assert components(result) == ["PostCard", "ImageGallery", "QualityReport", "ActionPanel"]
     card = result["ui"][0]["props"]
@@ -136,3 +145,93 @@ async def test_the_node_writes_result_and_stage_events(tmp_path: Path) -> None:
     )
     assert update["result"]["outcome"] == "needs_clarification"
     assert [e["type"] for e in events] == ["stage.started", "stage.completed"]
+
+
+def test_after_an_edit_on_an_exhausted_thread_finalize_publishes_the_edit_not_an_older_best() -> (
+    None
+):
+    """Regression: an edit judged below an older attempt's score lost to that attempt.
+
+    The thread had run out of attempts; the person edited the published post and the
+    critic judged the edit (attempt 4) lower than attempt 2. Finalize published
+    attempt 2 again, so the edit seemed to vanish.
+    """
+    edited = {**attempt(4, 0.6, source="edit"), "post": {**POST, "title": "我改过的标题"}}
+    state = {
+        "intent": {"action": "create_post"},
+        "attempts": [attempt(1, 0.5), attempt(2, 0.85), attempt(3, 0.7), edited],
+        "verdict": {"passed": False, "source": "edit"},
+        "generated_content": edited["post"],
+    }
+    result = build_result(state, 0.9)
+    assert result["post"]["title"] == "我改过的标题"
+    assert result["revision"] == "edit"
+    assert result["outcome"] == "exhausted" and result["quality"]["score"] == 0.6
+    assert "修改后的版本" in result["message"] and "第 4 次" in result["message"]
+    assert [a["source"] for a in result["attempts"]] == ["team", "team", "team", "edit"]
+    assert published_artefacts(state) == {}  # the edit is already the state's draft
+
+
+def test_a_redrawn_card_is_published_even_below_an_older_best() -> None:
+    redrawn = attempt(3, 0.5, source="card")
+    state = {
+        "intent": {"action": "create_post"},
+        "attempts": [attempt(1, 0.8), attempt(2, 0.6), redrawn],
+        "verdict": {"passed": False, "source": "card"},
+    }
+    result = build_result(state, 0.9)
+    assert result["post"]["title"] == "学生党平价护肤3" and result["revision"] == "card"
+
+
+def test_an_earlier_best_attempt_goes_back_into_the_state_for_the_next_edit() -> None:
+    best = {**attempt(1, 0.85), "image_plans": [{"slot": 1, "type": "cover", "desc": "封面"}]}
+    state = {
+        "intent": {"action": "create_post"},
+        "attempts": [best, attempt(2, 0.5)],
+        "verdict": {"passed": False},
+    }
+    assert build_result(state, 0.9)["post"]["title"] == "学生党平价护肤1"
+    update = published_artefacts(state)
+    assert update["generated_content"]["title"] == "学生党平价护肤1"
+    assert update["images"] == [IMAGE] and update["generated_image_asset_ids"] == [
+        IMAGE["asset_id"]
+    ]
+    assert update["image_plans"] == best["image_plans"]
+
+
+def test_usage_by_role_with_unknown_tokens_left_null() -> None:
+    usage = {
+        "critic": {
+            "calls": 2,
+            "metered": 0,
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "seconds": 1.5,
+        },
+        "writer_agent": {
+            "calls": 1,
+            "metered": 1,
+            "prompt_tokens": 100,
+            "completion_tokens": 40,
+            "seconds": 2.0,
+        },
+    }
+    result = build_result({"intent": {"action": "create_post"}, "usage": usage}, 0.7)
+    assert result["usage"]["roles"] == usage
+    assert result["usage"]["total"] == {
+        "calls": 3,
+        "metered": 1,
+        "prompt_tokens": 100,
+        "completion_tokens": 40,
+        "seconds": 3.5,
+    }
+    assert build_result({}, 0.7)["usage"] == {
+        "roles": {},
+        "total": {
+            "calls": 0,
+            "metered": 0,
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "seconds": 0.0,
+        },
+    }

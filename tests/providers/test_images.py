@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import colorsys
 import io
 import json
 from pathlib import Path
@@ -23,6 +24,7 @@ from providers.images import (
     LocalCardProvider,
     OpenAIImageProvider,
     build_image_provider,
+    variant_hue,
 )
 from providers.images.text import wrap
 
@@ -141,6 +143,28 @@ async def test_rendering_is_deterministic(provider: LocalCardProvider) -> None:
     first = await provider.generate(_content())
     second = await provider.generate(_content())
     assert first.data == second.data
+
+
+async def test_a_redrawn_card_is_another_card_in_the_same_palette_family(
+    provider: LocalCardProvider,
+) -> None:
+    first = await provider.generate(_content())
+    assert (await provider.generate(_content().model_copy(update={"variant": 0}))).data == (
+        first.data
+    )  # variant 0: the cards drawn before variants existed
+    redrawn = [
+        await provider.generate(_content().model_copy(update={"variant": v})) for v in (1, 2)
+    ]
+    assert len({first.data, *(r.data for r in redrawn)}) == 3
+    # The panel's colour moves with the palette's hue; its lightness stays.
+    panel = [
+        Image.open(io.BytesIO(c.data)).convert("RGB").getpixel((540, 700))
+        for c in (first, redrawn[0])
+    ]
+    assert panel[0] != panel[1]
+    lightness = [colorsys.rgb_to_hls(*(x / 255 for x in c))[1] for c in panel]
+    assert abs(lightness[0] - lightness[1]) < 0.05
+    assert [variant_hue(v) for v in range(5)] == [0, 24, -24, 48, -48]
 
 
 async def test_four_cards_render_concurrently(provider: LocalCardProvider) -> None:

@@ -238,6 +238,8 @@ class Reply:
         garbage: Answer 200 with a body that is not valid JSON (a broken upstream).
         cut_after: Drop the connection after this many bytes of the body (a stream or
             a response cut short); None sends it whole.
+        report_usage: Send token usage (`usage`, and the final usage chunk of a stream
+            that asks for one); False answers as servers that report none do.
     """
 
     content: str | None = None
@@ -252,6 +254,7 @@ class Reply:
     finish_reason: str | None = None
     garbage: bool = False
     cut_after: int | None = None
+    report_usage: bool = True
 
     @classmethod
     def text(cls, content: str, *, chunk_chars: int = 8, finish_reason: str = "stop") -> Reply:
@@ -359,6 +362,11 @@ def _estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
+def usage_of(req: ChatRequest, reply: Reply) -> dict[str, int]:
+    """Return the token usage the server reports for `reply` to `req` (tests check sums)."""
+    return _usage(req, reply)
+
+
 def _usage(req: ChatRequest, reply: Reply) -> dict[str, int]:
     prompt = max(1, _estimate_tokens(req.all_text))
     out_text = (reply.content or "") + "".join(c.name + c.arguments for c in reply.calls)
@@ -410,7 +418,7 @@ def _completion_body(req: ChatRequest, reply: Reply, completion_id: str) -> dict
                 "finish_reason": _finish_reason(reply),
             }
         ],
-        "usage": _usage(req, reply),
+        "usage": _usage(req, reply) if reply.report_usage else None,
         "service_tier": "default",
         "system_fingerprint": "fp_scripted",
     }
@@ -462,7 +470,7 @@ def _stream_chunks(req: ChatRequest, reply: Reply, completion_id: str) -> list[d
             for piece in _split(call.arguments, reply.chunk_chars)
         ]
     chunks.append(chunk({}, _finish_reason(reply)))
-    if include_usage:
+    if include_usage and reply.report_usage:
         usage_chunk = chunk({})
         usage_chunk["choices"] = []
         usage_chunk["usage"] = _usage(req, reply)
