@@ -69,7 +69,7 @@ async def export_thread(
     thread_id: ThreadId, manager: RunsDep, assets: AssetsDep, owner: PrincipalDep
 ) -> Response:
     """Answer a zip of `post.md` and the post's cards (see the module docstring)."""
-    thread = await manager.store.get_thread(owner, thread_id)
+    thread = await manager.threads.get(owner, thread_id)
     if thread is None:
         raise NotFound(f"thread {thread_id!r} not found")
     result = (thread.values or {}).get("result") or {}

@@ -33,8 +33,8 @@ from app.deps import RunsDep, SettingsDep
 from app.runs.assistants import Assistant
 from app.runs.frames import STREAM_MODES
 from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
+from app.runs.records import RunRecord
 from app.runs.serde import dumps
-from app.runs.store import RunRecord
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -277,7 +277,7 @@ def _stream_response(
 ) -> DisconnectAwareResponse:
     metrics = getattr(request.app.state, "metrics", None)
     body = follow_run(
-        manager.store,
+        manager.events,
         manager.hub,
         run.run_id,
         run.thread_id,
@@ -327,7 +327,7 @@ def _wait_response(
 
 
 async def _owned_run(manager: RunManager, owner: str, thread_id: str, run_id: str) -> RunRecord:
-    run = await manager.store.find_run(owner, thread_id, run_id)
+    run = await manager.runs.find(owner, thread_id, run_id)
     if run is None:
         raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
     return run
@@ -495,9 +495,9 @@ async def list_runs(
     | None = None,
 ) -> list[dict[str, Any]]:
     """List a thread's runs, newest first."""
-    if await manager.store.get_thread(owner, thread_id) is None:
+    if await manager.threads.get(owner, thread_id) is None:
         raise NotFound(f"thread {thread_id!r} not found")
-    runs = await manager.store.list_runs(thread_id, limit=limit, offset=offset, status=status)
+    runs = await manager.runs.for_thread(thread_id, limit=limit, offset=offset, status=status)
     return [run.to_json() for run in runs]
 
 
@@ -517,7 +517,7 @@ async def delete_run(
     run = await _owned_run(manager, owner, thread_id, run_id)
     if run.active:
         raise Conflict(f"run {run_id!r} is {run.status}; cancel it first")
-    await manager.store.delete_run(run_id)
+    await manager.runs.delete(run_id)
     return Response(status_code=204)
 
 
