@@ -16,14 +16,14 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
 from app.routes.ops import NotReadyError
-from app.routes.runs import runs_error_handler
 from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
-from app.runs.manager import RunManager, RunsError
+from app.runs.manager import RunManager
 from app.runs.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
@@ -126,6 +126,7 @@ def create_app(
     app.state.assistant_factory = assistant_factory or default_assistants
     install_metrics(app)
     install_security(app, settings)
+    install_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(knowledge.router)
     app.include_router(assets.router)
@@ -133,7 +134,6 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(exports.router)
     app.include_router(runs.router)
-    app.add_exception_handler(RunsError, runs_error_handler)
     install_openapi(app)
     mount_console(app)
     return app

@@ -17,10 +17,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import AssetsDep, RunsDep
-from app.runs.manager import Conflict, NotFound
+from app.deps import AssetsDep, PrincipalDep, RunsDep
+from app.errors import Conflict, NotFound
 from app.schemas import ID_PATTERN
-from app.security import PrincipalDep
 from providers.assets import AssetStore, is_valid_asset_id
 
 router = APIRouter(tags=["threads"])

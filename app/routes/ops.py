@@ -33,9 +33,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from app.deps import SettingsDep
+from app.errors import error_body
 from app.metrics import MetricsDep
 from app.runs.sqlite.database import query_database_file
-from app.security import OPEN_WARNING, auth_mode, error_body
+from app.security import OPEN_WARNING, auth_mode
 from core.settings import LLM_ROLES, Settings
 
 log = logging.getLogger(__name__)

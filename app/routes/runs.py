@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import Field, StringConstraints, ValidationError
 
-from app.deps import RunsDep, SettingsDep
+from app.deps import PrincipalDep, RunsDep, SettingsDep
+from app.errors import Conflict, NotFound
 from app.runs.assistants import Assistant
 from app.runs.frames import STREAM_MODES
-from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
-from app.runs.records import RunRecord
+from app.runs.manager import RunManager
+from app.runs.preparation import request_fingerprint
+from app.runs.records import CancelAction, RunRecord, RunStatus
 from app.runs.serde import dumps
 from app.schemas import (
     DIGITS_ONLY,
@@ -46,7 +47,6 @@ from app.schemas import (
     RunCreate,
     RunOut,
 )
-from app.security import PrincipalDep, error_response
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
 
 router = APIRouter(tags=["runs"])
@@ -103,17 +103,6 @@ WAIT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {"application/json": {"schema": {"type": "object"}}},
     }
 }
-
-
-def runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
-    """Render a `RunsError` in the service's error shape (422s name the field)."""
-    assert isinstance(exc, RunsError)
-    detail = None
-    if exc.status == 422 and exc.field:
-        where, _, name = exc.field.rpartition(":")
-        loc = [where or "body", *name.split(".")]
-        detail = [{"type": "value_error", "loc": loc, "msg": exc.message}]
-    return error_response(exc.status, exc.message, detail)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -491,8 +480,7 @@ async def list_runs(
     owner: PrincipalDep,
     limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
     offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()] = 0,
-    status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
-    | None = None,
+    status: RunStatus | None = None,
 ) -> list[dict[str, Any]]:
     """List a thread's runs, newest first."""
     if await manager.threads.get(owner, thread_id) is None:
@@ -613,7 +601,7 @@ async def cancel_run(
     manager: RunsDep,
     owner: PrincipalDep,
     response: Response,
-    action: Literal["interrupt", "rollback"] = "interrupt",
+    action: CancelAction = "interrupt",
     wait: QueryBool = False,
 ) -> dict[str, Any]:
     """Cancel a pending or running run.

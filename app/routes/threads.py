@@ -28,9 +28,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 from pydantic import Field
 
-from app.deps import RunsDep
+from app.deps import PrincipalDep, RunsDep
+from app.errors import Conflict, NotFound
 from app.runs.frames import public_error
-from app.runs.manager import Conflict, NotFound, RunManager
+from app.runs.manager import RunManager
 from app.runs.protocols import ThreadExists
 from app.runs.records import ThreadRecord, now
 from app.runs.serde import to_jsonable
@@ -49,7 +50,6 @@ from app.schemas import (
     ThreadSearch,
     ThreadStateOut,
 )
-from app.security import PrincipalDep
 
 router = APIRouter(tags=["threads"])
 
