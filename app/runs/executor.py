@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -67,8 +67,9 @@ STORAGE_ERROR = {
     "error": "StorageError",
     "message": "the run's events could not be saved; the run was stopped",
 }
-#: Why a run's task is cancelled: a client's cancel action, or the server's own reasons.
-CancelReason = CancelAction | str
+#: Why a run's task is cancelled: a client's cancel action, the server stopping, or
+#: its event log failing.
+CancelReason = CancelAction | Literal["shutdown", "storage"]
 
 
 class RunMetrics(Protocol):
@@ -88,7 +89,7 @@ class _Active:
     next_id: int
     done: asyncio.Future[None]
     task: asyncio.Task[None] | None = None
-    cancel_reason: str | None = None
+    cancel_reason: CancelReason | None = None
     finishing: bool = False  # past the graph: cancelling now would lose the outcome
     started: float = field(default_factory=time.monotonic)
 
@@ -97,7 +98,7 @@ class _Active:
 class _Outcome:
     status: RunStatus
     error: dict[str, str] | None = None
-    cancel_reason: str | None = None
+    cancel_reason: CancelReason | None = None
 
 
 def graph_config(

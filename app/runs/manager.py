@@ -37,16 +37,15 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from app.errors import Conflict, Invalid, NotFound, RunsError, Unavailable
+from app.errors import Conflict, Invalid, NotFound, Unavailable
 from app.runs.assistants import Assistant
 from app.runs.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from app.runs.executor import InProcessExecutor, RunMetrics
 from app.runs.frames import public_error
 from app.runs.hub import Hub
-from app.runs.preparation import RunPreparer, request_fingerprint
+from app.runs.preparation import RunPreparer
 from app.runs.protocols import RunStorage, StorageUnavailable, StoreError
 from app.runs.records import (
-    ACTIVE_STATUSES,
     CancelAction,
     MultitaskStrategy,
     RunRecord,
@@ -370,13 +369,4 @@ class RunManager:
         return await self.events.prune(cutoff.isoformat())
 
 
-__all__ = [
-    "ACTIVE_STATUSES",
-    "Conflict",
-    "Invalid",
-    "NotFound",
-    "RunManager",
-    "RunsError",
-    "Unavailable",
-    "request_fingerprint",
-]
+__all__ = ["RunManager"]

@@ -31,6 +31,16 @@ Invariants every implementation keeps:
 - Committed frames are published to `LiveFrames` after the commit, never before.
 - Routes and the run engine see these protocols and the errors below, never a
   database driver or its exceptions.
+
+How a PostgreSQL backend fits: the event log's table is keyed `(run_id, seq)`; the
+executor holding the run numbers its frames from the log's `last_id + 1` (as a
+resumed execution does today) and the key refuses a duplicate. An append's
+transaction may check the run's owner and lease epoch before it writes (a fenced
+log is built per executor with its lease, or `append` takes it), and it publishes
+to `LiveFrames` (Redis) after the commit. Claiming a pending run for execution
+(`SELECT … FOR UPDATE SKIP LOCKED`) is an operation of that backend's
+`RunRepository`; the in-process executor needs none, as the process that inserts
+a run starts it.
 """
 
 from __future__ import annotations
@@ -276,8 +286,8 @@ class RunExecutor(Protocol):
         """Return the ids of the runs of a thread this executor is executing."""
         ...
 
-    def cancel(self, run_id: str, reason: str) -> None:
-        """Ask a run to stop (`interrupt`, `rollback`, or the server's own reason)."""
+    def cancel(self, run_id: str, reason: CancelAction) -> None:
+        """Ask a run to stop (no-op when this executor does not execute it)."""
         ...
 
     async def cancel_all(self, run_ids: Sequence[str], action: CancelAction) -> None:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from app.errors import Conflict, Invalid, NotFound
 from app.runs.hub import Hub
-from app.runs.manager import Conflict, Invalid, NotFound, RunManager
+from app.runs.manager import RunManager
 from app.runs.sqlite import SqliteRunStorage
 from graphs.context import AtelierContext
 from providers.llm import OpenAIModelFactory
