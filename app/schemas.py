@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from app.runs.frames import SCHEMA_VERSION, StreamModeName
-from app.runs.records import MultitaskStrategy, RunStatus, ThreadStatus
+from app.runs.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
 from core.settings import STREAMING_ROLES
 from providers.assets import ASSET_ID_LENGTH
 
@@ -501,7 +501,7 @@ class RunCreate(RunPlatformOptions, _Strict):
     )
     config: RunConfigIn | None = None
     metadata: dict[str, Any] | None = Field(default=None, description="Stored with the run.")
-    if_not_exists: Literal["create", "reject"] = Field(
+    if_not_exists: IfNotExists = Field(
         default="reject", description="Create the thread when it does not exist."
     )
 

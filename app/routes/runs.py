@@ -33,7 +33,7 @@ from app.errors import Conflict, NotFound
 from app.runs.assistants import Assistant
 from app.runs.frames import STREAM_MODES
 from app.runs.manager import RunManager
-from app.runs.preparation import request_fingerprint
+from app.runs.preparation import RunRequest, request_fingerprint
 from app.runs.records import CancelAction, RunRecord, RunStatus
 from app.runs.serde import dumps
 from app.schemas import (
@@ -206,15 +206,17 @@ async def _create(
     if idempotency_key is not None:
         fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))
     return await manager.create(
-        owner=owner,
-        thread_id=thread_id,
-        assistant=assistant,
-        kwargs=kwargs,
-        metadata=body.metadata or {},
-        multitask_strategy=body.multitask_strategy,
-        if_not_exists=body.if_not_exists,
-        idempotency_key=idempotency_key,
-        request_hash=fingerprint,
+        RunRequest(
+            owner=owner,
+            thread_id=thread_id,
+            assistant=assistant,
+            kwargs=kwargs,
+            metadata=body.metadata or {},
+            multitask_strategy=body.multitask_strategy,
+            if_not_exists=body.if_not_exists,
+            idempotency_key=idempotency_key,
+            request_hash=fingerprint,
+        )
     )
 
 

@@ -43,11 +43,10 @@ from app.runs.checkpoints import copy_thread_checkpoints, delete_thread_checkpoi
 from app.runs.executor import InProcessExecutor, RunMetrics
 from app.runs.frames import public_error
 from app.runs.hub import Hub
-from app.runs.preparation import RunPreparer
+from app.runs.preparation import RunPreparer, RunRequest
 from app.runs.protocols import RunStorage, StorageUnavailable, StoreError
 from app.runs.records import (
     CancelAction,
-    MultitaskStrategy,
     RunRecord,
     ThreadRecord,
     ThreadStateChange,
@@ -175,22 +174,8 @@ class RunManager:
 
     # -- create --------------------------------------------------------------------
 
-    async def create(
-        self,
-        *,
-        owner: str,
-        thread_id: str | None,
-        assistant: Assistant,
-        kwargs: dict[str, Any],
-        metadata: dict[str, Any],
-        multitask_strategy: MultitaskStrategy,
-        if_not_exists: str,
-        idempotency_key: str | None = None,
-        request_hash: str | None = None,
-    ) -> tuple[RunRecord, bool]:
+    async def create(self, request: RunRequest) -> tuple[RunRecord, bool]:
         """Record a run and start executing it.
-
-        Args: those of `RunPreparer.prepare`.
 
         Returns:
             The run, and whether it was created now (False: an idempotent repeat).
@@ -202,17 +187,7 @@ class RunManager:
         if self._closing:
             raise Conflict("the server is shutting down")
         async with self._lock:
-            prepared = await self.preparation.prepare(
-                owner=owner,
-                thread_id=thread_id,
-                assistant=assistant,
-                kwargs=kwargs,
-                metadata=metadata,
-                multitask_strategy=multitask_strategy,
-                if_not_exists=if_not_exists,
-                idempotency_key=idempotency_key,
-                request_hash=request_hash,
-            )
+            prepared = await self.preparation.prepare(request)
             run = prepared.run
             if not prepared.new:
                 return run, False

@@ -26,7 +26,7 @@ from app.errors import Conflict, Invalid, NotFound
 from app.runs.assistants import Assistant
 from app.runs.executor import graph_config
 from app.runs.protocols import RunExecutor, RunStorage
-from app.runs.records import MultitaskStrategy, RunRecord, ThreadRecord, now
+from app.runs.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
 from app.runs.serde import dumps
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -35,6 +35,32 @@ _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
 def request_fingerprint(thread_id: str | None, body: dict[str, Any]) -> str:
     """Return a stable hash of a run request (to tell a retried POST from a different one)."""
     return hashlib.sha256(dumps({"thread_id": thread_id, "body": body}).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A validated request to start a run, as a route hands it to the run manager."""
+
+    #: The caller's owner id.
+    owner: str
+    #: The thread, or None for a thread-less run (a new thread).
+    thread_id: str | None
+    #: The assistant to run.
+    assistant: Assistant
+    #: The run options: `input` (graph input) or `command`, `stream_mode` (list),
+    #: `stream_subgraphs`, `stream_resumable`, `on_disconnect`, `config`, and the
+    #: Platform options (`checkpoint`, `interrupt_before`, `on_completion`, …).
+    kwargs: dict[str, Any]
+    #: Stored with the run.
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: What to do when the thread has a pending or running run.
+    multitask_strategy: MultitaskStrategy = "reject"
+    #: A missing thread: create it, or refuse (404).
+    if_not_exists: IfNotExists = "reject"
+    #: A retried POST with the same key returns the same run.
+    idempotency_key: str | None = None
+    #: Fingerprint of the request (`request_fingerprint`), to refuse a reused key.
+    request_hash: str | None = None
 
 
 @dataclass
@@ -63,40 +89,18 @@ class RunPreparer:
         self.executor = executor
         self.checkpointer = checkpointer
 
-    async def prepare(
-        self,
-        *,
-        owner: str,
-        thread_id: str | None,
-        assistant: Assistant,
-        kwargs: dict[str, Any],
-        metadata: dict[str, Any],
-        multitask_strategy: MultitaskStrategy,
-        if_not_exists: str,
-        idempotency_key: str | None = None,
-        request_hash: str | None = None,
-    ) -> PreparedRun:
+    async def prepare(self, request: RunRequest) -> PreparedRun:
         """Check a run request and apply its thread's multitask strategy.
 
         Call it under the run manager's creation lock: the busy check and the
         strategy must not interleave with another creation.
 
-        Args:
-            owner: The caller's owner id.
-            thread_id: The thread, or None for a thread-less run (a new thread).
-            assistant: The assistant to run.
-            kwargs: The validated run options: `input` (graph input) or `command`,
-                `stream_mode` (list), `stream_subgraphs`, `stream_resumable`,
-                `on_disconnect`, `config`.
-            metadata: Stored with the run.
-            multitask_strategy: reject | interrupt | rollback | enqueue.
-            if_not_exists: create | reject (a missing thread).
-            idempotency_key: A retried POST with the same key returns the same run.
-            request_hash: Fingerprint of the request, to refuse a reused key.
-
         Raises:
             RunsError: NotFound, Conflict (busy thread, nothing to resume) or Invalid.
         """
+        owner, thread_id, assistant = request.owner, request.thread_id, request.assistant
+        kwargs, multitask_strategy = request.kwargs, request.multitask_strategy
+        idempotency_key, request_hash = request.idempotency_key, request.request_hash
         if idempotency_key is not None:
             existing = await self.runs.find_idempotent(owner, idempotency_key)
             if existing is not None:
@@ -109,7 +113,7 @@ class RunPreparer:
 
         new_thread: ThreadRecord | None = None
         if thread_id is None or await self.threads.get(owner, thread_id) is None:
-            if thread_id is not None and if_not_exists != "create":
+            if thread_id is not None and request.if_not_exists != "create":
                 raise NotFound(f"thread {thread_id!r} not found")
             if thread_id is not None and await self.threads.exists(thread_id):
                 raise NotFound(f"thread {thread_id!r} not found")  # another owner's
@@ -165,7 +169,7 @@ class RunPreparer:
             updated_at=stamp,
             kwargs=kwargs,
             multitask_strategy=multitask_strategy,
-            metadata=metadata,
+            metadata=request.metadata,
             idempotency_key=idempotency_key,
             request_hash=request_hash,
         )

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.runs.records import (
     CancelAction,
     Frame,
-    MultitaskStrategy,
     RecordChange,
     RunRecord,
     RunStatus,
@@ -61,7 +60,7 @@ from app.runs.records import (
 
 if TYPE_CHECKING:
     from app.runs.assistants import Assistant
-    from app.runs.preparation import PreparedRun
+    from app.runs.preparation import PreparedRun, RunRequest
 
 #: Called with a run id and every committed batch of its frames, in id order.
 Publish = Callable[[str, list[Frame]], None]
@@ -322,19 +321,7 @@ class RunExecutor(Protocol):
 class RunPreparation(Protocol):
     """Decides, before anything is written, what a run request records."""
 
-    async def prepare(
-        self,
-        *,
-        owner: str,
-        thread_id: str | None,
-        assistant: Assistant,
-        kwargs: dict[str, Any],
-        metadata: dict[str, Any],
-        multitask_strategy: MultitaskStrategy,
-        if_not_exists: str,
-        idempotency_key: str | None = None,
-        request_hash: str | None = None,
-    ) -> PreparedRun:
+    async def prepare(self, request: RunRequest) -> PreparedRun:
         """Check the request and apply the thread's multitask strategy; raise `RunsError`."""
         ...
 

@@ -19,6 +19,8 @@ RunStatus = Literal["pending", "running", "error", "success", "timeout", "interr
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 #: What a new run does when its thread has a pending or running run.
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+#: What a run on a missing thread does: create it, or be refused.
+IfNotExists = Literal["create", "reject"]
 #: How a cancel ends a run: keep its checkpoints (interrupt) or delete them (rollback).
 CancelAction = Literal["interrupt", "rollback"]
 

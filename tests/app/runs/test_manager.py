@@ -19,6 +19,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from app.errors import Conflict, Invalid, NotFound
 from app.runs.hub import Hub
 from app.runs.manager import RunManager
+from app.runs.preparation import RunRequest
 from app.runs.sqlite import SqliteRunStorage
 from graphs.context import AtelierContext
 from providers.llm import OpenAIModelFactory
@@ -69,19 +70,21 @@ async def start(
     if_not_exists: str = "create",
 ) -> Any:
     run, created = await manager.create(
-        owner=OWNER,
-        thread_id=thread_id,
-        assistant=manager.assistant(assistant),
-        kwargs={
-            "input": input,
-            "command": command,
-            "stream_mode": modes or ["updates", "custom"],
-            "stream_subgraphs": True,
-            "config": {},
-        },
-        metadata={},
-        multitask_strategy=strategy,
-        if_not_exists=if_not_exists,
+        RunRequest(
+            owner=OWNER,
+            thread_id=thread_id,
+            assistant=manager.assistant(assistant),
+            kwargs={
+                "input": input,
+                "command": command,
+                "stream_mode": modes or ["updates", "custom"],
+                "stream_subgraphs": True,
+                "config": {},
+            },
+            metadata={},
+            multitask_strategy=strategy,
+            if_not_exists=if_not_exists,
+        )
     )
     assert created
     return run
