@@ -1,5 +1,6 @@
 """Annotated dependency aliases shared by every route module.
 
+The caller's identity is `PrincipalDep` (authenticated by `app.security`).
 Long-lived services are created once in the app's lifespan (`app.main`) and kept
 on `app.state` under the names below; routes reach them only through these
 aliases, so a test can build an app with other services and every route follows.
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
 
 from app.runs.manager import RunManager
+from app.security import get_principal
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.repository import NoteRepository
@@ -57,3 +59,7 @@ def get_runs(request: Request) -> RunManager:
 
 
 RunsDep = Annotated[RunManager, Depends(get_runs)]
+
+
+PrincipalDep = Annotated[str, Security(get_principal)]
+"""The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""

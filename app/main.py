@@ -16,15 +16,15 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
 from app.routes.ops import NotReadyError
-from app.routes.runs import runs_error_handler
 from app.runs.assistants import AssistantFactory, default_assistants
 from app.runs.hub import Hub
-from app.runs.manager import RunManager, RunsError
-from app.runs.store import BUSY_TIMEOUT, RunStore
+from app.runs.manager import RunManager
+from app.runs.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from graphs.context import AtelierContext
@@ -68,7 +68,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.context = context
 
         checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
-        # One rule for every writer of atelier.db (see app/runs/store.py): a busy timeout,
+        # One rule for every writer of atelier.db (see app/runs/sqlite/database.py): a busy timeout,
         # and writes that begin with a write. The saver keeps the second by itself (each
         # operation under its lock, each write transaction opened by its INSERT).
         await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
@@ -76,10 +76,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         graphs = dict(app.state.assistant_factory(checkpointer))
         app.state.graphs = sorted(graphs)
         hub = Hub()
-        store = await stack.enter_async_context(RunStore(db, publish=hub.publish))
+        storage = await stack.enter_async_context(SqliteRunStorage(db, publish=hub.publish))
         metrics = app.state.metrics
         manager = RunManager(
-            store=store,
+            storage=storage,
             hub=hub,
             assistants=graphs,
             context=context,
@@ -99,7 +99,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         app.state.ready_checks = {
             **getattr(app.state, "ready_checks", {}),
-            "runs": store.ping,
+            "runs": storage.ping,
             "model": model_serves,
         }
         yield
@@ -126,6 +126,7 @@ def create_app(
     app.state.assistant_factory = assistant_factory or default_assistants
     install_metrics(app)
     install_security(app, settings)
+    install_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(knowledge.router)
     app.include_router(assets.router)
@@ -133,7 +134,6 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(exports.router)
     app.include_router(runs.router)
-    app.add_exception_handler(RunsError, runs_error_handler)
     install_openapi(app)
     mount_console(app)
     return app

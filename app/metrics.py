@@ -70,10 +70,10 @@ from langchain_core.outputs import LLMResult
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from app.runs.records import RUN_STATUSES
 from core.settings import LLM_ROLES
 from providers.usage import response_tokens
 
-RUN_STATUSES: tuple[str, ...] = ("pending", "running", "success", "error", "timeout", "interrupted")
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
 FAILURE_REASONS: tuple[str, ...] = (
     "rate_limited",

@@ -33,8 +33,9 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
+from app.errors import ERROR_CODES
 from app.schemas import EndData, ErrorData, GapData, RunMetadataData
-from app.security import ERROR_CODES, is_public
+from app.security import is_public
 from core.events import PipelineEvent
 
 _REF = "#/components/schemas/{model}"
@@ -137,7 +138,7 @@ _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 
 def error_schema() -> dict[str, Any]:
-    """Return the schema of the service's error body (`app.security.error_body`)."""
+    """Return the schema of the service's error body (`app.errors.error_body`)."""
     return {
         "title": "ErrorResponse",
         "type": "object",

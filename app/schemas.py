@@ -37,6 +37,7 @@ from app.runs.frames import (
     UNSUPPORTED_STREAM_MODES,
     StreamModeName,
 )
+from app.runs.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
 from graphs.state import (
     AudienceText,
     ImageCount,
@@ -524,12 +525,12 @@ class RunCreate(RunPlatformOptions, _Strict):
     on_disconnect: Literal["cancel", "continue"] = Field(
         default="continue", description="What a client disconnect does to the run."
     )
-    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] = Field(
+    multitask_strategy: MultitaskStrategy = Field(
         default="reject", description="What to do when the thread already has an active run."
     )
     config: RunConfigIn | None = None
     metadata: dict[str, Any] | None = Field(default=None, description="Stored with the run.")
-    if_not_exists: Literal["create", "reject"] = Field(
+    if_not_exists: IfNotExists = Field(
         default="reject", description="Create the thread when it does not exist."
     )
 
@@ -583,10 +584,10 @@ class RunOut(BaseModel):
     assistant_id: str
     created_at: str
     updated_at: str
-    status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
+    status: RunStatus
     metadata: dict[str, Any]
     kwargs: dict[str, Any]
-    multitask_strategy: str
+    multitask_strategy: MultitaskStrategy
     attempt: int = Field(description="Executions started (a restart resumes with the next).")
     cancel_reason: str | None = None
     error: dict[str, Any] | None = None
@@ -627,7 +628,7 @@ class ThreadSearch(_Strict):
     """Body of POST /threads/search."""
 
     metadata: dict[str, Any] | None = None
-    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    status: ThreadStatus | None = None
     ids: list[ResourceId] | None = Field(default=None, max_length=1000)
     limit: StrictInt = Field(default=10, ge=1, le=1000)
     offset: StrictInt = Field(default=0, ge=0, le=MAX_OFFSET)
@@ -650,7 +651,7 @@ class ThreadCount(_Strict):
     """Body of POST /threads/count: the filters of POST /threads/search."""
 
     metadata: dict[str, Any] | None = None
-    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    status: ThreadStatus | None = None
     values: dict[str, Any] | None = Field(default=None, description="Refused when set.")
 
     @field_validator("values")
@@ -668,7 +669,7 @@ class ThreadOut(BaseModel):
     created_at: str
     updated_at: str
     metadata: dict[str, Any]
-    status: Literal["idle", "busy", "interrupted", "error"]
+    status: ThreadStatus
     values: dict[str, Any] | None = Field(description="State after the thread's last run.")
     interrupts: dict[str, list[dict[str, Any]]] = Field(description="Pending, by task id.")
 

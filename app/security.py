@@ -1,6 +1,6 @@
-"""Who may call the service, how much they may send, and what errors tell them.
+"""Who may call the service and how much they may send.
 
-`install_security(app, settings)` wires four things into the app, outermost first:
+`install_security(app, settings)` wires three things into the app, outermost first:
 
 1. **CORS** (Starlette's `CORSMiddleware`), only for the `CORS_ORIGINS` allowlist;
    none by default. Preflights are answered before authentication, as browsers
@@ -21,15 +21,10 @@
    Starlette's own `RequestBodyLimitMiddleware` does the counting the same way but
    answers a bare "Content Too Large" and knows one limit per route at import time;
    ours names the limit and takes it from settings.
-4. **Error bodies**: every error the service produces is JSON of one shape,
-   `{"detail": ..., "error": "<code>", "message": "<one sentence>"}`. `detail` is
-   what FastAPI and LangGraph Platform clients read (a string, or the list of field
-   errors for a 422); `message` is always a string, and the first key
-   `langgraph-sdk` reads for its exception text. An unexpected exception becomes a
-   500 with an error id that is also in the server log; no traceback, exception
-   text or submitted value reaches a client.
+Their refusals (401, 413) use the service's error shape (`app.errors`).
 
-Routes learn the caller through `PrincipalDep`, the caller's owner id: `key_` and
+Routes learn the caller through `app.deps.PrincipalDep` (`get_principal`), the
+caller's owner id: `key_` and
 24 hex characters of an HMAC-SHA256 of the key (stable across restarts and key
 reordering, not reversible to the key), or `anonymous` when the service is open.
 Threads and runs store it so another key cannot see them.
@@ -41,21 +36,18 @@ import hashlib
 import hmac
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any
+from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 from fastapi import FastAPI, Request, Security
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.errors import error_response
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,46 +72,9 @@ UPLOAD_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/assets")})
 _MAX_CREDENTIAL_CHARS = 1024
 _OWNER_ID_SALT = b"atelier.owner-id.v1"
 
-ERROR_CODES: dict[int, str] = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    429: "rate_limited",
-    500: "internal_error",
-    503: "unavailable",
-}
-
 _UNAUTHORIZED = (
     "A valid API key is required: send it as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'."
 )
-
-
-def error_body(status_code: int, message: str, detail: Any = None) -> dict[str, Any]:
-    """Return the service's JSON error body for a status and a client-safe message."""
-    return {
-        "detail": message if detail is None else detail,
-        "error": ERROR_CODES.get(status_code, f"http_{status_code}"),
-        "message": message,
-    }
-
-
-def error_response(
-    status_code: int,
-    message: str,
-    detail: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    """Return a JSON error response in the service's error shape."""
-    return JSONResponse(
-        error_body(status_code, message, detail), status_code=status_code, headers=headers
-    )
 
 
 # --- API keys ---------------------------------------------------------------------
@@ -252,10 +207,6 @@ async def get_principal(
     return str(owner)
 
 
-PrincipalDep = Annotated[str, Security(get_principal)]
-"""The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
-
-
 # --- body limit ---------------------------------------------------------------------
 
 
@@ -350,132 +301,17 @@ def _content_length(scope: Scope) -> int | None:
     return int(value)
 
 
-# --- error bodies -----------------------------------------------------------------
-
-
-async def _http_exception_handler(request: Request, exc: Exception) -> JSONResponse:
-    """Render an HTTPException in the service's error shape, keeping its detail."""
-    assert isinstance(exc, StarletteHTTPException)
-    detail = exc.detail
-    if isinstance(detail, str):
-        message = detail
-    elif isinstance(detail, Mapping) and isinstance(detail.get("message"), str):
-        message = detail["message"]
-    else:
-        message = _status_phrase(exc.status_code)
-    headers = exc.headers
-    if exc.status_code == 405:
-        # Starlette names only the methods of the first route matching the path; one
-        # FastAPI route serves one method, so the header would list just that one.
-        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
-    return error_response(exc.status_code, message, detail, headers=headers)
-
-
-def allowed_methods(request: Request) -> list[str]:
-    """Return every method some route of the app serves at the request's path."""
-    methods: set[str] = set()
-    for route in _endpoint_routes(request.app.router.routes):
-        if route.matches(request.scope)[0] != Match.NONE:
-            methods.update(getattr(route, "methods", ()))
-    return sorted(methods)
-
-
-def _endpoint_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
-    """Yield the routes with methods, inside routers included with `include_router` too.
-
-    FastAPI (0.16x) keeps an included router as one entry pointing at the original
-    router, whose routes carry their full paths (this app includes routers without
-    an extra prefix).
-    """
-    for route in routes:
-        if getattr(route, "methods", None):
-            yield route
-        inner = getattr(getattr(route, "original_router", None), "routes", None)
-        if inner:
-            yield from _endpoint_routes(inner)
-
-
-async def _validation_exception_handler(request: Request, exc: Exception) -> JSONResponse:
-    """Render a 422 that names each field and rule, without echoing the submitted values."""
-    assert isinstance(exc, RequestValidationError)
-    errors = [_safe_error(error) for error in exc.errors()]
-    return error_response(422, validation_message(errors), errors)
-
-
-async def _unhandled_exception_handler(request: Request, exc: Exception) -> JSONResponse:
-    """Log an unexpected exception under an error id and tell the client only that id."""
-    error_id = secrets.token_hex(6)
-    log.error(
-        "unhandled error %s on %s %s",
-        error_id,
-        request.method,
-        request.url.path,
-        exc_info=(type(exc), exc, exc.__traceback__),
-    )
-    return error_response(
-        500, f"The server hit an unexpected error (error id {error_id}); it has been logged."
-    )
-
-
-def _safe_error(error: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep an error's location, type, message and JSON-safe rule values; drop its input."""
-    safe: dict[str, Any] = {
-        "type": str(error.get("type", "value_error")),
-        "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
-        "msg": str(error.get("msg", "")),
-    }
-    ctx = {
-        key: value
-        for key, value in (error.get("ctx") or {}).items()
-        if isinstance(value, str | int | float | bool) and key != "error"
-    }
-    if error.get("type") == "json_invalid":
-        ctx["error"] = str((error.get("ctx") or {}).get("error", ""))[:200]
-    if ctx:
-        safe["ctx"] = jsonable_encoder(ctx)
-    return safe
-
-
-def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
-    """Return one sentence naming every invalid field and the rule it broke."""
-    parts = []
-    for error in errors[:10]:
-        loc = ".".join(str(part) for part in error.get("loc", ())) or "request"
-        if error.get("type") == "json_invalid":
-            reason = (error.get("ctx") or {}).get("error") or "JSON decode error"
-            position = next((p for p in error.get("loc", ()) if isinstance(p, int)), None)
-            where = f" at character {position}" if position is not None else ""
-            parts.append(f"body: the body is not valid JSON{where} ({reason})")
-        else:
-            parts.append(f"{loc}: {error.get('msg', 'invalid value')}")
-    more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
-    return "Invalid request: " + "; ".join(parts) + more
-
-
-def _status_phrase(status_code: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status_code).phrase
-    except ValueError:
-        return f"HTTP {status_code}"
-
-
 # --- installation -----------------------------------------------------------------
 
 
 def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
-    """Install CORS, API keys, the body limit and the error handlers on `app`.
+    """Install CORS, API keys and the body limit on `app`.
 
     Call it once in `create_app`, before the app serves. Returns the key ring, which is
     also kept as `app.state.api_keys`.
     """
     keys = ApiKeys(settings.auth_api_keys)
     app.state.api_keys = keys
-
-    app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
-    app.add_exception_handler(RequestValidationError, _validation_exception_handler)
-    app.add_exception_handler(Exception, _unhandled_exception_handler)
 
     # add_middleware wraps what is there: the last one added runs first.
     upload_limit = upload_body_limit(settings)
@@ -534,11 +370,8 @@ __all__ = [
     "ApiKeys",
     "AuthMiddleware",
     "BodyLimitMiddleware",
-    "PrincipalDep",
     "announce_auth_mode",
     "auth_mode",
-    "error_body",
-    "error_response",
     "get_principal",
     "install_security",
     "owner_id_for",

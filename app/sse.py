@@ -30,9 +30,9 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.runs.frames import CONTROL_EVENTS, graph_mode
-from app.runs.hub import Hub
+from app.runs.protocols import EventLog, LiveFrames
+from app.runs.records import Frame
 from app.runs.serde import dumps
-from app.runs.store import Frame, RunStore
 
 HEARTBEAT = b": heartbeat\n\n"
 SSE_HEADERS = {
@@ -127,8 +127,8 @@ def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
 
 
 async def follow_run(
-    store: RunStore,
-    hub: Hub,
+    events: EventLog,
+    hub: LiveFrames,
     run_id: str,
     thread_id: str,
     *,
@@ -141,7 +141,7 @@ async def follow_run(
     """Yield a run's frames after id `after` as SSE bytes, live until its `end` frame.
 
     Args:
-        store: The run store (the durable log).
+        events: The run's durable log.
         hub: The live fan-out.
         run_id: The run to follow.
         thread_id: Its thread (named in `gap` frames).
@@ -176,7 +176,7 @@ async def follow_run(
         if after > 0:
             # A client that already has the run's `end` frame gets nothing more: close
             # now rather than heartbeat forever for frames that will never come.
-            final = await store.read_events(run_id, await store.last_event_id(run_id) - 1)
+            final = await events.read(run_id, await events.last_id(run_id) - 1)
             ended = bool(final) and final[-1].event == "end" and final[-1].id <= after
         while not ended:
             # A run that stops being executed here commits its `end` first, so a log
@@ -185,7 +185,7 @@ async def follow_run(
             # Replay what the log holds after the cursor (first, after lagging, and
             # whenever the run may have stopped).
             while not ended:
-                frames = await store.read_events(run_id, last)
+                frames = await events.read(run_id, last)
                 if not frames:
                     break
                 if chunk := render(frames):

@@ -16,12 +16,11 @@ from fastapi import APIRouter, Path, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
-from app.deps import RunsDep
+from app.deps import PrincipalDep, RunsDep
 from app.runs.assistants import Assistant
 from app.runs.manager import RunManager
 from app.runs.serde import to_jsonable
 from app.schemas import AssistantCount, AssistantOut, AssistantSearch
-from app.security import PrincipalDep
 
 router = APIRouter(tags=["assistants"])
 

@@ -17,10 +17,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import AssetsDep, RunsDep
-from app.runs.manager import Conflict, NotFound
+from app.deps import AssetsDep, PrincipalDep, RunsDep
+from app.errors import Conflict, NotFound
 from app.schemas import ID_PATTERN
-from app.security import PrincipalDep
 from providers.assets import AssetStore, is_valid_asset_id
 
 router = APIRouter(tags=["threads"])
@@ -69,7 +68,7 @@ async def export_thread(
     thread_id: ThreadId, manager: RunsDep, assets: AssetsDep, owner: PrincipalDep
 ) -> Response:
     """Answer a zip of `post.md` and the post's cards (see the module docstring)."""
-    thread = await manager.store.get_thread(owner, thread_id)
+    thread = await manager.threads.get(owner, thread_id)
     if thread is None:
         raise NotFound(f"thread {thread_id!r} not found")
     result = (thread.values or {}).get("result") or {}

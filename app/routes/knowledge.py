@@ -36,9 +36,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.deps import NotesDep
+from app.deps import NotesDep, PrincipalDep
 from app.schemas import DIGITS_ONLY
-from app.security import PrincipalDep
 from knowledge.notes import (
     MAX_CONTENT_CHARS,
     MAX_ID_CHARS,

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -35,8 +33,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from app.deps import SettingsDep
+from app.errors import error_body
 from app.metrics import MetricsDep
-from app.security import OPEN_WARNING, auth_mode, error_body
+from app.runs.sqlite.database import query_database_file
+from app.security import OPEN_WARNING, auth_mode
 from core.settings import LLM_ROLES, Settings
 
 log = logging.getLogger(__name__)
@@ -189,19 +189,7 @@ async def _check_database(request: Request, settings: Settings) -> None:
     if notes is None:
         raise RuntimeError("the knowledge vault is not open (lifespan has not run)")
     await notes.count()
-    await asyncio.to_thread(_query_database_file, settings.database_path)
-
-
-def _query_database_file(path: Path) -> None:
-    """Open the database file read-only (never creating it) and run a query."""
-    if not path.is_file():
-        raise FileNotFoundError("the database file is missing")
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=READY_TIMEOUT_S)
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    finally:
-        conn.close()
+    await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
 
 
 @router.get("/info", response_model=InfoResponse, summary="Service description")

@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import Field, StringConstraints, ValidationError
 
-from app.deps import RunsDep, SettingsDep
+from app.deps import PrincipalDep, RunsDep, SettingsDep
+from app.errors import Conflict, NotFound
 from app.runs.assistants import Assistant
 from app.runs.frames import STREAM_MODES
-from app.runs.manager import Conflict, NotFound, RunManager, RunsError, request_fingerprint
+from app.runs.manager import RunManager
+from app.runs.preparation import RunRequest, request_fingerprint
+from app.runs.records import CancelAction, RunRecord, RunStatus
 from app.runs.serde import dumps
-from app.runs.store import RunRecord
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -46,7 +47,6 @@ from app.schemas import (
     RunCreate,
     RunOut,
 )
-from app.security import PrincipalDep, error_response
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
 
 router = APIRouter(tags=["runs"])
@@ -103,17 +103,6 @@ WAIT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {"application/json": {"schema": {"type": "object"}}},
     }
 }
-
-
-def runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
-    """Render a `RunsError` in the service's error shape (422s name the field)."""
-    assert isinstance(exc, RunsError)
-    detail = None
-    if exc.status == 422 and exc.field:
-        where, _, name = exc.field.rpartition(":")
-        loc = [where or "body", *name.split(".")]
-        detail = [{"type": "value_error", "loc": loc, "msg": exc.message}]
-    return error_response(exc.status, exc.message, detail)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -217,15 +206,17 @@ async def _create(
     if idempotency_key is not None:
         fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))
     return await manager.create(
-        owner=owner,
-        thread_id=thread_id,
-        assistant=assistant,
-        kwargs=kwargs,
-        metadata=body.metadata or {},
-        multitask_strategy=body.multitask_strategy,
-        if_not_exists=body.if_not_exists,
-        idempotency_key=idempotency_key,
-        request_hash=fingerprint,
+        RunRequest(
+            owner=owner,
+            thread_id=thread_id,
+            assistant=assistant,
+            kwargs=kwargs,
+            metadata=body.metadata or {},
+            multitask_strategy=body.multitask_strategy,
+            if_not_exists=body.if_not_exists,
+            idempotency_key=idempotency_key,
+            request_hash=fingerprint,
+        )
     )
 
 
@@ -277,7 +268,7 @@ def _stream_response(
 ) -> DisconnectAwareResponse:
     metrics = getattr(request.app.state, "metrics", None)
     body = follow_run(
-        manager.store,
+        manager.events,
         manager.hub,
         run.run_id,
         run.thread_id,
@@ -327,7 +318,7 @@ def _wait_response(
 
 
 async def _owned_run(manager: RunManager, owner: str, thread_id: str, run_id: str) -> RunRecord:
-    run = await manager.store.find_run(owner, thread_id, run_id)
+    run = await manager.runs.find(owner, thread_id, run_id)
     if run is None:
         raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
     return run
@@ -491,13 +482,12 @@ async def list_runs(
     owner: PrincipalDep,
     limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
     offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query()] = 0,
-    status: Literal["pending", "running", "success", "error", "timeout", "interrupted"]
-    | None = None,
+    status: RunStatus | None = None,
 ) -> list[dict[str, Any]]:
     """List a thread's runs, newest first."""
-    if await manager.store.get_thread(owner, thread_id) is None:
+    if await manager.threads.get(owner, thread_id) is None:
         raise NotFound(f"thread {thread_id!r} not found")
-    runs = await manager.store.list_runs(thread_id, limit=limit, offset=offset, status=status)
+    runs = await manager.runs.for_thread(thread_id, limit=limit, offset=offset, status=status)
     return [run.to_json() for run in runs]
 
 
@@ -517,7 +507,7 @@ async def delete_run(
     run = await _owned_run(manager, owner, thread_id, run_id)
     if run.active:
         raise Conflict(f"run {run_id!r} is {run.status}; cancel it first")
-    await manager.store.delete_run(run_id)
+    await manager.runs.delete(run_id)
     return Response(status_code=204)
 
 
@@ -613,7 +603,7 @@ async def cancel_run(
     manager: RunsDep,
     owner: PrincipalDep,
     response: Response,
-    action: Literal["interrupt", "rollback"] = "interrupt",
+    action: CancelAction = "interrupt",
     wait: QueryBool = False,
 ) -> dict[str, Any]:
     """Cancel a pending or running run.

@@ -22,17 +22,18 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-import aiosqlite
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from langgraph.types import StateSnapshot
 from pydantic import Field
 
-from app.deps import RunsDep
+from app.deps import PrincipalDep, RunsDep
+from app.errors import Conflict, NotFound
 from app.runs.frames import checkpoint_ref, public_error
-from app.runs.manager import Conflict, NotFound, RunManager
+from app.runs.manager import RunManager
+from app.runs.protocols import ThreadExists
+from app.runs.records import ThreadRecord, now
 from app.runs.serde import to_jsonable
-from app.runs.store import ThreadRecord, now
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -48,7 +49,6 @@ from app.schemas import (
     ThreadSearch,
     ThreadStateOut,
 )
-from app.security import PrincipalDep
 
 router = APIRouter(tags=["threads"])
 
@@ -56,7 +56,7 @@ ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
 
 
 async def _owned_thread(manager: RunManager, owner: str, thread_id: str) -> ThreadRecord:
-    thread = await manager.store.get_thread(owner, thread_id)
+    thread = await manager.threads.get(owner, thread_id)
     if thread is None:
         raise NotFound(f"thread {thread_id!r} not found")
     return thread
@@ -68,7 +68,7 @@ async def create_thread(
 ) -> dict[str, Any]:
     """Create a thread (a UUID unless `thread_id` is given)."""
     thread_id = body.thread_id or str(uuid.uuid4())
-    existing = await manager.store.get_thread(owner, thread_id)
+    existing = await manager.threads.get(owner, thread_id)
     if existing is not None and body.if_exists == "do_nothing":
         return existing.to_json()
     stamp = now()
@@ -80,8 +80,8 @@ async def create_thread(
         metadata=body.metadata or {},
     )
     try:
-        await manager.store.insert_thread(thread)
-    except aiosqlite.IntegrityError:
+        await manager.threads.insert(thread)
+    except ThreadExists:
         raise Conflict(f"thread {thread_id!r} already exists") from None
     return thread.to_json()
 
@@ -91,7 +91,7 @@ async def search_threads(
     body: ThreadSearch, manager: RunsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the caller's threads matching every given filter."""
-    threads = await manager.store.search_threads(
+    threads = await manager.threads.search(
         owner,
         metadata=body.metadata,
         status=body.status,
@@ -107,7 +107,7 @@ async def search_threads(
 @router.post("/threads/count", response_model=int, summary="Count threads")
 async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's threads match every given filter."""
-    found = await manager.store.search_threads(
+    found = await manager.threads.search(
         owner, metadata=body.metadata, status=body.status, limit=-1
     )
     return len(found)
@@ -125,7 +125,7 @@ async def patch_thread(
 ) -> dict[str, Any]:
     """Merge metadata into the thread's."""
     thread = await _owned_thread(manager, owner, thread_id)
-    await manager.store.update_thread_metadata(thread_id, {**thread.metadata, **body.metadata})
+    await manager.threads.update_metadata(thread_id, {**thread.metadata, **body.metadata})
     return (await _owned_thread(manager, owner, thread_id)).to_json()
 
 

@@ -1,10 +1,12 @@
-"""Runs owned by the server: the run manager, its durable store and the live fan-out.
+"""Runs owned by the server: the run engine, its storage and the live fan-out.
 
-store.py       threads, runs and event logs in SQLite (group-committed frames)
-hub.py         in-memory fan-out of committed frames to SSE subscribers
+records.py     threads, runs, frames and the SDK's names for their statuses
+protocols.py   the storage seams: ThreadRepository, RunRepository, EventLog, LiveFrames
+sqlite/        their SQLite implementation (the embedded default, one file in DATA_DIR)
+hub.py         in-memory fan-out of committed frames to SSE subscribers (LiveFrames)
 frames.py      LangGraph stream chunks → SSE event names and data
 serde.py       JSON for the wire and the log
 assistants.py  the graphs served, with their input models and stream filters
 manager.py     create, execute, cancel, join and recover runs
-checkpoints.py checkpointer housekeeping (settle a write a cancel left open)
+checkpoints.py every write to LangGraph's checkpoint tables outside the saver
 """

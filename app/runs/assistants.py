@@ -20,7 +20,7 @@ from langgraph.types import Interrupt
 from pydantic import BaseModel
 
 from app.runs.frames import MessageFilter
-from app.runs.store import now
+from app.runs.records import now
 
 #: Check a resume value against the pending interrupts; raise ValueError when wrong.
 ResumeCheck = Callable[[Any, Sequence[Interrupt]], None]

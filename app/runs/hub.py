@@ -1,6 +1,6 @@
 """In-memory fan-out of committed frames to the SSE responses following a run.
 
-The run store calls `Hub.publish` right after a batch of frames is committed; every
+The event log calls `Hub.publish` right after a batch of frames is committed; every
 subscription of that run gets the frames at once (no polling). A subscriber that
 falls too far behind (a slow client) is marked `lagged` and its buffer dropped: it
 then catches up from the durable log, so memory stays bounded and nothing is lost.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from app.runs.store import Frame
+from app.runs.records import Frame
 
 #: Frames buffered per subscriber before it must catch up from the log instead.
 SUBSCRIBER_BUFFER = 4096

@@ -26,9 +26,9 @@ from core.settings import Settings
 
 def pause_first_commits(seconds: float, marker: Path) -> None:
     """Hold each run's first event commit open for `seconds`, announcing it in `marker`."""
-    from app.runs.store import RunStore
+    from app.runs.sqlite.event_log import SqliteEventLog
 
-    write_items = RunStore._write_items
+    write_items = SqliteEventLog._write_items
 
     async def paused(db: Any, items: list[Any]) -> None:
         await write_items(db, items)
@@ -36,7 +36,7 @@ def pause_first_commits(seconds: float, marker: Path) -> None:
             await asyncio.to_thread(marker.write_text, "in the first commit\n")
             await asyncio.sleep(seconds)
 
-    RunStore._write_items = staticmethod(paused)  # type: ignore[method-assign]
+    SqliteEventLog._write_items = staticmethod(paused)  # type: ignore[method-assign]
 
 
 def main() -> None:

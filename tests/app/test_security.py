@@ -18,8 +18,9 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 import app.security as security
+from app.deps import PrincipalDep
 from app.main import create_app
-from app.security import ANONYMOUS, OPEN_WARNING, ApiKeys, PrincipalDep, owner_id_for
+from app.security import ANONYMOUS, OPEN_WARNING, ApiKeys, owner_id_for
 from core.settings import Settings
 
 KEY = "test-key-0123456789abcdef"

@@ -10,19 +10,20 @@ from pathlib import Path
 import pytest
 
 from app.runs.hub import Hub, Subscription
-from app.runs.store import Frame, RunRecord, RunStore, ThreadRecord, now
+from app.runs.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from app.runs.sqlite import SqliteRunStorage
 from app.sse import HEARTBEAT, follow_run, parse_cursor
 from tests.app.harness import read_sse
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[tuple[RunStore, Hub]]:
+async def store(tmp_path: Path) -> AsyncIterator[tuple[SqliteRunStorage, Hub]]:
     hub = Hub()
-    async with RunStore(str(tmp_path / "atelier.db"), publish=hub.publish) as store:
+    async with SqliteRunStorage(str(tmp_path / "atelier.db"), publish=hub.publish) as store:
         stamp = now()
-        await store.insert_thread(ThreadRecord("t", "o", stamp, stamp))
+        await store.threads.insert(ThreadRecord("t", "o", stamp, stamp))
         run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, {}, "reject")
-        await store.insert_run(run, exclusive=True)
+        await store.runs.insert(run, exclusive=True)
         hub.run_live("r")  # as the run manager does while it executes the run
         yield store, hub
 
@@ -35,8 +36,9 @@ async def collect(stream: AsyncIterator[bytes]) -> str:
     return b"".join([chunk async for chunk in stream]).decode()
 
 
-async def test_replay_then_live_gives_each_frame_once(store: tuple[RunStore, Hub]) -> None:
-    runs, hub = store
+async def test_replay_then_live_gives_each_frame_once(store: tuple[SqliteRunStorage, Hub]) -> None:
+    storage, hub = store
+    runs = storage.events
     for i in range(1, 4):
         runs.append("r", frame(i))
     await runs.flush()
@@ -51,13 +53,16 @@ async def test_replay_then_live_gives_each_frame_once(store: tuple[RunStore, Hub
     assert frames[-1].event == "end"
 
 
-async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(store: tuple[RunStore, Hub]) -> None:
-    runs, hub = store
+async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(
+    store: tuple[SqliteRunStorage, Hub],
+) -> None:
+    storage, hub = store
+    runs = storage.events
     for i, event in enumerate(["metadata", "custom", "custom", "custom", "end"], start=1):
         runs.append("r", frame(i, event))
-    runs.queue_statement(*RunStore.run_status_statement("r", "success"))
+    runs.record(RunStatusChange("r", "success"))
     await runs.flush()
-    await runs.prune_events(finished_before="9999")
+    await runs.prune(finished_before="9999")
     frames = read_sse(await collect(follow_run(runs, hub, "r", "t", after=1)))
     assert [(f.id, f.event) for f in frames] == [(4, "gap"), (5, "end")]
     assert frames[0].data["first_missing"] == 2 and frames[0].data["last_missing"] == 4
@@ -65,9 +70,10 @@ async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(store: tuple[RunSto
 
 
 async def test_a_cursor_at_or_past_the_end_frame_closes_at_once(
-    store: tuple[RunStore, Hub],
+    store: tuple[SqliteRunStorage, Hub],
 ) -> None:
-    runs, hub = store
+    storage, hub = store
+    runs = storage.events
     for i, event in enumerate(["metadata", "custom", "end"], start=1):
         runs.append("r", frame(i, event))
     await runs.flush()
@@ -79,8 +85,11 @@ async def test_a_cursor_at_or_past_the_end_frame_closes_at_once(
     assert hub.subscriber_count == 0
 
 
-async def test_a_lagging_subscriber_catches_up_from_the_log(store: tuple[RunStore, Hub]) -> None:
-    runs, _ = store
+async def test_a_lagging_subscriber_catches_up_from_the_log(
+    store: tuple[SqliteRunStorage, Hub],
+) -> None:
+    storage, _ = store
+    runs = storage.events
     hub = Hub(subscriber_buffer=3)
     runs._publish = hub.publish  # this test's hub, with a tiny buffer
     hub.run_live("r")
@@ -105,8 +114,9 @@ async def test_a_subscription_over_its_buffer_is_marked_lagged() -> None:
     assert [f.id for f in await sub.next_batch(1) or []] == [5]
 
 
-async def test_idle_streams_send_heartbeats(store: tuple[RunStore, Hub]) -> None:
-    runs, hub = store
+async def test_idle_streams_send_heartbeats(store: tuple[SqliteRunStorage, Hub]) -> None:
+    storage, hub = store
+    runs = storage.events
     stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT
     runs.append("r", frame(1, "end"))
@@ -116,9 +126,10 @@ async def test_idle_streams_send_heartbeats(store: tuple[RunStore, Hub]) -> None
 
 
 async def test_only_the_wanted_modes_pass_but_control_frames_always_do(
-    store: tuple[RunStore, Hub],
+    store: tuple[SqliteRunStorage, Hub],
 ) -> None:
-    runs, hub = store
+    storage, hub = store
+    runs = storage.events
     for i, event in enumerate(["metadata", "updates", "custom|executor:1", "values", "end"], 1):
         runs.append("r", frame(i, event))
     await runs.flush()
@@ -148,11 +159,12 @@ def test_a_cursor_must_be_a_frame_id(bad: str) -> None:
 
 
 async def test_a_stream_of_a_run_no_longer_executed_is_told_it_stalled_and_closed(
-    store: tuple[RunStore, Hub],
+    store: tuple[SqliteRunStorage, Hub],
 ) -> None:
     # Regression: a run whose first commit failed was never executed again, and its
     # stream heartbeated forever. Heartbeats now only cover a run that is alive.
-    runs, hub = store
+    storage, hub = store
+    runs = storage.events
     runs.append("r", frame(1, "metadata"))
     await runs.flush()
     stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
@@ -167,9 +179,10 @@ async def test_a_stream_of_a_run_no_longer_executed_is_told_it_stalled_and_close
 
 
 async def test_a_run_that_ends_as_it_stops_being_executed_delivers_its_end(
-    store: tuple[RunStore, Hub],
+    store: tuple[SqliteRunStorage, Hub],
 ) -> None:
-    runs, hub = store
+    storage, hub = store
+    runs = storage.events
     follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t", heartbeat=5)))
     await asyncio.sleep(0.05)
     runs.append("r", frame(1, "metadata"))

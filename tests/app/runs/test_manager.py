@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from app.errors import Conflict, Invalid, NotFound
 from app.runs.hub import Hub
-from app.runs.manager import Conflict, Invalid, NotFound, RunManager
-from app.runs.store import RunStore
+from app.runs.manager import RunManager
+from app.runs.preparation import RunRequest
+from app.runs.sqlite import SqliteRunStorage
 from graphs.context import AtelierContext
 from providers.llm import OpenAIModelFactory
 from tests.app.harness import service_settings
@@ -42,9 +44,9 @@ async def open_manager(tmp_path: Path, llm_url: str, **limits: Any) -> AsyncIter
     async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
         await checkpointer.setup()
         hub = Hub()
-        async with RunStore(db, publish=hub.publish) as store:
+        async with SqliteRunStorage(db, publish=hub.publish) as storage:
             manager = RunManager(
-                store=store,
+                storage=storage,
                 hub=hub,
                 assistants=sample_assistants(checkpointer),
                 context=context,
@@ -68,19 +70,21 @@ async def start(
     if_not_exists: str = "create",
 ) -> Any:
     run, created = await manager.create(
-        owner=OWNER,
-        thread_id=thread_id,
-        assistant=manager.assistant(assistant),
-        kwargs={
-            "input": input,
-            "command": command,
-            "stream_mode": modes or ["updates", "custom"],
-            "stream_subgraphs": True,
-            "config": {},
-        },
-        metadata={},
-        multitask_strategy=strategy,
-        if_not_exists=if_not_exists,
+        RunRequest(
+            owner=OWNER,
+            thread_id=thread_id,
+            assistant=manager.assistant(assistant),
+            kwargs={
+                "input": input,
+                "command": command,
+                "stream_mode": modes or ["updates", "custom"],
+                "stream_subgraphs": True,
+                "config": {},
+            },
+            metadata={},
+            multitask_strategy=strategy,
+            if_not_exists=if_not_exists,
+        )
     )
     assert created
     return run
@@ -109,10 +113,10 @@ async def _at_least(count: Awaitable[int], n: int) -> bool:
 
 
 async def frames_of(manager: RunManager, run_id: str) -> list[tuple[int, str, Any]]:
-    await manager.store.flush()
+    await manager.events.flush()
     import json
 
-    return [(f.id, f.event, json.loads(f.data)) for f in await manager.store.read_events(run_id, 0)]
+    return [(f.id, f.event, json.loads(f.data)) for f in await manager.events.read(run_id, 0)]
 
 
 async def test_a_run_streams_metadata_events_and_end_with_consecutive_ids(
@@ -135,7 +139,7 @@ async def test_a_run_streams_metadata_events_and_end_with_consecutive_ids(
         events = [f[1] for f in frames]
         assert any(e.startswith("custom|executor:") for e in events)
         assert "updates" in events
-        thread = await manager.store.get_thread(OWNER, run.thread_id)
+        thread = await manager.threads.get(OWNER, run.thread_id)
         assert thread is not None and thread.status == "idle"
         assert thread.values and thread.values["result"]["outcome"] == "completed"
 
@@ -160,9 +164,7 @@ async def test_cancel_interrupts_at_once_and_no_llm_call_follows(tmp_path: Path,
         run = await start(manager, "slow", input={"steps": 20, "delay": 0.5})
         await until(lambda: llm.call_count >= 2)
         started = time.monotonic()
-        record = await manager.cancel(
-            await manager.store.get_run(run.run_id), "interrupt", wait=True
-        )
+        record = await manager.cancel(await manager.runs.get(run.run_id), "interrupt", wait=True)
         assert time.monotonic() - started < 1.0
         assert record.status == "interrupted" and record.cancel_reason == "interrupt"
         calls = llm.call_count
@@ -188,7 +190,7 @@ async def test_rollback_removes_the_checkpoints_the_run_wrote(tmp_path: Path, ll
             manager, "slow", thread_id=first.thread_id, input={"steps": 20, "delay": 0.3}
         )
         await until(lambda: _at_least(steps_done(manager, run.thread_id), 2))
-        await manager.cancel(await manager.store.get_run(run.run_id), "rollback", wait=True)
+        await manager.cancel(await manager.runs.get(run.run_id), "rollback", wait=True)
         assert (await graph.aget_state(config)).values == before
 
 
@@ -207,7 +209,7 @@ async def test_reject_names_the_active_run_and_enqueue_runs_after_it(
             strategy="enqueue",
         )
         done = await manager.wait(queued.run_id)
-        first_done = await manager.store.get_run(first.run_id)
+        first_done = await manager.runs.get(first.run_id)
         assert first_done.status == "success" and done.status == "success"
         assert first_done.finished_at <= done.finished_at
 
@@ -222,7 +224,7 @@ async def test_interrupt_strategy_stops_the_active_run_first(tmp_path: Path, llm
             input={"steps": 1, "delay": 0.01},
             strategy="interrupt",
         )
-        assert (await manager.store.get_run(first.run_id)).status == "interrupted"
+        assert (await manager.runs.get(first.run_id)).status == "interrupted"
         assert (await manager.wait(second.run_id)).status == "success"
 
 
@@ -233,7 +235,7 @@ async def test_human_in_the_loop_interrupt_then_resume(tmp_path: Path, llm: Any)
         assert done.status == "interrupted"
         values = await manager.result(done)
         assert values["__interrupt__"][0]["value"]["type"] == "clarification"
-        thread = await manager.store.get_thread(OWNER, run.thread_id)
+        thread = await manager.threads.get(OWNER, run.thread_id)
         assert thread.status == "interrupted"
         frames = await frames_of(manager, run.run_id)
         assert any(e == "updates" and "__interrupt__" in d for _, e, d in frames)
@@ -272,7 +274,7 @@ async def test_unknown_threads_and_assistants_are_not_found(tmp_path: Path, llm:
             await start(
                 manager, "burst", thread_id="missing", input={"count": 1}, if_not_exists="reject"
             )
-        assert await manager.store.search_threads(OWNER) == []
+        assert await manager.threads.search(OWNER) == []
 
 
 async def test_runs_in_flight_at_shutdown_resume_at_the_next_start(
@@ -305,7 +307,7 @@ async def test_a_run_that_keeps_dying_is_abandoned_after_max_attempts(
         run = await start(manager, "slow", input={"steps": 3, "delay": 0.3})
         await until(lambda: llm.call_count >= 1)
     async with open_manager(tmp_path, llm.base_url, max_attempts=1) as manager:
-        record = await manager.store.get_run(run.run_id)
+        record = await manager.runs.get(run.run_id)
         assert record.status == "error" and record.error["error"] == "RunAbandoned"
         frames = await frames_of(manager, run.run_id)
         assert [e for _, e, _ in frames][-2:] == ["error", "end"]
@@ -328,11 +330,11 @@ async def test_a_cancel_during_a_checkpoint_write_never_leaves_the_database_lock
             if how == "shutdown":
                 await manager.shutdown()
             else:
-                record = await manager.store.get_run(run.run_id)
+                record = await manager.runs.get(run.run_id)
                 await manager.cancel(record, "interrupt", wait=True)
             assert not manager.checkpointer.conn.in_transaction
             started = time.monotonic()
-            await manager.store.execute(
+            await manager.storage.database.execute(
                 [("UPDATE runs SET metadata = '{}' WHERE run_id = ?", (run.run_id,))]
             )
             assert time.monotonic() - started < 1.0

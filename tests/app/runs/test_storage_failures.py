@@ -27,7 +27,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.runs.hub import Hub
 from app.runs.manager import RunManager
-from app.runs.store import RunStore
+from app.runs.sqlite import SqliteRunStorage
 from app.sse import follow_run
 from graphs.context import AtelierContext
 from providers.llm import OpenAIModelFactory
@@ -75,9 +75,11 @@ async def open_manager(tmp_path: Path, llm_url: str, counts: Counts) -> AsyncIte
         await checkpointer.conn.execute("PRAGMA busy_timeout=200")
         await checkpointer.setup()
         hub = Hub()
-        async with RunStore(db, publish=hub.publish, busy_timeout=0.2, retry_for=0.5) as store:
+        async with SqliteRunStorage(
+            db, publish=hub.publish, busy_timeout=0.2, retry_for=0.5
+        ) as storage:
             manager = RunManager(
-                store=store,
+                storage=storage,
                 hub=hub,
                 assistants=sample_assistants(checkpointer),
                 context=context,
@@ -92,7 +94,7 @@ async def open_manager(tmp_path: Path, llm_url: str, counts: Counts) -> AsyncIte
 
 
 async def log_of(manager: RunManager, run_id: str) -> list[tuple[int, str, Any]]:
-    frames = await manager.store.read_events(run_id, 0)
+    frames = await manager.events.read(run_id, 0)
     return [(f.id, f.event, json.loads(f.data)) for f in frames]
 
 
@@ -102,7 +104,7 @@ async def test_a_run_whose_frames_cannot_be_written_ends_with_error_and_end(
     # Regression: a failed commit was only logged; the run never ended.
     counts = Counts()
     async with open_manager(tmp_path, llm.base_url, counts) as manager:
-        await manager.store.execute(
+        await manager.storage.database.execute(
             [
                 (
                     "CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.event = 'updates' "
@@ -130,7 +132,7 @@ async def test_a_run_whose_frames_cannot_be_written_ends_with_error_and_end(
         # The run writing beside it in the same batches is untouched.
         assert other is not None and other.status == "success"
         assert (await log_of(manager, beside.run_id))[-1][1] == "end"
-        thread = await manager.store.get_thread("anonymous", failing.thread_id)
+        thread = await manager.threads.get("anonymous", failing.thread_id)
         assert thread is not None and thread.status == "error"
         assert counts.active == 0 and sorted(counts.finished) == ["error", "success"]
 
@@ -143,15 +145,15 @@ async def test_a_run_that_cannot_even_record_its_end_is_resumed_when_writes_retu
         run = await start(manager, "studio", input={"request": "hi", "auto_confirm": True})
         # Another connection takes the write lock before the run's first commit and
         # keeps it far past the busy timeout (0.2 s) and the retries (0.5 s).
-        blocker = sqlite3.connect(manager.store.path, isolation_level=None)
+        blocker = sqlite3.connect(manager.storage.path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        follower = follow_run(manager.store, manager.hub, run.run_id, run.thread_id, heartbeat=0.1)
+        follower = follow_run(manager.events, manager.hub, run.run_id, run.thread_id, heartbeat=0.1)
         seen = await asyncio.wait_for(
             asyncio.ensure_future(_collect(follower)), 15
         )  # a stream of the stuck run is told so and closed, not fed heartbeats forever
         assert seen.endswith(b"\n\n") and b"RunStalled" in seen.split(b"event: error\n")[-1]
         assert not manager.is_active(run.run_id)
-        record = await manager.store.get_run(run.run_id)
+        record = await manager.runs.get(run.run_id)
         assert record is not None and record.status == "pending"  # still recoverable
         assert counts.active == 0  # this process is not executing it
 
@@ -162,7 +164,7 @@ async def test_a_run_that_cannot_even_record_its_end_is_resumed_when_writes_retu
         assert done is not None and done.status == "success"
         frames = read_sse(
             b"".join(
-                [c async for c in follow_run(manager.store, manager.hub, run.run_id, "t")]
+                [c async for c in follow_run(manager.events, manager.hub, run.run_id, "t")]
             ).decode()
         )
         assert [f.id for f in frames] == list(range(1, len(frames) + 1))

@@ -1,4 +1,4 @@
-"""The run store: group-committed event logs, atomic busy check, pruning, gaps."""
+"""The SQLite run storage: group-committed event logs, atomic busy check, pruning, gaps."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from app.runs.store import Frame, RunRecord, RunStore, StoreError, ThreadRecord, now
+from app.runs.protocols import StoreError, ThreadExists
+from app.runs.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from app.runs.sqlite import SqliteRunStorage
 
 
 def _thread(thread_id: str = "t1", owner: str = "alice") -> ThreadRecord:
@@ -35,70 +37,71 @@ def _run(run_id: str, thread_id: str = "t1", owner: str = "alice") -> RunRecord:
 async def test_frames_are_published_only_once_committed_and_in_order(tmp_path: Path) -> None:
     published: list[tuple[str, list[int]]] = []
     db = str(tmp_path / "atelier.db")
-    async with RunStore(
+    async with SqliteRunStorage(
         db, publish=lambda run, frames: published.append((run, [f.id for f in frames]))
     ) as store:
-        await store.insert_thread(_thread())
-        assert await store.insert_run(_run("r1"), exclusive=True)
+        await store.threads.insert(_thread())
+        assert await store.runs.insert(_run("r1"), exclusive=True)
         for i in range(1, 6):
-            store.append("r1", Frame(i, "custom", f'{{"n":{i}}}'))
+            store.events.append("r1", Frame(i, "custom", f'{{"n":{i}}}'))
         assert published == []  # queued, not yet committed
-        await store.flush()
+        await store.events.flush()
         assert [i for _, ids in published for i in ids] == [1, 2, 3, 4, 5]
         # Another connection sees them: they are durable, not just in memory.
         async with aiosqlite.connect(db) as other:
             rows = await (await other.execute("SELECT id FROM run_events ORDER BY id")).fetchall()
         assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
-        assert [f.id for f in await store.read_events("r1", after=2)] == [3, 4, 5]
-        assert await store.last_event_id("r1") == 5
+        assert [f.id for f in await store.events.read("r1", after=2)] == [3, 4, 5]
+        assert await store.events.last_id("r1") == 5
 
 
 async def test_the_busy_check_admits_one_of_two_racing_runs(tmp_path: Path) -> None:
-    async with RunStore(str(tmp_path / "atelier.db")) as store:
-        await store.insert_thread(_thread())
+    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
+        await store.threads.insert(_thread())
         results = await asyncio.gather(
-            store.insert_run(_run("a"), exclusive=True), store.insert_run(_run("b"), exclusive=True)
+            store.runs.insert(_run("a"), exclusive=True),
+            store.runs.insert(_run("b"), exclusive=True),
         )
         assert sorted(results) == [False, True]
-        assert len(await store.active_runs("t1")) == 1
+        assert len(await store.runs.active("t1")) == 1
 
 
 async def test_a_run_and_its_new_thread_are_written_together_or_not_at_all(tmp_path: Path) -> None:
-    async with RunStore(str(tmp_path / "atelier.db")) as store:
-        await store.insert_thread(_thread("taken"))
-        with pytest.raises(aiosqlite.IntegrityError):
-            await store.insert_run(
+    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
+        await store.threads.insert(_thread("taken"))
+        with pytest.raises(ThreadExists):
+            await store.runs.insert(
                 _run("r", thread_id="taken"), new_thread=_thread("taken"), exclusive=True
             )
-        assert await store.get_run("r") is None
+        assert await store.runs.get("r") is None
 
 
 async def test_pruning_keeps_the_final_frames_so_a_rejoin_sees_a_hole(tmp_path: Path) -> None:
-    async with RunStore(str(tmp_path / "atelier.db")) as store:
-        await store.insert_thread(_thread())
-        await store.insert_run(_run("r1"), exclusive=True)
+    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
+        await store.threads.insert(_thread())
+        await store.runs.insert(_run("r1"), exclusive=True)
         for i, event in enumerate(["metadata", "custom", "custom", "error", "end"], start=1):
-            store.append("r1", Frame(i, event, "{}"))
-        store.queue_statement(*RunStore.run_status_statement("r1", "error"))
-        await store.flush()
-        assert await store.prune_events(finished_before="9999") == 1
-        assert [(f.id, f.event) for f in await store.read_events("r1", 0)] == [
+            store.events.append("r1", Frame(i, event, "{}"))
+        store.events.record(RunStatusChange("r1", "error"))
+        await store.events.flush()
+        assert await store.events.prune(finished_before="9999") == 1
+        assert [(f.id, f.event) for f in await store.events.read("r1", 0)] == [
             (4, "error"),
             (5, "end"),
         ]
-        assert await store.prune_events(finished_before="9999") == 0  # done once
+        assert await store.events.prune(finished_before="9999") == 0  # done once
 
 
 async def test_threads_are_visible_to_their_owner_only(tmp_path: Path) -> None:
-    async with RunStore(str(tmp_path / "atelier.db")) as store:
-        await store.insert_thread(_thread("t1", owner="alice"))
-        assert await store.get_thread("alice", "t1") is not None
-        assert await store.get_thread("mallory", "t1") is None
-        assert [t.thread_id for t in await store.search_threads("mallory")] == []
+    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
+        await store.threads.insert(_thread("t1", owner="alice"))
+        assert await store.threads.get("alice", "t1") is not None
+        assert await store.threads.get("mallory", "t1") is None
+        assert [t.thread_id for t in await store.threads.search("mallory")] == []
 
 
 async def test_search_filters_threads_by_metadata(tmp_path: Path) -> None:
-    async with RunStore(str(tmp_path / "atelier.db")) as store:
+    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
         for name, meta in [
             ("a", {"user": "u1", "n": 1}),
             ("b", {"user": "u2"}),
@@ -106,10 +109,10 @@ async def test_search_filters_threads_by_metadata(tmp_path: Path) -> None:
         ]:
             thread = _thread(name)
             thread.metadata = meta
-            await store.insert_thread(thread)
-        found = await store.search_threads("alice", metadata={"user": "u1"}, sort_order="asc")
+            await store.threads.insert(thread)
+        found = await store.threads.search("alice", metadata={"user": "u1"}, sort_order="asc")
         assert [t.thread_id for t in found] == ["a", "c"]
-        found = await store.search_threads("alice", metadata={"user": "u1", "n": 1})
+        found = await store.threads.search("alice", metadata={"user": "u1", "n": 1})
         assert [t.thread_id for t in found] == ["a"]
 
 
@@ -119,46 +122,50 @@ async def test_a_write_waits_its_turn_while_a_reader_is_in_flight(tmp_path: Path
     # the event log failed with "database is locked" at once whenever another
     # connection (the checkpointer) was writing. Now the writer never holds a read.
     db = str(tmp_path / "atelier.db")
-    async with RunStore(db, busy_timeout=5, retry_for=0) as store:  # no retry: the wait is SQLite's
-        await store.insert_thread(_thread())
-        await store.insert_run(_run("r1"), exclusive=True)
+    async with SqliteRunStorage(
+        db, busy_timeout=5, retry_for=0
+    ) as store:  # no retry: the wait is SQLite's
+        await store.threads.insert(_thread())
+        await store.runs.insert(_run("r1"), exclusive=True)
         for i in range(1, 201):
-            store.append("r1", Frame(i, "custom", "{}"))
-        await store.flush("r1")
+            store.events.append("r1", Frame(i, "custom", "{}"))
+        await store.events.flush("r1")
         other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         other.execute("BEGIN IMMEDIATE")  # another writer of the file holds the lock...
-        reads = [asyncio.ensure_future(store.read_events("r1", 0)) for _ in range(20)]
-        store.append("r1", Frame(201, "custom", "{}"))  # ...while followers read and we write
+        reads = [asyncio.ensure_future(store.events.read("r1", 0)) for _ in range(20)]
+        store.events.append(
+            "r1", Frame(201, "custom", "{}")
+        )  # ...while followers read and we write
         await asyncio.sleep(0.3)
         other.execute("COMMIT")
         other.close()
-        await asyncio.wait_for(store.flush("r1"), 10)  # waited for the lock, did not fail
+        await asyncio.wait_for(store.events.flush("r1"), 10)  # waited for the lock, did not fail
         assert all(len(frames) >= 200 for frames in await asyncio.gather(*reads))
-        assert await store.last_event_id("r1") == 201
+        assert await store.events.last_id("r1") == 201
 
 
 async def test_a_failing_batch_is_retried_then_committed(tmp_path: Path) -> None:
     published: list[int] = []
     db = str(tmp_path / "atelier.db")
-    async with RunStore(
+    async with SqliteRunStorage(
         db,
         publish=lambda _r, frames: published.extend(f.id for f in frames),
         busy_timeout=0.05,
         retry_for=10,
     ) as store:
-        await store.insert_thread(_thread())
-        await store.insert_run(_run("r1"), exclusive=True)
+        await store.threads.insert(_thread())
+        await store.runs.insert(_run("r1"), exclusive=True)
         other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         other.execute("BEGIN IMMEDIATE")  # held past the busy timeout
-        store.append("r1", Frame(1, "metadata", "{}"))
-        flushed = asyncio.ensure_future(store.flush("r1"))
+        store.events.append("r1", Frame(1, "metadata", "{}"))
+        flushed = asyncio.ensure_future(store.events.flush("r1"))
         await asyncio.sleep(0.5)
         assert not flushed.done() and published == []  # not counted committed, not published
         other.execute("COMMIT")
         other.close()
         await asyncio.wait_for(flushed, 10)
         assert published == [1]
-        assert await store.last_event_id("r1") == 1
+        assert await store.events.last_id("r1") == 1
 
 
 async def test_a_run_whose_writes_fail_is_lost_alone_and_loudly(tmp_path: Path) -> None:
@@ -167,15 +174,15 @@ async def test_a_run_whose_writes_fail_is_lost_alone_and_loudly(tmp_path: Path) 
     published: list[tuple[str, int]] = []
     lost: list[str] = []
     db = str(tmp_path / "atelier.db")
-    async with RunStore(
+    async with SqliteRunStorage(
         db, publish=lambda r, frames: published.extend((r, f.id) for f in frames), retry_for=0.2
     ) as store:
-        store.on_lost = lost.append
-        await store.insert_thread(_thread())
-        await store.insert_thread(_thread("t2"))
-        await store.insert_run(_run("good"), exclusive=True)
-        await store.insert_run(_run("bad", thread_id="t2"), exclusive=True)
-        await store.execute(
+        store.events.on_lost = lost.append
+        await store.threads.insert(_thread())
+        await store.threads.insert(_thread("t2"))
+        await store.runs.insert(_run("good"), exclusive=True)
+        await store.runs.insert(_run("bad", thread_id="t2"), exclusive=True)
+        await store.database.execute(
             [
                 (
                     "CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.run_id = 'bad' "
@@ -184,24 +191,24 @@ async def test_a_run_whose_writes_fail_is_lost_alone_and_loudly(tmp_path: Path) 
                 )
             ]
         )
-        store.append("bad", Frame(1, "metadata", "{}"))
-        await store.flush("bad")
+        store.events.append("bad", Frame(1, "metadata", "{}"))
+        await store.events.flush("bad")
         for i in (1, 2, 3):
-            store.append("good", Frame(i, "custom", "{}"))
-            store.append("bad", Frame(i + 1, "custom", "{}"))
-        store.queue_statement(*RunStore.run_status_statement("bad", "success"), run_id="bad")
-        await store.flush("good")  # the good run is untouched by the bad one
+            store.events.append("good", Frame(i, "custom", "{}"))
+            store.events.append("bad", Frame(i + 1, "custom", "{}"))
+        store.events.record(RunStatusChange("bad", "success"), run_id="bad")
+        await store.events.flush("good")  # the good run is untouched by the bad one
         with pytest.raises(StoreError):
-            await store.flush("bad")
-        assert lost == ["bad"] and store.is_lost("bad")
+            await store.events.flush("bad")
+        assert lost == ["bad"] and store.events.is_lost("bad")
         assert [i for r, i in published if r == "good"] == [1, 2, 3]
         assert [i for r, i in published if r == "bad"] == [1]  # never a lost frame
-        assert await store.last_event_id("bad") == 1
-        assert (await store.get_run("bad")).status == "pending"  # its statement went too
-        store.append("bad", Frame(9, "custom", "{}"))  # queued before reopen: void
-        assert store.reopen("bad") == 2  # the run continues from its first lost id
-        await store.execute([("DROP TRIGGER refuse", ())])
-        store.append("bad", Frame(2, "error", "{}"))
-        store.append("bad", Frame(3, "end", "{}"))
-        await store.flush("bad")
-        assert [f.id for f in await store.read_events("bad", 0)] == [1, 2, 3]
+        assert await store.events.last_id("bad") == 1
+        assert (await store.runs.get("bad")).status == "pending"  # its statement went too
+        store.events.append("bad", Frame(9, "custom", "{}"))  # queued before reopen: void
+        assert store.events.reopen("bad") == 2  # the run continues from its first lost id
+        await store.database.execute([("DROP TRIGGER refuse", ())])
+        store.events.append("bad", Frame(2, "error", "{}"))
+        store.events.append("bad", Frame(3, "end", "{}"))
+        await store.events.flush("bad")
+        assert [f.id for f in await store.events.read("bad", 0)] == [1, 2, 3]

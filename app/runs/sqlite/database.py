@@ -1,0 +1,204 @@
+"""The run engine's SQLite database: connections, write transactions and the schema.
+
+Everything lives in `DATA_DIR/atelier.db` (WAL mode), next to the knowledge notes
+and LangGraph's checkpoints (`AsyncSqliteSaver` on the same file), so one file
+holds a deployment's state.
+
+Connections: one *writer* connection, used only for writes, in explicit
+`BEGIN IMMEDIATE … COMMIT` transactions under one lock, and one *reader*
+connection (`query_only`) for every read. Keeping reads off the writer is what
+makes the busy timeout work: SQLite calls the busy handler only when a
+connection starts a write with no read transaction open. A connection that
+still has a read statement in flight (a half-iterated cursor, or an `execute`
+whose `fetch` has not run yet) and then runs `BEGIN IMMEDIATE` gets
+`database is locked` *at once* while any other connection holds the write lock
+(the checkpointer commits a checkpoint every step), and at once too when its
+read snapshot is older than the last commit (`SQLITE_BUSY_SNAPSHOT`). With one
+shared connection that happened under load to about one run in six; with the
+split the writer never holds a read, so it waits its turn (busy timeout) like
+every other writer of the file, and readers never see an uncommitted frame.
+The other writers of `atelier.db` (LangGraph's `AsyncSqliteSaver`, the notes
+repository) follow the same rule: a busy timeout, and a write transaction that
+starts with a write, never a read that upgrades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import aiosqlite
+
+#: Seconds a connection waits for another connection's write lock (SQLite busy timeout).
+BUSY_TIMEOUT = 5.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id   TEXT PRIMARY KEY,
+    owner       TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    metadata    TEXT NOT NULL DEFAULT '{}',
+    status      TEXT NOT NULL DEFAULT 'idle',
+    state       TEXT,                       -- values after the last run, JSON
+    interrupts  TEXT NOT NULL DEFAULT '{}'  -- pending interrupts by task id, JSON
+);
+CREATE INDEX IF NOT EXISTS threads_owner ON threads (owner, created_at);
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id              TEXT PRIMARY KEY,
+    thread_id           TEXT NOT NULL,
+    owner               TEXT NOT NULL,
+    assistant_id        TEXT NOT NULL,
+    status              TEXT NOT NULL,
+    created_at          TEXT NOT NULL,
+    updated_at          TEXT NOT NULL,
+    finished_at         TEXT,
+    metadata            TEXT NOT NULL DEFAULT '{}',
+    kwargs              TEXT NOT NULL,      -- input, command, stream options, config
+    multitask_strategy  TEXT NOT NULL,
+    attempt             INTEGER NOT NULL DEFAULT 0,
+    cancel_reason       TEXT,
+    error               TEXT,               -- {"error", "message"} of a failed run, JSON
+    idempotency_key     TEXT,
+    request_hash        TEXT,
+    events_pruned       INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_thread ON runs (thread_id, created_at);
+CREATE INDEX IF NOT EXISTS runs_active ON runs (status) WHERE status IN ('pending', 'running');
+CREATE INDEX IF NOT EXISTS runs_finished ON runs (finished_at) WHERE events_pruned = 0;
+CREATE UNIQUE INDEX IF NOT EXISTS runs_idempotency
+    ON runs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id  TEXT NOT NULL,  -- no foreign key: a late frame of a deleted run is harmless
+    id      INTEGER NOT NULL,
+    event   TEXT NOT NULL,
+    data    TEXT NOT NULL,
+    PRIMARY KEY (run_id, id)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteDatabase:
+    """The writer and reader connections to one SQLite file, with the run engine's tables."""
+
+    def __init__(self, path: str, *, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        """Bind to a database file; nothing is opened yet."""
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._conn: aiosqlite.Connection | None = None  # the writer
+        self._reader: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def _connect(self, *, query_only: bool) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        try:
+            conn.row_factory = aiosqlite.Row
+            await conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            if query_only:
+                await conn.execute("PRAGMA query_only=1")
+            else:
+                await conn.execute("PRAGMA journal_mode=WAL")
+                await conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def open(self) -> Self:
+        """Connect (a writer and a reader) and create the tables."""
+        conn = await self._connect(query_only=False)
+        try:
+            async with self._write_lock:
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    await conn.executescript(SCHEMA)  # commits
+                except BaseException:
+                    if conn.in_transaction:
+                        await conn.execute("ROLLBACK")
+                    raise
+            self._reader = await self._connect(query_only=True)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return self
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connections are open."""
+        return self._conn is not None
+
+    async def close(self) -> None:
+        """Close the connections; idempotent."""
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+
+    @property
+    def _db(self) -> aiosqlite.Connection:
+        """The writer connection (writes only, inside `transaction`)."""
+        if self._conn is None:
+            raise RuntimeError("the run database is not open")
+        return self._conn
+
+    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Run a query on the reader and return all its rows (one hop to its thread).
+
+        The statement is stepped to its end and reset in one call, so the reader
+        never keeps a snapshot open between awaits.
+        """
+        if self._reader is None:
+            raise RuntimeError("the run database is not open")
+        return list(await self._reader.execute_fetchall(sql, params))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Run statements in one write transaction (BEGIN IMMEDIATE … COMMIT) on the writer.
+
+        The writer holds no read when it begins, so `BEGIN IMMEDIATE` waits up to the
+        busy timeout for the lock instead of failing at once. A failed COMMIT (a full
+        disk) is rolled back, so the connection is never left inside a transaction.
+        """
+        async with self._write_lock:
+            db = self._db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                await db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        await db.execute("ROLLBACK")
+                raise
+
+    async def execute(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """Run statements in one write transaction (maintenance and tests)."""
+        async with self.transaction() as db:
+            for sql, params in statements:
+                await db.execute(sql, params)
+
+
+def query_database_file(path: Path, timeout: float) -> None:
+    """Open a database file read-only (never creating it) and run a query (readiness).
+
+    Raises:
+        FileNotFoundError: The file is missing.
+        sqlite3.Error: The file cannot be read as a database.
+    """
+    if not path.is_file():
+        raise FileNotFoundError("the database file is missing")
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.close()
