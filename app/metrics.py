@@ -72,7 +72,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from app.runs.records import RUN_STATUSES
 from core.settings import LLM_ROLES
-from providers.usage import response_tokens
+from providers.usage import UNKNOWN_ROLE, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
 FAILURE_REASONS: tuple[str, ...] = (
@@ -82,7 +82,6 @@ FAILURE_REASONS: tuple[str, ...] = (
     "timeout",
     "connection",
 )
-UNKNOWN_ROLE = "unknown"
 OTHER = "other"
 MAX_NODE_LABEL_CHARS = 64
 MAX_TRACKED_CALLS = 10_000  # in-flight calls/nodes remembered; a call that never ends is dropped
@@ -303,9 +302,10 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         m.llm_calls.labels(role=role, outcome="ok").inc()
         if started is not None:
             m.llm_duration.labels(role=role).observe(time.perf_counter() - started)
-        if response_tokens(response) is None:
+        tokens = response_tokens(response)
+        if tokens is None:
             m.llm_unmetered.labels(role=role).inc()
-        input_tokens, output_tokens = token_usage(response)
+        input_tokens, output_tokens = tokens or (0, 0)
         if input_tokens:
             m.llm_tokens.labels(role=role, direction="input").inc(input_tokens)
         if output_tokens:
@@ -376,31 +376,8 @@ def _remember(table: dict[UUID, tuple[str, float]], run_id: UUID, label: str) ->
 
 
 def role_of(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) -> str:
-    """Return the LLM role of a call from its metadata or `role:<name>` tag."""
-    role = (metadata or {}).get("role")
-    if not isinstance(role, str):
-        role = next((t[5:] for t in tags or () if t.startswith("role:")), None)
-    if role is None:
-        return UNKNOWN_ROLE
-    return role if role in LLM_ROLES else OTHER
-
-
-def token_usage(response: LLMResult) -> tuple[int, int]:
-    """Return (input, output) tokens of a call: message usage metadata, else token_usage."""
-    input_tokens = output_tokens = 0
-    found = False
-    for generations in response.generations:
-        for generation in generations:
-            usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
-            if usage:
-                found = True
-                input_tokens += int(usage.get("input_tokens", 0) or 0)
-                output_tokens += int(usage.get("output_tokens", 0) or 0)
-    if not found:
-        usage = (response.llm_output or {}).get("token_usage") or {}
-        input_tokens = int(usage.get("prompt_tokens", 0) or 0)
-        output_tokens = int(usage.get("completion_tokens", 0) or 0)
-    return input_tokens, output_tokens
+    """Return the metric label of a call's LLM role (`providers.usage.call_role`), bounded."""
+    return _role_label(call_role(metadata, tags))
 
 
 def _role_label(role: str) -> str:

@@ -28,6 +28,7 @@ from knowledge.repository import (
     TABLE,
     DuplicateNoteError,
     NoteNotFoundError,
+    NoteRepository,
     VersionConflictError,
     _check_page,
     _revise,
@@ -39,7 +40,7 @@ _COLUMNS = "id, type, status, content, tags, owner, version, created_at, updated
 _INSERT = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 
-class PostgresNoteRepository:
+class PostgresNoteRepository(NoteRepository):
     """Notes in the service's PostgreSQL database, over a psycopg async pool.
 
     The pool is opened and closed by its owner (the application's lifespan); this
@@ -122,12 +123,6 @@ class PostgresNoteRepository:
                 raise NoteNotFoundError(note_id)
             raise VersionConflictError(note_id, current.version, latest.version)
         return revised
-
-    async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
-        """Set a note's status to archived."""
-        return await self.update(
-            note_id, expected_version=expected_version, status=NoteStatus.ARCHIVED
-        )
 
     async def list(
         self,

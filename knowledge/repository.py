@@ -78,8 +78,13 @@ class NoteRepository(Protocol):
         ...
 
     async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
-        """Set a note's status to archived (an update)."""
-        ...
+        """Set a note's status to archived: an update, the same in every repository.
+
+        The repositories subclass this protocol and inherit it.
+        """
+        return await self.update(
+            note_id, expected_version=expected_version, status=NoteStatus.ARCHIVED
+        )
 
     async def list(
         self,
@@ -137,7 +142,7 @@ def _search(
     return retriever.fetch(query, candidates, max_total=limit, only_approved=only_approved)
 
 
-class InMemoryNoteRepository:
+class InMemoryNoteRepository(NoteRepository):
     """Notes in a dict; for tests and the embedded default (lost on restart).
 
     Every method runs to completion without awaiting, so each call is atomic
@@ -199,12 +204,6 @@ class InMemoryNoteRepository:
         self._notes[note_id] = revised  # reassigning keeps the dict position
         return revised
 
-    async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
-        """Set a note's status to archived."""
-        return await self.update(
-            note_id, expected_version=expected_version, status=NoteStatus.ARCHIVED
-        )
-
     async def list(
         self,
         type: NoteType | str | None = None,
@@ -263,7 +262,7 @@ CREATE INDEX IF NOT EXISTS {TABLE}_type ON {TABLE} (type);
 _COLUMNS = "id, type, status, content, tags, owner, version, created_at, updated_at"
 
 
-class SqliteNoteRepository:
+class SqliteNoteRepository(NoteRepository):
     """Notes in a SQLite table (WAL mode), through aiosqlite.
 
     Nothing connects at construction: call `await repo.open()` (and `close()`),
@@ -416,12 +415,6 @@ class SqliteNoteRepository:
                     raise NoteNotFoundError(note_id)
                 raise VersionConflictError(note_id, current.version, latest.version)
             return revised
-
-    async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
-        """Set a note's status to archived."""
-        return await self.update(
-            note_id, expected_version=expected_version, status=NoteStatus.ARCHIVED
-        )
 
     async def list(
         self,
