@@ -38,10 +38,10 @@ from app.runs.frames import (
     StreamModeName,
 )
 from app.runs.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
+from core.settings import ImageProviderName
 from graphs.state import (
     AudienceText,
     ImageCount,
-    ImageProviderName,
     LayoutPreference,
     PlatformName,
     ReferenceImages,

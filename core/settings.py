@@ -8,7 +8,7 @@ at start-up with a message naming the variable, instead of running half-configur
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Self, get_args
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -23,6 +23,9 @@ LLM_ROLES: tuple[str, ...] = ("planner", "supervisor", *AGENTS, "critic")
 #: calls are tagged `nostream` so routers, planners and judges stay off the token
 #: stream.
 STREAMING_ROLES: frozenset[str] = frozenset({"writer_agent"})
+#: Image providers by name: local Pillow cards, or an OpenAI-compatible images API.
+ImageProviderName = Literal["local", "openai"]
+IMAGE_PROVIDERS: tuple[str, ...] = get_args(ImageProviderName)
 
 
 #: Built-in `LOCAL_MODEL_MAX_TOKENS`: completion budgets of the embedded model per role.
@@ -164,7 +167,7 @@ class Settings(BaseSettings):
     )
 
     # --- images ----------------------------------------------------------------
-    image_provider: Literal["local", "openai"] = Field(
+    image_provider: ImageProviderName = Field(
         default="local", description="Default image provider: local Pillow cards or an images API."
     )
     image_api_base_url: str | None = Field(

@@ -14,6 +14,7 @@ from pydantic import Field, StringConstraints
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
+from core.settings import ImageProviderName
 from graphs.limits import TeamLimits
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
@@ -33,7 +34,6 @@ ReferenceTexts = Annotated[
     list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]], Field(max_length=5)
 ]
 LayoutPreference = Literal["balanced", "image_heavy", "text_heavy"]
-ImageProviderName = Literal["local", "openai"]
 ImageCount = Annotated[int, Field(ge=1, le=9)]
 
 

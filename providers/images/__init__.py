@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
+from core.settings import IMAGE_PROVIDERS
 from providers.images.cards import LocalCardProvider
 from providers.images.colour import variant_hue
 from providers.images.contract import (
@@ -49,9 +50,6 @@ __all__ = [
     "build_image_provider",
     "variant_hue",
 ]
-
-IMAGE_PROVIDERS: tuple[str, ...] = ("local", "openai")
-"""Names `build_image_provider` accepts."""
 
 
 def build_image_provider(
