@@ -450,8 +450,13 @@ def draft_source(state: Mapping[str, Any]) -> AttemptSource:
 
 
 async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: Any) -> Judgement:
-    """Run the three layers on the attempt in `state` (none when the team broke down)."""
-    judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=state.get("failure"))
+    """Run the three layers on the attempt in `state` (none when the team broke down).
+
+    The team's breakdown (`failure`) belongs to the team's draft: a person's edit or a
+    redrawn card made after it is judged on its own.
+    """
+    failure = state.get("failure") if draft_source(state) == "team" else None
+    judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=failure)
     if judgement.failure is not None:
         return judgement
     # The checks stat and decode the image files: off the event loop.
@@ -558,6 +563,8 @@ async def critic(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict
             "replan_notes": ignored_blockers if replan else [],
             "draft_source": None,
         }
+        if source != "team":
+            update["failure"] = None  # the team's breakdown is behind the revision
         after = {**state, **update}
         next_stage = route_from_critic(after)
         exhausted = (

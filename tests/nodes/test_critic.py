@@ -496,3 +496,19 @@ async def test_a_persons_edit_is_judged_then_finalized_never_retried_or_replanne
         fake_context(FakeModels({"critic": judge("needs_improvement", 0.4)}), tmp_path),
     )
     assert card["attempts"][-1]["source"] == "card" and verdict_event(events)["next"] == "finalize"
+
+
+async def test_an_edit_after_a_failed_run_is_judged_not_failed_with_the_teams_breakdown(
+    tmp_path: Path,
+) -> None:
+    """Regression: an edit on a thread whose last run failed kept the old failure."""
+    ctx = fake_context(FakeModels({"critic": judge("passed", 0.9)}), tmp_path)
+    failure = {"error": "RuntimeError", "message": "the team broke down"}
+    edited = attempt_state(draft_source=None, failure=failure)
+    update, _ = await run_critic(edited, ctx)
+    assert update["verdict"]["source"] == "edit"
+    assert update["verdict"]["verdict"] == "passed", update["verdict"]
+    assert update["failure"] is None  # so finalize publishes the edit, not the old failure
+    # The team's own draft after a breakdown still fails with it.
+    team, _ = await run_critic({**edited, "draft_source": "team"}, ctx)
+    assert team["verdict"]["verdict"] == "failed"
