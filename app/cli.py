@@ -41,6 +41,7 @@ from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
 
+from app import names
 from core.settings import Settings
 from graphs.context import AtelierContext
 from knowledge.notes import KnowledgeNote
@@ -144,37 +145,10 @@ TEXT: dict[str, dict[str, str]] = {
         "unknown": "未知",
         "cancelled": "已取消",
         "failed": "运行失败：",
-        "stage.planner": "规划",
-        "stage.rag": "知识检索",
-        "stage.executor": "团队创作",
-        "stage.critic": "评审",
-        "stage.finalize": "定稿",
-        "stage.redraw_card": "重画配图",
-        "agent.planner": "规划",
-        "agent.supervisor": "调度",
-        "agent.critic": "评审",
-        "agent.brief_compiler_agent": "简报整理",
-        "agent.research_evidence_agent": "资料研究",
-        "agent.reference_intelligence_agent": "参考分析",
-        "agent.layout_planner_agent": "版式规划",
-        "agent.image_planner_agent": "配图规划",
-        "agent.writer_agent": "写作",
-        "agent.image_agent": "配图",
-        "agent.review_agent": "审稿",
-        "agent.FINISH": "完成",
-        "agent.__end__": "完成",
-        "verdict.passed": "通过",
-        "verdict.needs_improvement": "需改进",
-        "verdict.failed": "未通过",
-        "verdict.not_judged": "未评审",
         "outcome.completed": "已完成",
         "outcome.exhausted": "未达标",
         "outcome.needs_clarification": "待补充",
         "outcome.failed": "失败",
-        "reason.precondition": "前置条件",
-        "reason.quality": "质量",
-        "reason.cap": "上限",
-        "reason.invalid_decision": "无效决定",
     },
 }
 
@@ -191,7 +165,13 @@ def _t(lang: str, key: str, **values: Any) -> str:
 
 
 def _name(lang: str, kind: str, value: Any) -> str:
-    """Return the name of an id (a stage, agent, verdict, …) in `lang`; the id when it has none."""
+    """Return the name of an id (a stage, agent, verdict, outcome, …) in `lang`.
+
+    Stages, agents, verdicts and reasons are named by `app.names` (the console shows
+    the same names); outcomes by `TEXT`. The id itself when it has no name.
+    """
+    if kind in names.CATALOGUES:
+        return names.name(lang, kind, value)
     return TEXT.get(lang, {}).get(f"{kind}.{value}", str(value))
 
 
@@ -437,12 +417,17 @@ class ProgressView:
             style = "green" if get("passed") else "red"
             judge = get("judge", "ok")
             judged = _t(lang, f"judge.{judge}") if judge in ("unavailable", "skipped") else ""
-            score = _score(get("score"), lang)
             threshold = f"{float(get('threshold') or 0):.2f}"
+            # A verdict no judge gave has no score to set against the threshold.
+            scored = (
+                _t(lang, "score", score=_score(get("score"), lang), threshold=threshold)
+                if get("score") is not None
+                else ""
+            )
             text = Text.assemble(
                 (_t(lang, "critic"), "bold"),
                 (_name(lang, "verdict", get("verdict")), style),
-                _t(lang, "score", score=score, threshold=threshold) + judged,
+                scored + judged,
                 f" → {_name(lang, 'stage', get('next'))}",
             )
             if failed:

@@ -12,10 +12,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from app import names
 from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
@@ -142,7 +143,8 @@ def create_app(
 def mount_console(app: FastAPI) -> None:
     """Serve the console page at `/` and its assets under `/console/` (no build step).
 
-    `/console/fonts/cjk` serves a CJK font the stylesheet names after the usual CJK
+    `/console/names.js` carries the names of ids (`app.names`), loaded before the page's
+    script. `/console/fonts/cjk` serves a CJK font the stylesheet names after the usual CJK
     system fonts (with a CJK `unicode-range`): a browser downloads it only when none
     of the client's own fonts can draw Chinese, so the console never shows empty boxes.
     """
@@ -155,6 +157,14 @@ def mount_console(app: FastAPI) -> None:
         path, media_type = font
         return FileResponse(
             path, media_type=media_type, headers={"Cache-Control": "public, max-age=604800"}
+        )
+
+    @app.get("/console/names.js", include_in_schema=False)
+    async def console_names() -> Response:
+        return Response(
+            names.script(),
+            media_type="text/javascript; charset=utf-8",
+            headers={"Cache-Control": "no-cache"},
         )
 
     app.mount("/console", StaticFiles(directory=STATIC_DIR), name="console")

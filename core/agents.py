@@ -9,7 +9,8 @@ Everything else that names the agents is derived from this module:
 - `graphs.team`'s wiring: an agent whose turn is one node (`simple`) is wired
   from here; its node is the function named like the agent in `nodes/<name>.py`;
 - `nodes.supervisor`'s stage table and `prompts.supervisor`'s roster and
-  dependency rules, rendered from `AGENT_TABLE`.
+  dependency rules, rendered from `AGENT_TABLE`;
+- `app.names`, the names people read in the console and the CLI (`Agent.names`).
 
 It lives in `core` (which imports nothing of graphs, nodes or app) because the
 settings need the role names and must not import the graphs.
@@ -24,7 +25,7 @@ in `graphs.team`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 #: The agents, in the order a post is normally made. The order is also the
 #: fallback order: "the first stage whose output is missing" walks it.
@@ -43,11 +44,19 @@ AgentName = Literal[
 AGENTS: tuple[AgentName, ...] = get_args(AgentName)
 
 
+class Names(NamedTuple):
+    """What a person reads for an id, in each language the console and the CLI speak."""
+
+    zh: str
+    en: str
+
+
 @dataclass(frozen=True)
 class Agent:
     """One agent of the team: what it produces, what it needs, how the supervisor sees it."""
 
     name: AgentName
+    names: Names  # its name for people (the console, the CLI: `app.names`)
     duty: str  # the line of the supervisor prompt's roster (prompts.supervisor)
     output: str  # the state field it produces, shown in the supervisor's stage table
     output_label: str  # that artefact's name in the supervisor prompt's dependency rules
@@ -62,6 +71,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
     for agent in (
         Agent(
             name="brief_compiler_agent",
+            names=Names("简报整理", "Brief compiler"),
             duty="整理创作简报（主题、受众、目标、约束、关键词）",
             output="creative_brief",
             output_label="创作简报",
@@ -69,6 +79,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="research_evidence_agent",
+            names=Names("资料研究", "Researcher"),
             duty="检索知识库，整理事实证据和正文要点",
             output="evidence_pack",
             output_label="事实证据",
@@ -77,6 +88,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="reference_intelligence_agent",
+            names=Names("参考分析", "Reference analyst"),
             duty="分析参考图与参考文本的风格、配色、版式",
             output="reference_analyses",
             output_label="风格分析",
@@ -84,6 +96,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="layout_planner_agent",
+            names=Names("版式规划", "Layout planner"),
             duty="规划图文版式（封面、文字段、配图）",
             output="layout_spec",
             output_label="版式",
@@ -91,6 +104,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="image_planner_agent",
+            names=Names("配图规划", "Image planner"),
             duty="为每张图写出图片计划",
             output="image_plans",
             output_label="图片计划",
@@ -98,6 +112,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="writer_agent",
+            names=Names("写作", "Writer"),
             duty="撰写标题、正文、标签",
             output="generated_content",
             output_label="正文",
@@ -106,6 +121,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="image_agent",
+            names=Names("配图", "Illustrator"),
             duty="按图片计划生成图片",
             output="generated_image_asset_ids",
             output_label="图片",
@@ -115,6 +131,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
         ),
         Agent(
             name="review_agent",
+            names=Names("审稿", "Reviewer"),
             duty="审核内容并按五个维度打分",
             output="review_feedback",
             output_label="审核意见",

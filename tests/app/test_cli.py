@@ -152,11 +152,12 @@ def test_progress_view_shows_stages_routes_fallbacks_verdicts_and_images() -> No
             {"type": "something.new"},
         ]
     )
-    assert "✓ planner  1.2 s" in text
+    # Ids are shown by their names (app.names), in English as in Chinese.
+    assert "✓ Plan  1.2 s" in text
     assert "attempt 1/2" in text
-    assert "step 1: writer_agent" in text
-    assert "fallback writer_agent → brief_compiler_agent (precondition: no brief)" in text
-    assert "needs_improvement score 0.40/0.70 → rag" in text and "title_length" in text
+    assert "step 1: Writer" in text
+    assert "fallback Writer → Brief compiler (precondition: no brief)" in text
+    assert "Needs work score 0.40/0.70 → Knowledge" in text and "title_length" in text
     assert "image 1: /assets/abc" in text
 
 
@@ -199,7 +200,7 @@ def test_a_verdict_no_judge_gave_shows_not_judged_never_a_score(tmp_path: Path) 
             }
         ]
     )
-    assert "not_judged score not judged/0.70 (judge unavailable) → finalize" in text
+    assert "Not judged (judge unavailable) → Finalize" in text and "score" not in text
     zh = Console(record=True, width=120)
     zh.print(
         ProgressView.describe(
@@ -214,7 +215,8 @@ def test_a_verdict_no_judge_gave_shows_not_judged_never_a_score(tmp_path: Path) 
             "zh",
         )
     )
-    assert "评审：未评审 得分 未评审/0.70（评审模型不可用） → 定稿" in zh.export_text()
+    assert "评审：未评审（评审模型不可用） → 定稿" in zh.export_text()
+    assert "得分" not in zh.export_text()
     result = {
         "outcome": "completed",
         "post": {"title": "学生党平价护肤", "blocks": [], "tags": []},
@@ -223,7 +225,7 @@ def test_a_verdict_no_judge_gave_shows_not_judged_never_a_score(tmp_path: Path) 
     console = Console(record=True, width=200)
     console.print(render_result(result, tmp_path))
     summary = console.export_text()
-    assert "verdict not_judged  score not judged" in summary and "0.00" not in summary
+    assert "verdict Not judged  score not judged" in summary and "0.00" not in summary
 
 
 # --------------------------------------------------------------------------- serve
@@ -437,7 +439,7 @@ def test_an_english_request_gets_an_english_cli(
         result = runner.invoke(cli, ["run", request, "--auto-confirm", "--image-count", "1"])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "✓ planner" in out and "critic: passed" in out and "image 1: /assets/" in out
+    assert "✓ Plan " in out and "critic: Passed" in out and "image 1: /assets/" in out
     assert "outcome completed" in out and "LLM calls" in out and "LLM usage by role" in out
     for chinese_label in ("规划", "评审：", "结果", "调用模型", "各角色"):
         assert chinese_label not in out, chinese_label
