@@ -19,8 +19,14 @@ that concurrency's `--runs` runs are done (one count for all, or one per
 concurrency: `--concurrency 1 50 --runs 20 300` measures the server's memory
 after 300 runs at c=50). Printed: runs/s, seconds from sending the request to the
 first frame (the SDK's `metadata` event; raw: the first chunk) p50/p95, and the
-resident memory of the server process after the runs (raw: this process, which
-also holds the scripted model and the clients).
+resident memory of the server process (with its children, if any) after the two
+warm-up runs and after the measured runs (raw: this process, which also holds the
+scripted model, the clients and what the rows before it left).
+
+The scripted model answers on a socket with Nagle's algorithm off (see
+`answer_at_once`): without it every keep-alive request waited ~40 ms for a delayed
+ACK, so a run spent most of its time waiting for a model that is meant to answer
+at once.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -69,13 +76,15 @@ class Figures:
     first_frames: list[float]
     failures: int
 
-    def line(self, label: str, rss_mb: float | None) -> str:
-        """Format one table row."""
+    def line(self, label: str, rss_start: float | None, rss_end: float | None) -> str:
+        """Format one table row: runs/s counts the runs that completed."""
         ordered = sorted(self.first_frames) or [float("nan")]
         p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-        rss = f"{rss_mb:9.0f}" if rss_mb is not None else f"{'-':>9}"
+        rss = " ".join(
+            f"{value:9.0f}" if value is not None else f"{'-':>9}" for value in (rss_start, rss_end)
+        )
         return (
-            f"{label:<42} {self.runs / self.seconds:9.2f} "
+            f"{label:<42} {self.runs:9d} {len(self.first_frames) / self.seconds:9.2f} "
             f"{statistics.median(ordered) * 1000:7.0f}ms {p95 * 1000:7.0f}ms {rss} "
             f"{self.failures:9d}"
         )
@@ -160,14 +169,38 @@ async def raw_run(llm_url: str, data_dir: Path) -> AsyncIterator[RunOnce]:
 
 
 def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process in MiB (Linux /proc), None when unknown."""
+    """Resident memory of a process and its descendants in MiB (Linux /proc).
+
+    None when the process is gone or /proc cannot tell.
+    """
     try:
+        kib = 0
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+                kib = int(line.split()[1])
+        children: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    return kib / 1024 + sum(rss_mb(child) or 0.0 for child in children)
+
+
+def answer_at_once(llm: ScriptedOpenAIServer) -> None:
+    """Turn Nagle's algorithm off on the scripted model's listening socket(s).
+
+    `ScriptedOpenAIServer` binds `socket.socket(AF_INET, SOCK_STREAM)`, whose
+    `proto` is 0, so asyncio does not set TCP_NODELAY on the connections it
+    accepts (it only does for `proto == IPPROTO_TCP`): the second write of a
+    response then waits for the client's delayed ACK, ~40 ms on every reused
+    keep-alive connection, i.e. on nearly every model call of a run. Linux
+    copies TCP_NODELAY from a listening socket to the connections it accepts.
+    """
+    server = llm._server  # the helper's uvicorn.Server; no public handle on its socket
+    assert server is not None
+    for listening in server.servers:
+        for sock in listening.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def langgraph_dev_project(root: Path, llm_url: str) -> Path:
@@ -185,7 +218,7 @@ def langgraph_dev_project(root: Path, llm_url: str) -> Path:
 
 async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
     """Measure every way at every concurrency and print the table."""
-    columns = ("runs/s", "first p50", "first p95", "RSS MiB", "failed")
+    columns = ("runs", "runs/s", "first p50", "first p95", "RSS 0 MiB", "RSS MiB", "failed")
     header = f"{'way':<42} " + " ".join(f"{column:>9}" for column in columns)
     print(header + "\n" + "-" * len(header))
     counts = args.runs if len(args.runs) > 1 else args.runs * len(args.concurrency)
@@ -195,8 +228,10 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
         label = f"c={concurrency:<3}"
         async with raw_run(llm_url, root / f"raw-{concurrency}") as run_once:
             await measure(run_once, 2, 1)  # warm-up
+            rss_start = rss_mb(os.getpid())
             figures = await measure(run_once, runs, concurrency)
-        print(figures.line(f"{label} raw LangGraph astream", rss_mb(os.getpid())), flush=True)
+            rss = rss_mb(os.getpid())
+        print(figures.line(f"{label} raw LangGraph astream", rss_start, rss), flush=True)
 
         data_dir = root / f"serve-{concurrency}"
         data_dir.mkdir()
@@ -204,22 +239,24 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
         try:
             run_once = sdk_run(serve.url)
             await measure(run_once, 2, 1)
-            figures = await measure(run_once, runs, concurrency)
             assert serve.process is not None
+            rss_start = rss_mb(serve.process.pid)
+            figures = await measure(run_once, runs, concurrency)
             rss = rss_mb(serve.process.pid)
         finally:
             serve.stop()
-        print(figures.line(f"{label} atelier serve", rss), flush=True)
+        print(figures.line(f"{label} atelier serve", rss_start, rss), flush=True)
 
         for extra in ((), ("--n-jobs-per-worker", "50")):
             name = "langgraph dev" + (" --n-jobs-per-worker 50" if extra else "")
             with LanggraphDev(langgraph_dev_project(root, llm_url), *extra) as dev:
                 run_once = sdk_run(dev.url)
                 await measure(run_once, 2, 1)
-                figures = await measure(run_once, runs, concurrency)
                 assert dev.process is not None
+                rss_start = rss_mb(dev.process.pid)
+                figures = await measure(run_once, runs, concurrency)
                 rss = rss_mb(dev.process.pid)
-            print(figures.line(f"{label} {name}", rss), flush=True)
+            print(figures.line(f"{label} {name}", rss_start, rss), flush=True)
 
 
 def main() -> None:
@@ -240,11 +277,13 @@ def main() -> None:
         parser.error("--runs takes one count or one per --concurrency value")
     print("One pipeline three ways (scripted model answering at once, one image per post;")
     print(f"runs per row {args.runs} at c={args.concurrency}, after 2 warm-up runs;")
-    print("first frame = request → first frame)\n")
+    print("first frame = request → first frame; runs/s counts completed runs;")
+    print("RSS 0 = after the warm-up, RSS = after the runs)\n")
     with (
         ScriptedOpenAIServer(atelier_responder(images=1)) as llm,
         tempfile.TemporaryDirectory() as tmp,
     ):
+        answer_at_once(llm)
         asyncio.run(bench(args, llm.base_url, Path(tmp)))
 
 
