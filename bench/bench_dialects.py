@@ -19,8 +19,16 @@ that concurrency's `--runs` runs are done (one count for all, or one per
 concurrency: `--concurrency 1 50 --runs 20 300` measures the server's memory
 after 300 runs at c=50). Printed: runs/s, seconds from sending the request to the
 first frame (the SDK's `metadata` event; raw: the first chunk) p50/p95, and the
-resident memory of the server process after the runs (raw: this process, which
-also holds the scripted model and the clients).
+resident memory of the server process (with its children, if any) after the two
+warm-up runs and after the measured runs, and the CPU time that process spent
+per completed run, which a machine shared with other work disturbs less than
+runs/s (raw: this process, which also holds the scripted model, the clients and
+what the rows before it left; its CPU time includes theirs).
+
+The scripted model answers on a socket with Nagle's algorithm off (see
+`answer_at_once`): without it every keep-alive request waited ~40 ms for a delayed
+ACK, so a run spent most of its time waiting for a model that is meant to answer
+at once.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -68,21 +77,40 @@ class Figures:
     seconds: float
     first_frames: list[float]
     failures: int
+    rss_start: float | None = None
+    rss_end: float | None = None
+    cpu_seconds: float | None = None
 
-    def line(self, label: str, rss_mb: float | None) -> str:
-        """Format one table row."""
+    def line(self, label: str) -> str:
+        """Format one table row: runs/s and CPU/run count the runs that completed."""
+        completed = len(self.first_frames)
         ordered = sorted(self.first_frames) or [float("nan")]
         p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-        rss = f"{rss_mb:9.0f}" if rss_mb is not None else f"{'-':>9}"
+        cpu = (
+            self.cpu_seconds * 1000 / completed
+            if self.cpu_seconds is not None and completed
+            else None
+        )
+        rss_cpu = " ".join(
+            f"{value:9.0f}" if value is not None else f"{'-':>9}"
+            for value in (self.rss_start, self.rss_end, cpu)
+        )
         return (
-            f"{label:<42} {self.runs / self.seconds:9.2f} "
-            f"{statistics.median(ordered) * 1000:7.0f}ms {p95 * 1000:7.0f}ms {rss} "
+            f"{label:<42} {self.runs:9d} {completed / self.seconds:9.2f} "
+            f"{statistics.median(ordered) * 1000:7.0f}ms {p95 * 1000:7.0f}ms {rss_cpu} "
             f"{self.failures:9d}"
         )
 
 
-async def measure(run_once: RunOnce, runs: int, concurrency: int) -> Figures:
-    """Run `runs` runs with `concurrency` clients; time them."""
+async def measure(
+    run_once: RunOnce, runs: int, concurrency: int, pid: int | None = None
+) -> Figures:
+    """Run `runs` runs with `concurrency` clients; time them.
+
+    With `pid`, also the RSS of that process before and after, and its CPU time.
+    """
+    rss_start = rss_mb(pid) if pid is not None else None
+    cpu_start = cpu_seconds(pid) if pid is not None else None
     left = runs
     first_frames: list[float] = []
     failures = 0
@@ -99,7 +127,13 @@ async def measure(run_once: RunOnce, runs: int, concurrency: int) -> Figures:
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    return Figures(runs, time.perf_counter() - started, first_frames, failures)
+    figures = Figures(runs, time.perf_counter() - started, first_frames, failures)
+    if pid is not None:
+        figures.rss_start, figures.rss_end = rss_start, rss_mb(pid)
+        cpu_end = cpu_seconds(pid)
+        if cpu_start is not None and cpu_end is not None:
+            figures.cpu_seconds = cpu_end - cpu_start
+    return figures
 
 
 def sdk_run(url: str) -> RunOnce:
@@ -160,14 +194,53 @@ async def raw_run(llm_url: str, data_dir: Path) -> AsyncIterator[RunOnce]:
 
 
 def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process in MiB (Linux /proc), None when unknown."""
+    """Resident memory of a process and its descendants in MiB (Linux /proc).
+
+    None when the process is gone or /proc cannot tell.
+    """
     try:
+        kib = 0
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+                kib = int(line.split()[1])
+        children: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    return kib / 1024 + sum(rss_mb(child) or 0.0 for child in children)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process and its live descendants (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError, IndexError):
+        return None
+    # After the ")" that ends the command name: field 3 (state) is fields[0],
+    # so utime (14) and stime (15) are fields[11] and fields[12].
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) or 0.0 for child in children)
+
+
+def answer_at_once(llm: ScriptedOpenAIServer) -> None:
+    """Turn Nagle's algorithm off on the scripted model's listening socket(s).
+
+    `ScriptedOpenAIServer` binds `socket.socket(AF_INET, SOCK_STREAM)`, whose
+    `proto` is 0, so asyncio does not set TCP_NODELAY on the connections it
+    accepts (it only does for `proto == IPPROTO_TCP`): the second write of a
+    response then waits for the client's delayed ACK, ~40 ms on every reused
+    keep-alive connection, i.e. on nearly every model call of a run. Linux
+    copies TCP_NODELAY from a listening socket to the connections it accepts.
+    """
+    server = llm._server  # the helper's uvicorn.Server; no public handle on its socket
+    assert server is not None
+    for listening in server.servers:
+        for sock in listening.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def langgraph_dev_project(root: Path, llm_url: str) -> Path:
@@ -185,7 +258,10 @@ def langgraph_dev_project(root: Path, llm_url: str) -> Path:
 
 async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
     """Measure every way at every concurrency and print the table."""
-    columns = ("runs/s", "first p50", "first p95", "RSS MiB", "failed")
+    columns = (
+        *("runs", "runs/s", "first p50", "first p95"),
+        *("RSS 0 MiB", "RSS MiB", "CPU ms/rn", "failed"),
+    )
     header = f"{'way':<42} " + " ".join(f"{column:>9}" for column in columns)
     print(header + "\n" + "-" * len(header))
     counts = args.runs if len(args.runs) > 1 else args.runs * len(args.concurrency)
@@ -195,8 +271,8 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
         label = f"c={concurrency:<3}"
         async with raw_run(llm_url, root / f"raw-{concurrency}") as run_once:
             await measure(run_once, 2, 1)  # warm-up
-            figures = await measure(run_once, runs, concurrency)
-        print(figures.line(f"{label} raw LangGraph astream", rss_mb(os.getpid())), flush=True)
+            figures = await measure(run_once, runs, concurrency, os.getpid())
+        print(figures.line(f"{label} raw LangGraph astream"), flush=True)
 
         data_dir = root / f"serve-{concurrency}"
         data_dir.mkdir()
@@ -204,22 +280,20 @@ async def bench(args: argparse.Namespace, llm_url: str, root: Path) -> None:
         try:
             run_once = sdk_run(serve.url)
             await measure(run_once, 2, 1)
-            figures = await measure(run_once, runs, concurrency)
             assert serve.process is not None
-            rss = rss_mb(serve.process.pid)
+            figures = await measure(run_once, runs, concurrency, serve.process.pid)
         finally:
             serve.stop()
-        print(figures.line(f"{label} atelier serve", rss), flush=True)
+        print(figures.line(f"{label} atelier serve"), flush=True)
 
         for extra in ((), ("--n-jobs-per-worker", "50")):
             name = "langgraph dev" + (" --n-jobs-per-worker 50" if extra else "")
             with LanggraphDev(langgraph_dev_project(root, llm_url), *extra) as dev:
                 run_once = sdk_run(dev.url)
                 await measure(run_once, 2, 1)
-                figures = await measure(run_once, runs, concurrency)
                 assert dev.process is not None
-                rss = rss_mb(dev.process.pid)
-            print(figures.line(f"{label} {name}", rss), flush=True)
+                figures = await measure(run_once, runs, concurrency, dev.process.pid)
+            print(figures.line(f"{label} {name}"), flush=True)
 
 
 def main() -> None:
@@ -240,11 +314,14 @@ def main() -> None:
         parser.error("--runs takes one count or one per --concurrency value")
     print("One pipeline three ways (scripted model answering at once, one image per post;")
     print(f"runs per row {args.runs} at c={args.concurrency}, after 2 warm-up runs;")
-    print("first frame = request → first frame)\n")
+    print("first frame = request → first frame; runs/s counts completed runs;")
+    print("RSS 0 = after the warm-up, RSS = after the runs; CPU ms/rn = the server")
+    print("process's user+system CPU per completed run, raw: the whole bench process)\n")
     with (
         ScriptedOpenAIServer(atelier_responder(images=1)) as llm,
         tempfile.TemporaryDirectory() as tmp,
     ):
+        answer_at_once(llm)
         asyncio.run(bench(args, llm.base_url, Path(tmp)))
 
 
