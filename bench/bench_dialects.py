@@ -25,10 +25,10 @@ per completed run, which a machine shared with other work disturbs less than
 runs/s (raw: this process, which also holds the scripted model, the clients and
 what the rows before it left; its CPU time includes theirs).
 
-The scripted model answers on a socket with Nagle's algorithm off (see
-`answer_at_once`): without it every keep-alive request waited ~40 ms for a delayed
-ACK, so a run spent most of its time waiting for a model that is meant to answer
-at once.
+The scripted model answers on sockets with Nagle's algorithm off
+(`tests/support/scripted_openai.py`): before, every keep-alive request waited ~40 ms
+for a delayed ACK, so a run spent most of its time waiting for a model that is meant
+to answer at once.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -226,23 +225,6 @@ def cpu_seconds(pid: int) -> float | None:
     return own + sum(cpu_seconds(child) or 0.0 for child in children)
 
 
-def answer_at_once(llm: ScriptedOpenAIServer) -> None:
-    """Turn Nagle's algorithm off on the scripted model's listening socket(s).
-
-    `ScriptedOpenAIServer` binds `socket.socket(AF_INET, SOCK_STREAM)`, whose
-    `proto` is 0, so asyncio does not set TCP_NODELAY on the connections it
-    accepts (it only does for `proto == IPPROTO_TCP`): the second write of a
-    response then waits for the client's delayed ACK, ~40 ms on every reused
-    keep-alive connection, i.e. on nearly every model call of a run. Linux
-    copies TCP_NODELAY from a listening socket to the connections it accepts.
-    """
-    server = llm._server  # the helper's uvicorn.Server; no public handle on its socket
-    assert server is not None
-    for listening in server.servers:
-        for sock in listening.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 def langgraph_dev_project(root: Path, llm_url: str) -> Path:
     """A project directory with the repository's langgraph.json and a .env of settings."""
     project = root / f"project-{uuid.uuid4().hex[:6]}"
@@ -321,7 +303,6 @@ def main() -> None:
         ScriptedOpenAIServer(atelier_responder(images=1)) as llm,
         tempfile.TemporaryDirectory() as tmp,
     ):
-        answer_at_once(llm)
         asyncio.run(bench(args, llm.base_url, Path(tmp)))
 
 

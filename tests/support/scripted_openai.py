@@ -744,7 +744,10 @@ class ScriptedOpenAIServer:
         """Bind a free loopback port, serve in a daemon thread, and wait until it answers."""
         if self._thread is not None:
             raise RuntimeError("ScriptedOpenAIServer already started")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for a
+        # socket whose `proto` says TCP. Without it, the second write of a response waits
+        # for the client's delayed ACK (~40 ms on every reused keep-alive connection).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((_HOST, 0))  # the OS picks a free port; no probe-then-bind race
         self._port = sock.getsockname()[1]
