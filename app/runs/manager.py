@@ -42,9 +42,8 @@ from app.runs.assistants import Assistant
 from app.runs.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from app.runs.executor import InProcessExecutor, RunMetrics
 from app.runs.frames import public_error
-from app.runs.hub import Hub
 from app.runs.preparation import RunPreparer, RunRequest
-from app.runs.protocols import RunStorage, StorageUnavailable, StoreError
+from app.runs.protocols import LiveFrames, RunStorage, StorageUnavailable, StoreError
 from app.runs.records import (
     CancelAction,
     RunRecord,
@@ -73,7 +72,7 @@ class RunManager:
         self,
         *,
         storage: RunStorage,
-        hub: Hub,
+        hub: LiveFrames,
         assistants: dict[str, Assistant],
         context: AtelierContext,
         checkpointer: BaseCheckpointSaver,
@@ -83,8 +82,13 @@ class RunManager:
         metrics: RunMetrics | None = None,
         callbacks: Sequence[BaseCallbackHandler] = (),
         recovery_interval: float = RECOVERY_INTERVAL,
+        executor: InProcessExecutor | None = None,
     ) -> None:
-        """Bind the manager to its storage, fan-out, graphs and limits."""
+        """Bind the manager to its storage, fan-out, graphs and limits.
+
+        `executor` replaces the in-process one (the scale-out deployment's
+        `app.runs.worker.QueueExecutor`, which leaves execution to workers).
+        """
         self.storage = storage
         self.threads = storage.threads
         self.runs = storage.runs
@@ -95,7 +99,7 @@ class RunManager:
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
         self.recovery_interval = recovery_interval
-        self.executor = InProcessExecutor(
+        self.executor = executor or InProcessExecutor(
             storage=storage,
             hub=hub,
             assistants=assistants,

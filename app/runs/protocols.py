@@ -246,6 +246,14 @@ class LiveFrames(Protocol):
         """Whether the run is being executed (its followers may wait for more frames)."""
         ...
 
+    def run_live(self, run_id: str) -> None:
+        """Note that this process executes the run from now on."""
+        ...
+
+    def run_gone(self, run_id: str) -> None:
+        """Note that this process stopped executing the run, and wake its followers."""
+        ...
+
 
 class RunStorage(Protocol):
     """One backend's three repositories, opened and closed together."""

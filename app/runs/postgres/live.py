@@ -13,6 +13,10 @@ PostgreSQL after the last id it sent, and while Redis is away they are woken eve
 live batch does not continue from the last id it sent. So losing Redis mid-stream
 slows a stream down to polling but loses no frame.
 
+Without `REDIS_URL` (a client of None) there is no fast path at all: followers re-read
+PostgreSQL every `poll` seconds, and frames of runs executed here still reach this
+process's followers at once.
+
 `is_live` answers True for every run: in the scale-out deployment a pending or
 running run is always executed by some worker eventually (a dead worker's lease is
 swept), so a quiet run is never a dead one and its followers keep waiting.
@@ -62,7 +66,7 @@ class RedisLiveFrames:
 
     def __init__(
         self,
-        client: Redis,
+        client: Redis | None,
         *,
         channel: str = FRAMES_CHANNEL,
         poll: float = POLL_INTERVAL,
@@ -71,7 +75,7 @@ class RedisLiveFrames:
         """Bind to a Redis client; `start()` subscribes.
 
         Args:
-            client: The process's Redis client.
+            client: The process's Redis client (None: poll PostgreSQL only).
             channel: The frames channel.
             poll: Seconds between followers' log re-reads while Redis is away.
             on_fallback: Called each time followers are sent back to PostgreSQL
@@ -89,6 +93,9 @@ class RedisLiveFrames:
 
     async def start(self) -> None:
         """Subscribe to the frames channel and start the publisher."""
+        if self._client is None:
+            self._tasks = [asyncio.create_task(self._poll_only(), name="live-frames-poll")]
+            return
         self._subscription = redis_signals.Subscription(self._client, [self._channel])
         await self._subscription.__aenter__()
         self._tasks = [
@@ -126,6 +133,8 @@ class RedisLiveFrames:
     def publish(self, run_id: str, frames: list[Frame]) -> None:
         """Feed committed frames to local followers now and to other processes via Redis."""
         self.hub.publish(run_id, frames)
+        if self._client is None:
+            return
         if self._outbox.full():  # Redis is far behind: the oldest go, followers re-read
             self._outbox.get_nowait()
         self._outbox.put_nowait((run_id, frames))
@@ -149,7 +158,13 @@ class RedisLiveFrames:
 
     # -- tasks -----------------------------------------------------------------------
 
+    async def _poll_only(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll)
+            self.hub.poke_all()
+
     async def _send(self) -> None:
+        assert self._client is not None
         while True:
             run_id, frames = await self._outbox.get()
             await redis_signals.publish(
