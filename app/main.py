@@ -143,7 +143,7 @@ async def open_scale_out(app: FastAPI, settings: Settings, stack: AsyncExitStack
         hub=parts.live,
         assistants=parts.graphs,
         context=parts.context,
-        checkpointer=parts.backend.checkpointer,
+        checkpointer=parts.checkpointer,
         run_timeout=settings.run_timeout,
         max_attempts=settings.run_max_attempts,
         event_retention_hours=settings.event_retention_hours,

@@ -170,6 +170,11 @@ class InProcessExecutor:
         """Whether this process is executing the run (or has it queued)."""
         return run_id in self._active
 
+    def is_finishing(self, run_id: str) -> bool:
+        """Whether the run is past its graph, writing its outcome (or done with it)."""
+        active = self._active.get(run_id)
+        return active is None or active.finishing
+
     def active_on(self, thread_id: str) -> list[str]:
         """Return the ids of the runs of a thread this process is executing."""
         return [a.run.run_id for a in self._active.values() if a.run.thread_id == thread_id]

@@ -19,6 +19,7 @@ from app.db.backend import PostgresBackend, open_backend
 from app.runs.assistants import Assistant, AssistantFactory
 from app.runs.executor import InProcessExecutor
 from app.runs.postgres import PostgresRunStorage
+from app.runs.postgres.checkpoints import CheckpointFence, FencedPostgresSaver
 from app.runs.postgres.live import RedisLiveFrames
 from app.runs.postgres.worker import RunWorker
 from core.settings import Settings
@@ -36,6 +37,9 @@ class EngineParts:
     context: AtelierContext
     graphs: dict[str, Assistant]
     live: RedisLiveFrames
+    #: LangGraph's saver for the graphs, its writes fenced by the leases of `fence`.
+    checkpointer: FencedPostgresSaver
+    fence: CheckpointFence
     metrics: Any = None
 
     def storage(self) -> PostgresRunStorage:
@@ -54,7 +58,7 @@ class EngineParts:
             "hub": self.live,
             "assistants": self.graphs,
             "context": self.context,
-            "checkpointer": self.backend.checkpointer,
+            "checkpointer": self.checkpointer,
             "run_timeout": self.settings.run_timeout,
             "metrics": self.metrics,
             "callbacks": callbacks,
@@ -74,6 +78,7 @@ class EngineParts:
             concurrency=concurrency,
             max_attempts=self.settings.run_max_attempts,
             lease_seconds=self.settings.run_lease_seconds,
+            fence=self.fence,
             metrics=self.metrics,
         )
         await worker.start()
@@ -92,10 +97,14 @@ async def open_engine_parts(
     models = await stack.enter_async_context(open_model_factory(settings, observer=metrics))
     context = AtelierContext.from_settings(settings, models=models, notes=backend.notes)
     context = dataclasses.replace(context, assets=backend.assets)  # every replica's images
-    graphs = dict(assistant_factory(backend.checkpointer))
+    fence = CheckpointFence(backend.pool, settings.run_lease_seconds)
+    checkpointer = FencedPostgresSaver(backend.pool, fence=fence)
+    graphs = dict(assistant_factory(checkpointer))
     live = RedisLiveFrames(
         backend.redis, on_fallback=metrics.redis_fallback if metrics is not None else None
     )
     await live.start()
     stack.push_async_callback(live.close)
-    return EngineParts(settings, backend, models, context, graphs, live, metrics)
+    return EngineParts(
+        settings, backend, models, context, graphs, live, checkpointer, fence, metrics
+    )

@@ -47,6 +47,7 @@ from redis.asyncio import Redis
 from app.db import redis as redis_signals
 from app.runs.executor import InProcessExecutor
 from app.runs.postgres import PostgresRunStorage
+from app.runs.postgres.checkpoints import CheckpointFence
 from app.runs.postgres.runs import Claim, Lease
 from app.runs.postgres.signals import CANCEL_CHANNEL, WAKE_CHANNEL, parse_cancel
 from app.runs.protocols import LiveFrames, StoreError
@@ -183,6 +184,7 @@ class RunWorker:
         poll: float = POLL_INTERVAL,
         heartbeat: float = HEARTBEAT_INTERVAL,
         sweep_every: float | None = None,
+        fence: CheckpointFence | None = None,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         """Bind the worker to the shared storage and an executor of its own.
@@ -200,6 +202,8 @@ class RunWorker:
             heartbeat: Seconds between lease renewals.
             sweep_every: Seconds between sweeps of expired leases (default: a third of
                 the lease).
+            fence: Fences the checkpoint writes of the runs this worker holds (the
+                executor's checkpointer must be its `FencedPostgresSaver`).
             metrics: Claim latency, resumes and lease losses.
         """
         self.owner = worker_id()
@@ -215,9 +219,12 @@ class RunWorker:
         self.poll = poll
         self.sweep_every = sweep_every if sweep_every is not None else max(0.2, lease_seconds / 3)
         self.metrics = metrics
+        self.fence = fence
         self._database_url = database_url
         self._heartbeat = heartbeat
         self._held: dict[str, Lease] = {}
+        self._threads: dict[str, str] = {}  # held run → its thread
+        self._lost: set[str] = set()  # held runs whose lease another worker took
         self._wake = asyncio.Event()
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -311,7 +318,10 @@ class RunWorker:
     async def _start(self, claim: Claim) -> None:
         run, lease = claim.run, claim.lease
         self._held[run.run_id] = lease
+        self._threads[run.run_id] = run.thread_id
         self.events.hold(lease)
+        if self.fence is not None:
+            self.fence.hold(run.thread_id, lease, self._lose)
         assert self._keeper is not None
         self._keeper.hold(lease)
         next_id = await self.events.last_id(run.run_id) + 1
@@ -343,6 +353,10 @@ class RunWorker:
 
     def _release(self, run_id: str) -> None:
         self._held.pop(run_id, None)
+        self._lost.discard(run_id)
+        thread_id = self._threads.pop(run_id, None)
+        if self.fence is not None and thread_id is not None:
+            self.fence.release(thread_id, run_id)
         self.events.release(run_id)
         if self._keeper is not None:
             self._keeper.release(run_id)
@@ -353,7 +367,7 @@ class RunWorker:
         self, _renewed: set[str], lost: set[str], cancels: dict[str, CancelAction]
     ) -> None:
         for run_id in lost:
-            if run_id in self._held:
+            if not self.executor.is_finishing(run_id):  # else: it just ended, no longer running
                 self._lose(run_id)
         for run_id, action in cancels.items():
             self.cancel(run_id, action)
@@ -366,6 +380,9 @@ class RunWorker:
             self._executor_on_lost(run_id)
 
     def _lose(self, run_id: str) -> None:
+        if run_id not in self._held or run_id in self._lost:
+            return
+        self._lost.add(run_id)
         log.warning("worker %s lost the lease of run %s; stopping it here", self.owner, run_id)
         if self.metrics is not None:
             self.metrics.lease_lost()

@@ -208,3 +208,17 @@ def test_a_cancel_through_the_other_replica_stops_the_worker_at_once(
     assert len(llm.requests) == calls  # no further LLM call
     frames = read_sse(httpx.get(f"{cluster.apis[0].url}{path}/stream", timeout=30).text)
     assert frames[-1].event == "end" and frames[-1].data["status"] == "interrupted"
+
+
+def test_a_worker_stopped_gracefully_hands_its_run_back_at_once(cluster: Cluster) -> None:
+    run_id, path = _start(cluster, _slow(10, 0.5))
+    worker = wait_until(lambda: cluster.executing(run_id), timeout=30)
+    wait_until(lambda: len(cluster.attempts(run_id)) == 1, timeout=30)
+    worker.stop()  # SIGTERM: stop claiming, stop the run at its checkpoint, hand it back
+    assert "handed run" in worker.log_tail(20000)
+    other = wait_until(lambda: cluster.executing(run_id), timeout=LEASE_SECONDS - 0.5)
+    assert other is not worker  # claimed again before its lease could have expired
+    frames = _follow(cluster.apis[1].url, path)
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[-1].event == "end" and frames[-1].data["status"] == "success"
+    assert cluster.attempts(run_id) == [1, 2]
