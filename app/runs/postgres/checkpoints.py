@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -81,18 +82,20 @@ class CheckpointFence:
         if held is None:
             return  # no run of ours: an API call's state update, a copy
         lease = held.lease
-        async with self._pool.connection() as conn:
-            row = await (
-                await conn.execute(
-                    RENEW_LEASE,
-                    {
-                        "lease": self.lease_seconds,
-                        "run_id": lease.run_id,
-                        "owner": lease.owner,
-                        "epoch": lease.epoch,
-                    },
-                )
-            ).fetchone()
+        params = {
+            "lease": self.lease_seconds,
+            "run_id": lease.run_id,
+            "owner": lease.owner,
+            "epoch": lease.epoch,
+        }
+        for attempt in range(3):
+            try:
+                async with self._pool.connection() as conn:
+                    row = await (await conn.execute(RENEW_LEASE, params)).fetchone()
+                break
+            except psycopg.errors.DeadlockDetected:  # chosen as a deadlock's victim
+                if attempt == 2:
+                    raise
         if row is None:
             self.release(thread_id, lease.run_id)
             held.on_lost(lease.run_id)

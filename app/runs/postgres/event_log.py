@@ -24,7 +24,12 @@ from psycopg_pool import PoolTimeout
 
 from app.db.pool import AsyncPool
 from app.runs.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite
-from app.runs.postgres.runs import RENEW_LEASE, Lease, run_status_statement
+from app.runs.postgres.runs import (
+    RENEW_LEASES,
+    Lease,
+    renew_leases_params,
+    run_status_statement,
+)
 from app.runs.postgres.threads import Statement, thread_state_statement
 from app.runs.protocols import Publish
 from app.runs.records import KEPT_AFTER_PRUNING, CancelAction, Frame, RecordChange, RunStatusChange
@@ -120,32 +125,26 @@ class PostgresEventLog(GroupCommitEventLog):
     async def _fence(
         self, conn: AsyncConnection[DictRow], items: list[QueuedWrite]
     ) -> dict[str, CancelAction]:
-        """Renew the lease of every held run in the batch; raise `LeaseLost` for one lost."""
-        cancels: dict[str, CancelAction] = {}
-        seen: set[str] = set()
-        for item in items:
-            run_id = item.run_id
-            if run_id is None or run_id in seen or run_id not in self._leases:
-                continue
-            seen.add(run_id)
-            lease = self._leases[run_id]
-            row = await (
-                await conn.execute(
-                    RENEW_LEASE,
-                    {
-                        "lease": self.lease_seconds,
-                        "run_id": run_id,
-                        "owner": lease.owner,
-                        "epoch": lease.epoch,
-                    },
-                )
-            ).fetchone()
-            if row is None:
+        """Renew the lease of every held run in the batch; raise `LeaseLost` for one lost.
+
+        One statement for all of them, locking their rows in run id order (see
+        `RENEW_LEASES`); the locks last until the batch commits.
+        """
+        held = sorted(
+            {item.run_id for item in items if item.run_id is not None} & self._leases.keys()
+        )
+        if not held:
+            return {}
+        leases = [self._leases[run_id] for run_id in held]
+        rows = await (
+            await conn.execute(RENEW_LEASES, renew_leases_params(leases, self.lease_seconds))
+        ).fetchall()
+        renewed = {row["run_id"]: row["cancel_requested"] for row in rows}
+        for run_id in held:
+            if run_id not in renewed:
                 self._fenced.add(run_id)
                 raise LeaseLost(run_id)
-            if row["cancel_requested"] is not None:
-                cancels[run_id] = row["cancel_requested"]
-        return cancels
+        return {run_id: action for run_id, action in renewed.items() if action is not None}
 
     @staticmethod
     async def _write_items(conn: AsyncConnection[DictRow], items: list[QueuedWrite]) -> None:

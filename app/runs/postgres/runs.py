@@ -67,6 +67,37 @@ RENEW_LEASE = (
 )
 
 
+#: The renewal of many leases in one statement, each only where its owner and epoch
+#: still match. The rows are locked in run id order: every statement that locks several
+#: runs' rows does so in that order (the event log's fence, the lease keeper), so two
+#: of them never wait for each other in a cycle (a deadlock). Returns the runs renewed
+#: and their requested cancels.
+RENEW_LEASES = """
+WITH held AS (
+    SELECT r.run_id FROM runs r
+    JOIN unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(owners)s::text[])
+        AS l (run_id, epoch, owner)
+        ON r.run_id = l.run_id AND r.lease_epoch = l.epoch AND r.lease_owner = l.owner
+    WHERE r.status = 'running'
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+FROM held WHERE runs.run_id = held.run_id
+RETURNING runs.run_id, runs.cancel_requested
+"""
+
+
+def renew_leases_params(leases: list[Lease], lease_seconds: float) -> dict[str, Any]:
+    """Return the parameters of `RENEW_LEASES` for some leases."""
+    return {
+        "run_ids": [lease.run_id for lease in leases],
+        "epochs": [lease.epoch for lease in leases],
+        "owners": [lease.owner for lease in leases],
+        "lease": lease_seconds,
+    }
+
+
 def run_from_row(row: DictRow) -> RunRecord:
     """Return the run a `runs` row holds."""
     return RunRecord(

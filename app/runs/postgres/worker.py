@@ -48,7 +48,7 @@ from app.db import redis as redis_signals
 from app.runs.executor import InProcessExecutor
 from app.runs.postgres import PostgresRunStorage
 from app.runs.postgres.checkpoints import CheckpointFence
-from app.runs.postgres.runs import Claim, Lease
+from app.runs.postgres.runs import RENEW_LEASES, Claim, Lease, renew_leases_params
 from app.runs.postgres.signals import CANCEL_CHANNEL, WAKE_CHANNEL, parse_cancel
 from app.runs.protocols import LiveFrames, StoreError
 from app.runs.records import CancelAction
@@ -59,14 +59,6 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 1.0
 #: Seconds between lease renewals (and cancel checks) of the runs a worker holds.
 HEARTBEAT_INTERVAL = 1.0
-
-_RENEW_ALL = """
-UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) AS held (run_id, epoch)
-WHERE runs.run_id = held.run_id AND runs.lease_epoch = held.epoch
-  AND runs.lease_owner = %(owner)s AND runs.status = 'running'
-RETURNING runs.run_id, runs.cancel_requested
-"""
 
 
 class WorkerMetrics(Protocol):
@@ -106,7 +98,7 @@ class LeaseKeeper:
         self._interval = interval
         self._loop = loop
         self._on_renewal = on_renewal
-        self._leases: dict[str, int] = {}
+        self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
@@ -114,7 +106,7 @@ class LeaseKeeper:
     def hold(self, lease: Lease) -> None:
         """Renew this lease from now on."""
         with self._lock:
-            self._leases[lease.run_id] = lease.epoch
+            self._leases[lease.run_id] = lease
 
     def release(self, run_id: str) -> None:
         """Stop renewing a run's lease."""
@@ -144,13 +136,8 @@ class LeaseKeeper:
                         self._url, autocommit=True, connect_timeout=5, application_name="lease"
                     )
                 rows = conn.execute(
-                    _RENEW_ALL,
-                    {
-                        "lease": self._lease_seconds,
-                        "run_ids": list(leases),
-                        "epochs": list(leases.values()),
-                        "owner": self._owner,
-                    },
+                    RENEW_LEASES,
+                    renew_leases_params(list(leases.values()), self._lease_seconds),
                 ).fetchall()
             except psycopg.Error as exc:  # the database is away: the leases may run out
                 log.warning("could not renew %d lease(s): %s", len(leases), exc)
