@@ -19,7 +19,10 @@ RECOVERY_INTERVAL seconds while the server is up, for runs this process stopped
 executing without an outcome (their storage failed).
 
 One process owns a DATA_DIR: the busy check is one SQL statement and so atomic
-across processes, but runs execute in the process that accepted them.
+across processes, but runs execute in the process that accepted them. With
+DATABASE_URL the manager gets `app.runs.postgres.queue.QueueExecutor` instead: runs
+are recorded in the shared queue and executed by workers in any process, which also
+recover them (`recovery_interval` 0 here).
 """
 
 from __future__ import annotations
