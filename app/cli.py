@@ -1,6 +1,7 @@
 """The `atelier` command line: serve the service, run the pipeline here, move notes.
 
-    atelier serve [--host H] [--port P] [--reload]
+    atelier serve [--host H] [--port P] [--reload] [--workers N]
+    atelier worker [--concurrency N]
     atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] [--image-count N] [--platform P]
     atelier notes import notes.jsonl
     atelier notes export [notes.jsonl]
@@ -199,9 +200,21 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
     reload: Annotated[bool, typer.Option(help="Restart on code changes (development).")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=16,
+            help="With DATABASE_URL: workers executing runs in this process (RUN_WORKERS, "
+            "default 1); 0 serves the API only and leaves runs to `atelier worker`.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API and the console, and print the console's URL once it is up."""
     import uvicorn
+
+    if workers is not None:
+        os.environ["RUN_WORKERS"] = str(workers)  # read by the app factory's Settings
 
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     if ":" in shown_host:
@@ -773,6 +786,36 @@ def notes_export(
     partial.write_text(text, encoding="utf-8")
     partial.replace(file)
     Console(stderr=True).print(f"Exported {len(lines)} note(s) to {escape(str(file))}")
+
+
+# --------------------------------------------------------------------------- worker
+
+
+@cli.command()
+def worker(
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Runs executed at once (RUN_WORKER_CONCURRENCY, default 64).",
+        ),
+    ] = None,
+) -> None:
+    """Execute runs of the shared queue (DATABASE_URL) until SIGTERM; no HTTP API."""
+    import logging
+
+    settings = _settings()
+    if settings.database_url is None:
+        Console(stderr=True).print(
+            "[red]DATABASE_URL is not set[/red]: the embedded mode executes runs in "
+            "`atelier serve`; a worker needs the shared PostgreSQL queue"
+        )
+        raise typer.Exit(2)
+    from app.worker import serve_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(serve_worker(settings, concurrency or settings.run_worker_concurrency))
 
 
 # --------------------------------------------------------------------------- db

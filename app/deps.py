@@ -6,7 +6,7 @@ on `app.state` under the names below; routes reach them only through these
 aliases, so a test can build an app with other services and every route follows.
 
     app.state.settings   Settings           the service's configuration
-    app.state.notes      NoteRepository     the knowledge vault (SQLite in DATA_DIR)
+    app.state.notes      NoteRepository     the knowledge vault (SQLite in DATA_DIR, or PostgreSQL)
     app.state.assets     AssetStore         generated and uploaded images
     app.state.context    AtelierContext     what graph runs get as `context=`
     app.state.runs       RunManager         threads, runs, event logs (app/runs)

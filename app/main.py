@@ -7,9 +7,10 @@ module only reads settings.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, Response
@@ -47,18 +48,23 @@ def database_path(settings: Settings) -> str:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the service's resources for the app's lifetime and close them after.
 
-    Everything persistent lives in `DATA_DIR/atelier.db` (WAL): the knowledge notes,
-    LangGraph's checkpoints (`AsyncSqliteSaver`), and the run store's threads, runs
-    and event logs. Without `LLM_BASE_URL` the embedded model is served for the
-    app's lifetime (`providers.llm.open_model_factory`); if it cannot start or fails
-    its self-test completion, start-up fails with its one-line reason, and once it
-    crashed /ready reports the model check failed with that reason.
+    Embedded (no `DATABASE_URL`): everything persistent lives in `DATA_DIR/atelier.db`
+    (WAL): the knowledge notes, LangGraph's checkpoints (`AsyncSqliteSaver`), and the
+    run store's threads, runs and event logs; runs execute in this process. Scale-out
+    (`DATABASE_URL`): see `open_scale_out`. Without `LLM_BASE_URL` the embedded model
+    is served for the app's lifetime (`providers.llm.open_model_factory`); if it cannot
+    start or fails its self-test completion, start-up fails with its one-line reason,
+    and once it crashed /ready reports the model check failed with that reason.
     """
     settings: Settings = app.state.settings
     announce_auth_mode(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = database_path(settings)
     async with AsyncExitStack() as stack:
+        if settings.database_url is not None:
+            await open_scale_out(app, settings, stack)
+            yield
+            return
+        db = database_path(settings)
         notes = await stack.enter_async_context(SqliteNoteRepository(db))
         models = await stack.enter_async_context(
             open_model_factory(settings, observer=app.state.metrics)
@@ -96,18 +102,71 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             callbacks=[metrics.callback],
         )
         app.state.runs = await stack.enter_async_context(manager)
-
-        async def model_serves() -> None:
-            problem = models.health()
-            if problem:
-                raise NotReadyError(problem)
-
         app.state.ready_checks = {
             **getattr(app.state, "ready_checks", {}),
             "runs": storage.ping,
-            "model": model_serves,
+            "model": model_check(models),
         }
         yield
+
+
+def model_check(models: Any) -> Callable[[], Awaitable[None]]:
+    """Return the readiness check of the model factory (the embedded model's health)."""
+
+    async def model_serves() -> None:
+        problem = models.health()
+        if problem:
+            raise NotReadyError(problem)
+
+    return model_serves
+
+
+async def open_scale_out(app: FastAPI, settings: Settings, stack: AsyncExitStack) -> None:
+    """Open the scale-out deployment's parts on `stack` (README "Scale out").
+
+    PostgreSQL holds the notes, assets, checkpoints, threads, runs and event logs
+    (`app.db.backend`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
+    and cancels. The run manager records runs in the queue and leaves their execution
+    to workers (`QueueExecutor`): RUN_WORKERS of them in this process (0: an API-only
+    replica), each claiming up to RUN_WORKER_CONCURRENCY runs, and any number in
+    `atelier worker` processes.
+    """
+    from app.runs.postgres.engine import open_engine_parts
+    from app.runs.postgres.queue import QueueExecutor
+    from app.runs.postgres.signals import RunSignals
+
+    parts = await open_engine_parts(app.state.assistant_factory, settings, stack, app.state.metrics)
+    app.state.notes = parts.backend.notes
+    app.state.assets = parts.backend.assets
+    app.state.context = parts.context
+    app.state.graphs = sorted(parts.graphs)
+    storage = await stack.enter_async_context(parts.storage())
+    signals = RunSignals(storage.runs, parts.backend.redis)
+    executor = QueueExecutor(signals=signals, **parts.executor_options(storage))
+    manager = RunManager(
+        storage=storage,
+        hub=parts.live,
+        assistants=parts.graphs,
+        context=parts.context,
+        checkpointer=parts.checkpointer,
+        run_timeout=settings.run_timeout,
+        max_attempts=settings.run_max_attempts,
+        event_retention_hours=settings.event_retention_hours,
+        recovery_interval=0,  # workers and their lease sweep recover runs
+        executor=executor,
+    )
+    app.state.runs = await stack.enter_async_context(manager)
+    for _ in range(settings.run_workers):
+        worker = await parts.start_worker(stack, settings.run_worker_concurrency)
+        signals.local_wake.append(worker.wake)
+        signals.local_cancel.append(worker.cancel)
+    app.state.ready_checks = {
+        **getattr(app.state, "ready_checks", {}),
+        **parts.backend.ready_checks,
+        "runs": storage.ping,
+        "model": model_check(parts.models),
+    }
+    app.state.queue_depth = storage.runs.queue_depth
 
 
 def create_app(

@@ -161,6 +161,32 @@ class AtelierMetrics:
             ["role", "reason"],
             registry=r,
         )
+        # The scale-out deployment's queue (DATABASE_URL); zero in the embedded mode.
+        self.queue_depth = Gauge(
+            "atelier_queue_depth", "Runs pending in the shared queue (read at scrape).", registry=r
+        )
+        self.claim_latency = Histogram(
+            "atelier_claim_duration_seconds",
+            "Wall time of a worker's successful claim of a pending run.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.lease_losses = Counter(
+            "atelier_lease_losses",
+            "Runs a worker of this process stopped because another worker holds them now.",
+            registry=r,
+        )
+        self.resumes = Counter(
+            "atelier_runs_resumed",
+            "Runs a worker of this process claimed again after an earlier attempt stopped.",
+            registry=r,
+        )
+        self.redis_fallbacks = Counter(
+            "atelier_redis_fallbacks",
+            "Times this process's SSE followers re-read PostgreSQL because Redis dropped, "
+            "lagged or is not configured.",
+            registry=r,
+        )
         # Every label value shows from the start, so a dashboard sees zeros, not gaps.
         for status in RUN_STATUSES:
             self.runs.labels(status=status)
@@ -189,6 +215,22 @@ class AtelierMetrics:
     def run_left(self) -> None:
         """A run this process stopped executing without an outcome (left for recovery)."""
         self.active_runs.dec()
+
+    def run_claimed(self, seconds: float) -> None:
+        """Record how long a worker's successful claim took."""
+        self.claim_latency.observe(max(0.0, seconds))
+
+    def run_resumed(self) -> None:
+        """Count a run claimed again after an earlier attempt stopped."""
+        self.resumes.inc()
+
+    def lease_lost(self) -> None:
+        """Count a run stopped here because another worker holds its lease now."""
+        self.lease_losses.inc()
+
+    def redis_fallback(self) -> None:
+        """Count followers sent back to PostgreSQL (Redis dropped, lagged or is absent)."""
+        self.redis_fallbacks.inc()
 
     def node_finished(self, node: str, seconds: float) -> None:
         """Record the wall time of one node's task."""

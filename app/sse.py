@@ -5,7 +5,9 @@ frames first, then replays the durable log after the client's cursor, then sends
 live frames as they are committed (deduplicated by id, so the switch from replay to
 live neither drops nor repeats a frame), with a `: heartbeat` comment whenever the
 stream has been idle for SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame. A
-cursor older than what the log keeps gets a `gap` frame first.
+cursor older than what the log keeps gets a `gap` frame first. Live frames that do
+not continue from the last id sent (a message the live fan-out lost) send the
+stream back to the log, so only a pruned log ever yields a `gap`.
 
 Heartbeats never hide a dead run: a follower sends one only while this process
 executes the run (`Hub.is_live`). When the run is not executed here and its log
@@ -207,7 +209,11 @@ async def follow_run(
                     sub.caught_up()
                     break  # back to the log for what was dropped
                 if not batch:
-                    break  # woken without frames: the run stopped here; re-check it
+                    break  # woken without frames: the run stopped here, or live frames
+                    # may be missing (Redis dropped): re-check it in the log
+                fresh = [frame for frame in batch if frame.id > last]
+                if fresh and fresh[0].id > last + 1:
+                    break  # live frames skipped some (a lost message): the log has them
                 if chunk := render(batch):
                     yield chunk
     finally:

@@ -152,6 +152,27 @@ class Settings(BaseSettings):
         description="Attempts per run, the first included: a run left pending/running by a "
         "stopped server resumes from its last checkpoint at start-up until this many.",
     )
+    run_workers: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        description="With DATABASE_URL: workers `atelier serve` runs in its own process "
+        "(0: an API-only replica; `atelier worker` processes execute the runs). The embedded "
+        "mode always executes its runs in-process.",
+    )
+    run_worker_concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=1000,
+        description="With DATABASE_URL: runs one worker executes at once.",
+    )
+    run_lease_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="With DATABASE_URL: seconds a worker's claim on a run lasts without a "
+        "renewal (renewed every second); a dead worker's runs resume elsewhere after it.",
+    )
     sse_heartbeat_interval: float = Field(
         default=15.0,
         ge=0.05,
@@ -411,6 +432,11 @@ class Settings(BaseSettings):
         """Refuse REDIS_URL alone: Redis only carries signals of runs kept in PostgreSQL."""
         if self.redis_url is not None and self.database_url is None:
             raise ValueError("REDIS_URL is set but DATABASE_URL is not; set both or neither")
+        if self.run_workers == 0 and self.database_url is None:
+            raise ValueError(
+                "RUN_WORKERS=0 (an API-only replica) needs DATABASE_URL: without it nothing "
+                "else would execute the runs"
+            )
         return self
 
     def model_for(self, role: str) -> str:

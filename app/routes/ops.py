@@ -2,7 +2,7 @@
 
     GET /ok        LangGraph Platform's liveness probe: {"ok": true}
     GET /health    liveness: the process answers HTTP (no dependency is touched)
-    GET /ready     readiness: the database answers a real query, else 503
+    GET /ready     readiness: the database (and Redis, when configured) answers, else 503
     GET /info      version, graphs served, model per role, auth mode; no secrets
     GET /metrics   Prometheus text format (app/metrics.py)
 
@@ -189,7 +189,8 @@ async def _check_database(request: Request, settings: Settings) -> None:
     if notes is None:
         raise RuntimeError("the knowledge vault is not open (lifespan has not run)")
     await notes.count()
-    await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
+    if settings.database_url is None:  # PostgreSQL has checks of its own (app.db.backend)
+        await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
 
 
 @router.get("/info", response_model=InfoResponse, summary="Service description")
@@ -253,7 +254,17 @@ def _origin(url: str) -> str:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
 )
-async def metrics(metrics: MetricsDep) -> Response:
-    """Serve the app's metrics in the Prometheus text exposition format."""
+async def metrics(request: Request, metrics: MetricsDep) -> Response:
+    """Serve the app's metrics in the Prometheus text exposition format.
+
+    The scale-out deployment registers `app.state.queue_depth` (an async callable):
+    the shared queue's depth is read from the database at each scrape.
+    """
+    queue_depth = getattr(request.app.state, "queue_depth", None)
+    if queue_depth is not None:
+        try:
+            metrics.queue_depth.set(await asyncio.wait_for(queue_depth(), READY_TIMEOUT_S))
+        except Exception:  # the database is away: the gauge keeps its last value
+            log.warning("could not read the queue depth", exc_info=True)
     content, content_type = metrics.render()
     return Response(content, media_type=content_type)

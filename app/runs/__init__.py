@@ -2,7 +2,10 @@
 
 records.py     threads, runs, frames and the SDK's names for their statuses
 protocols.py   the storage seams: ThreadRepository, RunRepository, EventLog, LiveFrames
+group_commit.py the group-committed event log both backends share
 sqlite/        their SQLite implementation (the embedded default, one file in DATA_DIR)
+postgres/      their PostgreSQL implementation (DATABASE_URL): the runs table as the
+               queue, leases with fencing, workers, live frames over Redis
 hub.py         in-memory fan-out of committed frames to SSE subscribers (LiveFrames)
 frames.py      LangGraph stream chunks → SSE event names and data
 serde.py       JSON for the wire and the log

@@ -8,7 +8,8 @@ wrote. LangGraph copies `config["metadata"]` into every checkpoint's metadata an
 the executor puts the run id there, so a run's checkpoints (subgraphs' too) are
 the thread's checkpoints whose metadata names the run. The saver's own
 `adelete_for_runs` is used where a saver implements it; `AsyncSqliteSaver` does
-not, so its tables are written through its own connection, under its lock.
+not, so its tables are written through its own connection, under its lock, and
+neither does `AsyncPostgresSaver`, whose case is `app.runs.postgres.checkpoints`.
 
 `settle`: LangGraph writes checkpoints from tasks that a cancelled run cancels
 too. `AsyncSqliteSaver` runs each write as `execute(...)` then `commit()` on its
@@ -59,6 +60,11 @@ async def delete_run_checkpoints(checkpointer: Any, thread_id: str, run_id: str)
     Returns:
         How many checkpoints were deleted, or None when the saver does not say.
     """
+    if type(checkpointer).__module__.startswith(("langgraph.checkpoint.postgres", "app.runs.")):
+        from app.runs.postgres import checkpoints as postgres  # the scale-out extra's psycopg
+
+        if isinstance(checkpointer, postgres.AsyncPostgresSaver):
+            return await postgres.delete_run_checkpoints(checkpointer.conn, thread_id, run_id)  # type: ignore[arg-type]
     conn = getattr(checkpointer, "conn", None)
     lock = getattr(checkpointer, "lock", None)
     if not isinstance(conn, aiosqlite.Connection) or lock is None:

@@ -15,6 +15,8 @@ what the run's record says:
     shutdown    nothing recorded: the run stays pending/running, and the next
                 start-up resumes it from its last checkpoint (`RunManager.recover`)
     storage     the event log gave the run's writes up: it ends with `StorageError`
+    lease       another worker holds the run now (its lease expired): nothing is
+                written, the holder continues it (scale-out deployment)
 
 Storage failures: when the event log gives a run's writes up, the run's task is
 cancelled (reason `storage`) and the run ends with an `error` frame
@@ -46,8 +48,7 @@ from langgraph.types import Command, StateSnapshot
 from app.runs.assistants import Assistant
 from app.runs.checkpoints import delete_run_checkpoints, delete_thread_checkpoints, settle
 from app.runs.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
-from app.runs.hub import Hub
-from app.runs.protocols import RunStorage, StoreError
+from app.runs.protocols import LiveFrames, RunStorage, StoreError
 from app.runs.records import (
     CancelAction,
     Frame,
@@ -67,9 +68,9 @@ STORAGE_ERROR = {
     "error": "StorageError",
     "message": "the run's events could not be saved; the run was stopped",
 }
-#: Why a run's task is cancelled: a client's cancel action, the server stopping, or
-#: its event log failing.
-CancelReason = CancelAction | Literal["shutdown", "storage"]
+#: Why a run's task is cancelled: a client's cancel action, the server stopping, its
+#: event log failing, or its lease lost to another worker.
+CancelReason = CancelAction | Literal["shutdown", "storage", "lease"]
 
 
 class RunMetrics(Protocol):
@@ -139,7 +140,7 @@ class InProcessExecutor:
         self,
         *,
         storage: RunStorage,
-        hub: Hub,
+        hub: LiveFrames,
         assistants: dict[str, Assistant],
         context: AtelierContext,
         checkpointer: BaseCheckpointSaver,
@@ -168,6 +169,11 @@ class InProcessExecutor:
     def is_active(self, run_id: str) -> bool:
         """Whether this process is executing the run (or has it queued)."""
         return run_id in self._active
+
+    def is_finishing(self, run_id: str) -> bool:
+        """Whether the run is past its graph, writing its outcome (or done with it)."""
+        active = self._active.get(run_id)
+        return active is None or active.finishing
 
     def active_on(self, thread_id: str) -> list[str]:
         """Return the ids of the runs of a thread this process is executing."""
@@ -332,7 +338,7 @@ class InProcessExecutor:
             return _Outcome("error", error=dict(STORAGE_ERROR))
         except asyncio.CancelledError:
             reason = active.cancel_reason
-            if reason is None or reason == "shutdown":
+            if reason is None or reason in ("shutdown", "lease"):
                 raise
             current = asyncio.current_task()
             if current is not None:

@@ -113,6 +113,12 @@ class Hub:
         for sub in self._subs.get(run_id, ()):
             sub.poke()
 
+    def poke_all(self) -> None:
+        """Wake every follower with no frames, to re-read the log (live frames may be missing)."""
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.poke()
+
     def is_live(self, run_id: str) -> bool:
         """Whether this process is executing the run."""
         return run_id in self._live

@@ -19,7 +19,10 @@ RECOVERY_INTERVAL seconds while the server is up, for runs this process stopped
 executing without an outcome (their storage failed).
 
 One process owns a DATA_DIR: the busy check is one SQL statement and so atomic
-across processes, but runs execute in the process that accepted them.
+across processes, but runs execute in the process that accepted them. With
+DATABASE_URL the manager gets `app.runs.postgres.queue.QueueExecutor` instead: runs
+are recorded in the shared queue and executed by workers in any process, which also
+recover them (`recovery_interval` 0 here).
 """
 
 from __future__ import annotations
@@ -42,9 +45,8 @@ from app.runs.assistants import Assistant
 from app.runs.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from app.runs.executor import InProcessExecutor, RunMetrics
 from app.runs.frames import public_error
-from app.runs.hub import Hub
 from app.runs.preparation import RunPreparer, RunRequest
-from app.runs.protocols import RunStorage, StorageUnavailable, StoreError
+from app.runs.protocols import LiveFrames, RunStorage, StorageUnavailable, StoreError
 from app.runs.records import (
     CancelAction,
     RunRecord,
@@ -73,7 +75,7 @@ class RunManager:
         self,
         *,
         storage: RunStorage,
-        hub: Hub,
+        hub: LiveFrames,
         assistants: dict[str, Assistant],
         context: AtelierContext,
         checkpointer: BaseCheckpointSaver,
@@ -83,8 +85,13 @@ class RunManager:
         metrics: RunMetrics | None = None,
         callbacks: Sequence[BaseCallbackHandler] = (),
         recovery_interval: float = RECOVERY_INTERVAL,
+        executor: InProcessExecutor | None = None,
     ) -> None:
-        """Bind the manager to its storage, fan-out, graphs and limits."""
+        """Bind the manager to its storage, fan-out, graphs and limits.
+
+        `executor` replaces the in-process one (the scale-out deployment's
+        `app.runs.worker.QueueExecutor`, which leaves execution to workers).
+        """
         self.storage = storage
         self.threads = storage.threads
         self.runs = storage.runs
@@ -95,7 +102,7 @@ class RunManager:
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
         self.recovery_interval = recovery_interval
-        self.executor = InProcessExecutor(
+        self.executor = executor or InProcessExecutor(
             storage=storage,
             hub=hub,
             assistants=assistants,

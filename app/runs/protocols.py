@@ -32,15 +32,15 @@ Invariants every implementation keeps:
 - Routes and the run engine see these protocols and the errors below, never a
   database driver or its exceptions.
 
-How a PostgreSQL backend fits: the event log's table is keyed `(run_id, seq)`; the
-executor holding the run numbers its frames from the log's `last_id + 1` (as a
-resumed execution does today) and the key refuses a duplicate. An append's
-transaction may check the run's owner and lease epoch before it writes (a fenced
-log is built per executor with its lease, or `append` takes it), and it publishes
-to `LiveFrames` (Redis) after the commit. Claiming a pending run for execution
-(`SELECT … FOR UPDATE SKIP LOCKED`) is an operation of that backend's
-`RunRepository`; the in-process executor needs none, as the process that inserts
-a run starts it.
+How the PostgreSQL backend (`app/runs/postgres/`) fits: the event log's table is
+keyed `(run_id, seq)`; the executor holding the run numbers its frames from the
+log's `last_id + 1` (as a resumed execution does) and the key refuses a duplicate.
+Each append's transaction first renews the run's lease where its owner and epoch
+still match (the log is told the lease with `hold`) and writes nothing when they do
+not; it publishes to `LiveFrames` (Redis) after the commit. Claiming a pending run
+for execution (`SELECT … FOR UPDATE SKIP LOCKED`) is an operation of that backend's
+`RunRepository`, used by its workers; the in-process executor needs none, as the
+process that inserts a run starts it.
 """
 
 from __future__ import annotations
@@ -244,6 +244,14 @@ class LiveFrames(Protocol):
 
     def is_live(self, run_id: str) -> bool:
         """Whether the run is being executed (its followers may wait for more frames)."""
+        ...
+
+    def run_live(self, run_id: str) -> None:
+        """Note that this process executes the run from now on."""
+        ...
+
+    def run_gone(self, run_id: str) -> None:
+        """Note that this process stopped executing the run, and wake its followers."""
         ...
 
 

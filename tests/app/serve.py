@@ -8,6 +8,9 @@ service; `ATELIER_TEST_GRAPHS` picks the graphs (`sample`: tests/app/sample_grap
 transaction of a run's very first frame (after its INSERT, before COMMIT), after
 creating the file named by `ATELIER_TEST_MARKER`: a test can SIGKILL the server at
 exactly that moment.
+
+`ATELIER_TEST_ROLE=worker` runs `atelier worker` instead (the scale-out deployment's
+executor process, `app.worker`), with the same graphs and no HTTP port.
 """
 
 from __future__ import annotations
@@ -50,6 +53,19 @@ def main() -> None:
         from tests.app.sample_graphs import sample_assistants
 
         factory = sample_assistants
+    if os.environ.get("ATELIER_TEST_ROLE") == "worker":
+        from app.runs.assistants import default_assistants
+        from app.worker import serve_worker
+
+        settings = Settings()
+        asyncio.run(
+            serve_worker(
+                settings,
+                settings.run_worker_concurrency,
+                assistant_factory=factory or default_assistants,
+            )
+        )
+        return
     app = create_app(Settings(), assistant_factory=factory)
     uvicorn.run(
         app,

@@ -24,6 +24,11 @@ from core.events import PipelineEvent
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import LiveServer, SseFrame, parse_sse, service_settings, wait_until
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
+from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
+    migrated_postgres_url,
+    postgres_cluster,
+    redis_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +65,18 @@ def llm(gate: Gate) -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
-@pytest.fixture
-def server(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[LiveServer]:
-    settings = service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY])
+@pytest.fixture(params=["embedded", "scale-out"])
+def server(
+    request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
+) -> Iterator[LiveServer]:
+    """The service in each deployment: embedded (SQLite), and on PostgreSQL + Redis."""
+    scale: dict[str, Any] = {}
+    if request.param == "scale-out":
+        scale = {
+            "database_url": request.getfixturevalue("migrated_postgres_url"),
+            "redis_url": request.getfixturevalue("redis_server").url,
+        }
+    settings = service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY], **scale)
     with LiveServer(settings, None) as live:  # None: the default assistants (atelier)
         yield live
 

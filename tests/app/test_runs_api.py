@@ -29,6 +29,11 @@ from tests.app.harness import (
 )
 from tests.app.sample_graphs import WRITER_TEXT, sample_assistants, scripted_reply
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
+    migrated_postgres_url,
+    postgres_cluster,
+    redis_server,
+)
 
 
 @pytest.fixture
@@ -37,9 +42,24 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
-@pytest.fixture
-def server(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[LiveServer]:
-    settings = service_settings(tmp_path / "data", llm.base_url, sse_heartbeat_interval=0.3)
+@pytest.fixture(params=["embedded", "scale-out"])
+def server(
+    request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
+) -> Iterator[LiveServer]:
+    """The app in each deployment: embedded (SQLite), and on PostgreSQL + Redis.
+
+    The scale-out one serves the API and one in-process worker on throwaway servers
+    (tests/support/servers.py); tests/app/scale/ runs replicas and workers apart.
+    """
+    scale: dict[str, Any] = {}
+    if request.param == "scale-out":
+        scale = {
+            "database_url": request.getfixturevalue("migrated_postgres_url"),
+            "redis_url": request.getfixturevalue("redis_server").url,
+        }
+    settings = service_settings(
+        tmp_path / "data", llm.base_url, sse_heartbeat_interval=0.3, **scale
+    )
     with LiveServer(settings, sample_assistants) as live:
         yield live
 

@@ -191,3 +191,23 @@ async def test_a_run_that_ends_as_it_stops_being_executed_delivers_its_end(
     hub.run_gone("r")
     frames = read_sse(await asyncio.wait_for(follower, 2))
     assert [(f.id, f.event) for f in frames] == [(1, "metadata"), (2, "end")]
+
+
+async def test_live_frames_that_skip_ids_send_the_follower_back_to_the_log(
+    store: tuple[SqliteRunStorage, Hub],
+) -> None:
+    # A live fan-out that loses a message (Redis) must not turn into a `gap` frame:
+    # the frames are in the log, so the follower reads them there.
+    storage, _ = store
+    runs = storage.events
+    hub = Hub()
+    runs._publish = lambda _run, _frames: None  # nothing reaches the hub by itself
+    hub.run_live("r")
+    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t")))
+    await asyncio.sleep(0.05)
+    for i in range(1, 4):
+        runs.append("r", frame(i, "end" if i == 3 else "custom"))
+    await runs.flush()
+    hub.publish("r", [frame(3, "end")])  # frames 1 and 2 were lost on the way
+    frames = read_sse(await asyncio.wait_for(follower, 5))
+    assert [(f.id, f.event) for f in frames] == [(1, "custom"), (2, "custom"), (3, "end")]

@@ -1,4 +1,4 @@
-"""The SQLite run storage: group-committed event logs, atomic busy check, pruning, gaps."""
+"""The SQLite run storage's own cases: locks, retries, lost runs (shared ones: test_storage)."""
 
 from __future__ import annotations
 
@@ -6,114 +6,13 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
-from app.runs.protocols import StoreError, ThreadExists
-from app.runs.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from app.runs.protocols import StoreError
+from app.runs.records import Frame, RunStatusChange
 from app.runs.sqlite import SqliteRunStorage
-
-
-def _thread(thread_id: str = "t1", owner: str = "alice") -> ThreadRecord:
-    stamp = now()
-    return ThreadRecord(thread_id=thread_id, owner=owner, created_at=stamp, updated_at=stamp)
-
-
-def _run(run_id: str, thread_id: str = "t1", owner: str = "alice") -> RunRecord:
-    stamp = now()
-    return RunRecord(
-        run_id=run_id,
-        thread_id=thread_id,
-        owner=owner,
-        assistant_id="studio",
-        status="pending",
-        created_at=stamp,
-        updated_at=stamp,
-        kwargs={"input": {"request": "hi"}},
-        multitask_strategy="reject",
-    )
-
-
-async def test_frames_are_published_only_once_committed_and_in_order(tmp_path: Path) -> None:
-    published: list[tuple[str, list[int]]] = []
-    db = str(tmp_path / "atelier.db")
-    async with SqliteRunStorage(
-        db, publish=lambda run, frames: published.append((run, [f.id for f in frames]))
-    ) as store:
-        await store.threads.insert(_thread())
-        assert await store.runs.insert(_run("r1"), exclusive=True)
-        for i in range(1, 6):
-            store.events.append("r1", Frame(i, "custom", f'{{"n":{i}}}'))
-        assert published == []  # queued, not yet committed
-        await store.events.flush()
-        assert [i for _, ids in published for i in ids] == [1, 2, 3, 4, 5]
-        # Another connection sees them: they are durable, not just in memory.
-        async with aiosqlite.connect(db) as other:
-            rows = await (await other.execute("SELECT id FROM run_events ORDER BY id")).fetchall()
-        assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
-        assert [f.id for f in await store.events.read("r1", after=2)] == [3, 4, 5]
-        assert await store.events.last_id("r1") == 5
-
-
-async def test_the_busy_check_admits_one_of_two_racing_runs(tmp_path: Path) -> None:
-    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
-        await store.threads.insert(_thread())
-        results = await asyncio.gather(
-            store.runs.insert(_run("a"), exclusive=True),
-            store.runs.insert(_run("b"), exclusive=True),
-        )
-        assert sorted(results) == [False, True]
-        assert len(await store.runs.active("t1")) == 1
-
-
-async def test_a_run_and_its_new_thread_are_written_together_or_not_at_all(tmp_path: Path) -> None:
-    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
-        await store.threads.insert(_thread("taken"))
-        with pytest.raises(ThreadExists):
-            await store.runs.insert(
-                _run("r", thread_id="taken"), new_thread=_thread("taken"), exclusive=True
-            )
-        assert await store.runs.get("r") is None
-
-
-async def test_pruning_keeps_the_final_frames_so_a_rejoin_sees_a_hole(tmp_path: Path) -> None:
-    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
-        await store.threads.insert(_thread())
-        await store.runs.insert(_run("r1"), exclusive=True)
-        for i, event in enumerate(["metadata", "custom", "custom", "error", "end"], start=1):
-            store.events.append("r1", Frame(i, event, "{}"))
-        store.events.record(RunStatusChange("r1", "error"))
-        await store.events.flush()
-        assert await store.events.prune(finished_before="9999") == 1
-        assert [(f.id, f.event) for f in await store.events.read("r1", 0)] == [
-            (4, "error"),
-            (5, "end"),
-        ]
-        assert await store.events.prune(finished_before="9999") == 0  # done once
-
-
-async def test_threads_are_visible_to_their_owner_only(tmp_path: Path) -> None:
-    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
-        await store.threads.insert(_thread("t1", owner="alice"))
-        assert await store.threads.get("alice", "t1") is not None
-        assert await store.threads.get("mallory", "t1") is None
-        assert [t.thread_id for t in await store.threads.search("mallory")] == []
-
-
-async def test_search_filters_threads_by_metadata(tmp_path: Path) -> None:
-    async with SqliteRunStorage(str(tmp_path / "atelier.db")) as store:
-        for name, meta in [
-            ("a", {"user": "u1", "n": 1}),
-            ("b", {"user": "u2"}),
-            ("c", {"user": "u1"}),
-        ]:
-            thread = _thread(name)
-            thread.metadata = meta
-            await store.threads.insert(thread)
-        found = await store.threads.search("alice", metadata={"user": "u1"}, sort_order="asc")
-        assert [t.thread_id for t in found] == ["a", "c"]
-        found = await store.threads.search("alice", metadata={"user": "u1", "n": 1})
-        assert [t.thread_id for t in found] == ["a"]
+from tests.app.runs.factories import run as _run
+from tests.app.runs.factories import thread as _thread
 
 
 async def test_a_write_waits_its_turn_while_a_reader_is_in_flight(tmp_path: Path) -> None:

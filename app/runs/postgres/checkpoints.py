@@ -1,0 +1,133 @@
+"""LangGraph's PostgreSQL checkpoints: a run's rollback, and writes fenced by leases.
+
+`delete_run_checkpoints`: a `rollback` cancel deletes the checkpoints the run wrote
+(their metadata names the run, see `app.runs.checkpoints`) and their pending writes,
+in one transaction. `AsyncPostgresSaver` has no `adelete_for_runs`, so this is the
+PostgreSQL case of `app.runs.checkpoints.delete_run_checkpoints`. The channel blobs
+those checkpoints referenced stay (they are keyed by channel version, shared with
+other checkpoints; deleting the thread removes them).
+
+`FencedPostgresSaver`: a worker holds a run under a lease, and the run's frames and
+status writes are fenced by it (`app.runs.postgres.event_log`); its checkpoints are
+fenced here. Before each checkpoint write on a thread whose run a worker of this
+process holds, the lease is renewed where owner and epoch still match: afterwards no
+other worker can claim the run for a whole lease, far longer than the write takes.
+When the lease is lost (the worker stalled past it and another took the run), the
+write is refused with `LeaseLost` and the worker is told, so a stale worker's step
+never lands on a thread another worker continues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+from app.db.pool import AsyncPool
+from app.runs.postgres.event_log import LeaseLost
+from app.runs.postgres.runs import RENEW_LEASE, Lease
+
+
+async def delete_run_checkpoints(pool: AsyncPool, thread_id: str, run_id: str) -> int:
+    """Delete the checkpoints (and their pending writes) a run wrote; return how many."""
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(
+            "DELETE FROM checkpoint_writes w USING checkpoints c "
+            "WHERE c.thread_id = %s AND c.metadata ->> 'run_id' = %s "
+            "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+            "AND w.checkpoint_id = c.checkpoint_id",
+            (thread_id, run_id),
+        )
+        cursor = await conn.execute(
+            "DELETE FROM checkpoints WHERE thread_id = %s AND metadata ->> 'run_id' = %s",
+            (thread_id, run_id),
+        )
+        return cursor.rowcount
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    lease: Lease
+    on_lost: Callable[[str], None]
+
+
+class CheckpointFence:
+    """The leases this process's workers hold, by thread (see the module docstring)."""
+
+    def __init__(self, pool: AsyncPool, lease_seconds: float) -> None:
+        """Renew leases on `pool` for `lease_seconds`."""
+        self._pool = pool
+        self.lease_seconds = lease_seconds
+        self._held: dict[str, _Held] = {}
+
+    def hold(self, thread_id: str, lease: Lease, on_lost: Callable[[str], None]) -> None:
+        """Fence the thread's checkpoint writes with a run's lease from now on."""
+        self._held[thread_id] = _Held(lease, on_lost)
+
+    def release(self, thread_id: str, run_id: str) -> None:
+        """Stop fencing the thread's writes (if it still holds that run's lease)."""
+        held = self._held.get(thread_id)
+        if held is not None and held.lease.run_id == run_id:
+            del self._held[thread_id]
+
+    async def check(self, config: RunnableConfig) -> None:
+        """Renew the lease of the thread's held run; raise `LeaseLost` when it is gone."""
+        thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+        held = self._held.get(thread_id)
+        if held is None:
+            return  # no run of ours: an API call's state update, a copy
+        lease = held.lease
+        params = {
+            "lease": self.lease_seconds,
+            "run_id": lease.run_id,
+            "owner": lease.owner,
+            "epoch": lease.epoch,
+        }
+        for attempt in range(3):
+            try:
+                async with self._pool.connection() as conn:
+                    row = await (await conn.execute(RENEW_LEASE, params)).fetchone()
+                break
+            except psycopg.errors.DeadlockDetected:  # chosen as a deadlock's victim
+                if attempt == 2:
+                    raise
+        if row is None:
+            self.release(thread_id, lease.run_id)
+            held.on_lost(lease.run_id)
+            raise LeaseLost(lease.run_id)
+
+
+class FencedPostgresSaver(AsyncPostgresSaver):
+    """`AsyncPostgresSaver` whose writes for runs held here are fenced by their leases."""
+
+    def __init__(self, conn: AsyncPool, *, fence: CheckpointFence) -> None:
+        """Save over the pool; check `fence` before every write."""
+        super().__init__(conn=conn)
+        self.fence = fence
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint, if the lease of the thread's run is still ours."""
+        await self.fence.check(config)
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Save a task's pending writes, if the lease of the thread's run is still ours."""
+        await self.fence.check(config)
+        await super().aput_writes(config, writes, task_id, task_path)

@@ -1,0 +1,47 @@
+"""`atelier worker`: a process that executes runs of the shared queue, and nothing else.
+
+It opens the same scale-out engine parts as an API replica (PostgreSQL, Redis, the
+model factory, the graphs; `app.runs.postgres.engine`) and runs one `RunWorker`
+claiming up to `concurrency` runs at once. SIGTERM or SIGINT stop it gracefully:
+no more claims, the runs in flight are stopped at their last checkpoint and handed
+back to the queue, where another worker resumes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from app.metrics import AtelierMetrics
+from app.runs.assistants import AssistantFactory, default_assistants
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def serve_worker(
+    settings: Settings,
+    concurrency: int,
+    *,
+    stop: asyncio.Event | None = None,
+    assistant_factory: AssistantFactory = default_assistants,
+) -> None:
+    """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive)."""
+    if settings.database_url is None:
+        raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
+    from app.runs.postgres.engine import open_engine_parts
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as stack:
+        parts = await open_engine_parts(assistant_factory, settings, stack, AtelierMetrics())
+        worker = await parts.start_worker(stack, concurrency)
+        log.info("worker %s ready", worker.owner)
+        await stop.wait()
+        log.info("worker %s stopping", worker.owner)

@@ -1,0 +1,86 @@
+"""LangGraph's checkpoints in PostgreSQL: a run's rollback, and writes fenced by leases."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import START, StateGraph
+
+from app.db.pool import AsyncPool, open_pool
+from app.runs.checkpoints import delete_run_checkpoints
+from app.runs.postgres import LeaseLost, PostgresRunStorage
+from app.runs.postgres.checkpoints import CheckpointFence, FencedPostgresSaver
+from tests.app.runs.factories import run, thread
+
+
+class State(TypedDict, total=False):
+    seen: Annotated[list[str], operator.add]
+
+
+def _graph(saver: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("step", lambda state: {"seen": ["step"]})
+    builder.add_edge(START, "step")
+    return builder.compile(checkpointer=saver)
+
+
+def _config(thread_id: str, run_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
+
+
+@pytest.fixture
+async def pool(migrated_postgres_url: str) -> AsyncIterator[AsyncPool]:
+    pool = await open_pool(migrated_postgres_url, max_size=4)
+    yield pool
+    await pool.close()
+
+
+async def _checkpoints(pool: AsyncPool, thread_id: str) -> int:
+    async with pool.connection() as conn:
+        row = await (
+            await conn.execute(
+                "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread_id,)
+            )
+        ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+async def test_a_rollback_deletes_the_checkpoints_of_its_run_only(pool: AsyncPool) -> None:
+    saver = FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))
+    graph = _graph(saver)
+    await graph.ainvoke({"seen": ["first"]}, _config("t1", "r1"))
+    kept = await _checkpoints(pool, "t1")
+    await graph.ainvoke({"seen": ["second"]}, _config("t1", "r2"))
+    assert await _checkpoints(pool, "t1") > kept
+    added = await _checkpoints(pool, "t1") - kept
+    assert await delete_run_checkpoints(saver, "t1", "r2") == added
+    assert await _checkpoints(pool, "t1") == kept
+    state = await graph.aget_state({"configurable": {"thread_id": "t1"}})
+    assert state.values["seen"] == ["first", "step"]
+
+
+async def test_a_stale_workers_checkpoint_write_is_refused(pool: AsyncPool) -> None:
+    lost: list[str] = []
+    fence = CheckpointFence(pool, 0.2)  # each write renews for this long
+    graph = _graph(FencedPostgresSaver(pool, fence=fence))
+    async with PostgresRunStorage(pool) as store:
+        await store.threads.insert(thread())
+        await store.runs.insert(run("r1"), exclusive=True)
+        claim = await store.runs.claim("w1", 0.2)
+        assert claim is not None
+        fence.hold("t1", claim.lease, lost.append)
+        await graph.ainvoke({"seen": ["held"]}, _config("t1", "r1"))  # within its lease
+        written = await _checkpoints(pool, "t1")
+        assert written > 0
+        await asyncio.sleep(0.5)  # the worker stalls past its lease; another takes the run
+        assert (await store.runs.sweep(max_attempts=3)).requeued == ["r1"]
+        assert await store.runs.claim("w2", 30) is not None
+        with pytest.raises(LeaseLost):  # (another run id: LangGraph replays a known one)
+            await graph.ainvoke({"seen": ["stale"]}, _config("t1", "r1-next-step"))
+        assert set(lost) == {"r1"}  # each refused write says so
+        assert await _checkpoints(pool, "t1") == written  # nothing landed

@@ -1,0 +1,198 @@
+"""The runs table as the queue: claims, leases with fencing, the sweep, cancel requests.
+
+Against a real PostgreSQL (tests/support/servers.py); two "workers" are two owners
+claiming through their own pools, as two processes would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.db.pool import AsyncPool, open_pool
+from app.runs.postgres import PostgresRunStorage
+from app.runs.protocols import StoreError
+from app.runs.records import Frame, RunStatusChange, ThreadStateChange
+from tests.app.runs.factories import run, thread
+
+LEASE = 30.0
+
+
+@pytest.fixture
+async def pools(migrated_postgres_url: str) -> AsyncIterator[tuple[AsyncPool, AsyncPool]]:
+    first = await open_pool(migrated_postgres_url, max_size=4)
+    second = await open_pool(migrated_postgres_url, max_size=4)
+    yield first, second
+    await first.close()
+    await second.close()
+
+
+@pytest.fixture
+async def stores(
+    pools: tuple[AsyncPool, AsyncPool],
+) -> AsyncIterator[tuple[PostgresRunStorage, PostgresRunStorage]]:
+    async with PostgresRunStorage(pools[0]) as a, PostgresRunStorage(pools[1]) as b:
+        yield a, b
+
+
+async def _running_per_thread(store: PostgresRunStorage) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in await store.runs.active():
+        if r.status == "running":
+            counts[r.thread_id] = counts.get(r.thread_id, 0) + 1
+    return counts
+
+
+async def test_a_claim_takes_the_oldest_pending_run_of_a_free_thread(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, _ = stores
+    await a.threads.insert(thread("t1"))
+    await a.threads.insert(thread("t2"))
+    for run_id, thread_id in [("first", "t1"), ("queued", "t1"), ("other", "t2")]:
+        assert await a.runs.insert(run(run_id, thread_id), exclusive=False)
+    one = await a.runs.claim("w1", LEASE)
+    two = await a.runs.claim("w1", LEASE)
+    assert one is not None and two is not None
+    assert (one.run.run_id, two.run.run_id) == ("first", "other")
+    assert one.run.status == "running" and one.lease.epoch == 1
+    assert await a.runs.claim("w1", LEASE) is None  # "queued" waits for "first"
+    a.events.hold(one.lease)
+    a.events.record(RunStatusChange("first", "success"), run_id="first")
+    await a.events.flush("first")
+    three = await a.runs.claim("w2", LEASE)
+    assert three is not None and three.run.run_id == "queued"
+
+
+async def test_two_claimers_never_run_two_runs_of_a_thread(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    for t in range(10):
+        await a.threads.insert(thread(f"t{t}"))
+        for n in range(3):
+            await a.runs.insert(run(f"r{t}-{n}", f"t{t}"), exclusive=False)
+
+    async def claim_all(store: PostgresRunStorage, owner: str) -> list[str]:
+        claimed = []
+        while (claim := await store.runs.claim(owner, LEASE)) is not None:
+            claimed.append(claim.run.run_id)
+        return claimed
+
+    first, second = await asyncio.gather(claim_all(a, "w1"), claim_all(b, "w2"))
+    assert not set(first) & set(second)
+    assert sorted(first + second) == [f"r{t}-0" for t in range(10)]  # the oldest of each
+    assert set((await _running_per_thread(a)).values()) == {1}
+
+
+async def test_a_worker_that_lost_its_lease_writes_nothing(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    lost: list[str] = []
+    a.events.on_lost = lost.append
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    stale = await a.runs.claim("w1", 0.2)
+    assert stale is not None
+    a.events.hold(stale.lease)
+    a.events.append("r1", Frame(1, "metadata", "{}"))
+    await a.events.flush("r1")  # within its lease: written (and the lease renewed)
+    await asyncio.sleep(0.05)
+    assert (await a.runs.renew(stale.lease, 0.2)) == (True, None)
+    await asyncio.sleep(0.4)  # the worker stalls past its lease...
+    swept = await b.runs.sweep(max_attempts=3)
+    assert swept.requeued == ["r1"] and swept.abandoned == {}
+    fresh = await b.runs.claim("w2", LEASE)  # ...and another takes the run
+    assert fresh is not None and fresh.lease.epoch == stale.lease.epoch + 1
+    b.events.hold(fresh.lease)
+    # The stale worker wakes up and writes: frames, its status, its thread's state.
+    a.events.append("r1", Frame(2, "custom", '{"stale":true}'))
+    a.events.record(RunStatusChange("r1", "success"), run_id="r1")
+    a.events.record(ThreadStateChange("t1", "idle", {"stale": True}), run_id="r1")
+    with pytest.raises(StoreError):
+        await a.events.flush("r1")
+    assert lost == ["r1"] and a.events.lease_lost("r1")
+    assert await a.runs.renew(stale.lease, LEASE) == (False, None)
+    assert not await a.runs.hand_back(stale.lease)
+    record = await b.runs.get("r1")
+    assert record is not None and record.status == "running"
+    thread_now = await b.threads.get("alice", "t1")
+    assert thread_now is not None and thread_now.values is None
+    assert await b.events.last_id("r1") == 1
+    # The new holder numbers on from the log, unhindered.
+    b.events.append("r1", Frame(2, "metadata", '{"attempt":2}'))
+    b.events.append("r1", Frame(3, "end", "{}"))
+    b.events.record(RunStatusChange("r1", "success", attempt=2), run_id="r1")
+    await b.events.flush("r1")
+    assert [f.id for f in await b.events.read("r1", 0)] == [1, 2, 3]
+    assert (await b.runs.get("r1")).status == "success"  # type: ignore[union-attr]
+
+
+async def test_the_sweep_ends_a_run_out_of_attempts_with_error_and_end(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    a.events.lease_seconds = b.events.lease_seconds = 0.1  # each write renews for this long
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    claim = await a.runs.claim("w1", 0.1)
+    assert claim is not None
+    a.events.hold(claim.lease)
+    a.events.append("r1", Frame(1, "metadata", "{}"))
+    a.events.record(RunStatusChange("r1", "running", attempt=3), run_id="r1")
+    await a.events.flush("r1")
+    await asyncio.sleep(0.4)
+    assert (await b.runs.sweep(max_attempts=4)).requeued == ["r1"]
+    again = await b.runs.claim("w2", 0.1)
+    assert again is not None
+    b.events.hold(again.lease)
+    b.events.record(RunStatusChange("r1", "running", attempt=4), run_id="r1")
+    await b.events.flush("r1")
+    await asyncio.sleep(0.4)
+    swept = await a.runs.sweep(max_attempts=4)
+    assert swept.requeued == [] and list(swept.abandoned) == ["r1"]
+    frames = await a.events.read("r1", 0)
+    assert [(f.id, f.event) for f in frames] == [(1, "metadata"), (2, "error"), (3, "end")]
+    assert swept.abandoned["r1"] == frames[1:]
+    record = await a.runs.get("r1")
+    assert record is not None and record.status == "error"
+    assert record.error is not None and record.error["error"] == "RunAbandoned"
+    assert (await a.threads.get("alice", "t1")).status == "error"  # type: ignore[union-attr]
+    assert (await a.runs.sweep(max_attempts=4)).abandoned == {}  # once
+
+
+async def test_a_cancel_request_reaches_the_holder_on_renewal_and_on_append(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    seen: list[tuple[str, str]] = []
+    a.events.on_cancel = lambda run_id, action: seen.append((run_id, action))
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    claim = await a.runs.claim("w1", LEASE)
+    assert claim is not None and claim.cancel_requested is None
+    a.events.hold(claim.lease)
+    assert await b.runs.request_cancel("r1", "rollback")  # from another replica
+    assert await a.runs.renew(claim.lease, LEASE) == (True, "rollback")
+    a.events.append("r1", Frame(1, "metadata", "{}"))
+    await a.events.flush("r1")
+    assert seen == [("r1", "rollback")]
+    assert not await b.runs.request_cancel("nothing", "interrupt")
+
+
+async def test_a_run_handed_back_is_claimed_again_with_a_new_epoch(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    claim = await a.runs.claim("w1", LEASE)
+    assert claim is not None
+    assert await a.runs.queue_depth() == 0
+    assert await a.runs.hand_back(claim.lease)
+    assert await a.runs.queue_depth() == 1
+    again = await b.runs.claim("w2", LEASE)
+    assert again is not None and again.lease.epoch == claim.lease.epoch + 1
