@@ -41,6 +41,21 @@ HEALTH_CHECK_INTERVAL = 5.0
 MAX_QUEUED = 1000
 
 
+async def stop_task(task: asyncio.Task[Any], *, every: float = 1.0) -> None:
+    """Cancel a task and wait until it ended, cancelling it again while it goes on.
+
+    A task talking to Redis can miss a cancel: when it lands while the task waits
+    under `asyncio.timeout` whose deadline passes at the same moment, Python 3.11
+    reports a `TimeoutError` instead, which the reconnecting loops here treat as a
+    dropped connection. Cancelling again until the task ends keeps shutdown bounded.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        task.result()
+
+
 def create_client(url: str) -> Redis:
     """Return a Redis client for `url` (no connection is made until first use).
 
@@ -132,9 +147,7 @@ class Subscription:
         """Stop listening and close the connection."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
 
     async def get(self, timeout: float) -> Message | Gap | None:  # noqa: ASYNC109 - a poll
         """Return the next message or gap, or None when nothing came within `timeout` s."""
@@ -172,6 +185,9 @@ class Subscription:
                 while True:
                     self._deliver(await pubsub.get_message(timeout=1.0))
             except (RedisError, OSError, TimeoutError) as exc:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise asyncio.CancelledError from exc  # a cancel the timeout took for its own
                 if self._connected:
                     self._put(Gap("disconnected"))
                     log.warning("redis subscription to %s dropped: %s", self._channels[0], exc)

@@ -15,10 +15,19 @@ other worker can claim the run for a whole lease, far longer than the write take
 When the lease is lost (the worker stalled past it and another took the run), the
 write is refused with `LeaseLost` and the worker is told, so a stale worker's step
 never lands on a thread another worker continues.
+
+Most checks need no round trip: a renewal confirmed by the database (the lease
+keeper's, every second, or a check's own) that started at local time `t` keeps the
+run ours until at least `t + lease` on the database clock, since no other worker
+can claim it before it expires. So until `t + lease - VALID_MARGIN` (monotonic) a
+write proceeds on that knowledge, and only after that is the lease renewed first. A
+process paused between its check and its write by longer than the margin could
+still write late; the same holds for a check that renews, paused for a lease.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +40,10 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from app.db.pool import AsyncPool
 from app.runs.postgres.event_log import LeaseLost
 from app.runs.postgres.runs import RENEW_LEASE, Lease
+
+#: Seconds before a confirmed lease's earliest expiry at which a write stops relying
+#: on it and renews it first (a write takes far less).
+VALID_MARGIN = 2.0
 
 
 async def delete_run_checkpoints(pool: AsyncPool, thread_id: str, run_id: str) -> int:
@@ -64,6 +77,18 @@ class CheckpointFence:
         self._pool = pool
         self.lease_seconds = lease_seconds
         self._held: dict[str, _Held] = {}
+        self._valid_until: dict[str, float] = {}  # run → monotonic time its lease is ours
+
+    def confirmed(self, run_id: str, since: float) -> None:
+        """Note a renewal of the run's lease the database confirmed, sent at `since`.
+
+        Args:
+            run_id: The run.
+            since: `time.monotonic()` taken before the renewal was sent.
+        """
+        until = since + self.lease_seconds - VALID_MARGIN
+        if until > self._valid_until.get(run_id, 0.0):
+            self._valid_until[run_id] = until
 
     def hold(self, thread_id: str, lease: Lease, on_lost: Callable[[str], None]) -> None:
         """Fence the thread's checkpoint writes with a run's lease from now on."""
@@ -74,6 +99,7 @@ class CheckpointFence:
         held = self._held.get(thread_id)
         if held is not None and held.lease.run_id == run_id:
             del self._held[thread_id]
+        self._valid_until.pop(run_id, None)
 
     async def check(self, config: RunnableConfig) -> None:
         """Renew the lease of the thread's held run; raise `LeaseLost` when it is gone."""
@@ -82,6 +108,9 @@ class CheckpointFence:
         if held is None:
             return  # no run of ours: an API call's state update, a copy
         lease = held.lease
+        if time.monotonic() < self._valid_until.get(lease.run_id, 0.0):
+            return  # confirmed recently enough: nobody else can hold it yet
+        since = time.monotonic()
         params = {
             "lease": self.lease_seconds,
             "run_id": lease.run_id,
@@ -100,6 +129,7 @@ class CheckpointFence:
             self.release(thread_id, lease.run_id)
             held.on_lost(lease.run_id)
             raise LeaseLost(lease.run_id)
+        self.confirmed(lease.run_id, since)
 
 
 class FencedPostgresSaver(AsyncPostgresSaver):

@@ -25,7 +25,6 @@ swept), so a quiet run is never a dead one and its followers keep waiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -107,10 +106,7 @@ class RedisLiveFrames:
         """Stop listening and publishing; idempotent."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await redis_signals.stop_task(task)
         subscription, self._subscription = self._subscription, None
         if subscription is not None:
             await subscription.__aexit__(None, None, None)

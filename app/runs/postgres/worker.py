@@ -77,8 +77,9 @@ def worker_id() -> str:
 class LeaseKeeper:
     """Renew a worker's leases from a thread with its own connection (see the module docstring).
 
-    `on_renewal(held, lost, cancels)` is called on the event loop after each renewal:
-    the leases renewed, the leases found gone, and the cancels requested by run id.
+    `on_renewal(renewed, lost, cancels, since)` is called on the event loop after each
+    renewal: the leases renewed, the leases found gone, the cancels requested by run
+    id, and the `time.monotonic()` taken before the renewal was sent.
     """
 
     def __init__(
@@ -89,7 +90,7 @@ class LeaseKeeper:
         lease_seconds: float,
         interval: float,
         loop: asyncio.AbstractEventLoop,
-        on_renewal: Callable[[set[str], set[str], dict[str, CancelAction]], None],
+        on_renewal: Callable[[set[str], set[str], dict[str, CancelAction], float], None],
     ) -> None:
         """Prepare the keeper; `start()` starts its thread."""
         self._url = url
@@ -130,6 +131,7 @@ class LeaseKeeper:
                 leases = dict(self._leases)
             if not leases:
                 continue
+            since = time.monotonic()
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(
@@ -149,7 +151,7 @@ class LeaseKeeper:
             cancels: dict[str, CancelAction] = {row[0]: row[1] for row in rows if row[1]}  # type: ignore[misc]
             lost = set(leases) - renewed
             with contextlib.suppress(RuntimeError):  # the loop is closed: we are stopping
-                self._loop.call_soon_threadsafe(self._on_renewal, renewed, lost, cancels)
+                self._loop.call_soon_threadsafe(self._on_renewal, renewed, lost, cancels, since)
         if conn is not None:
             conn.close()
 
@@ -249,10 +251,7 @@ class RunWorker:
         self._stopping = True
         tasks, self._tasks = self._tasks, []
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await redis_signals.stop_task(task)
         held = dict(self._held)
         await self.executor.shutdown()  # cancels without an outcome, commits what is queued
         for run_id, lease in held.items():
@@ -351,8 +350,12 @@ class RunWorker:
     # -- leases and signals ------------------------------------------------------------
 
     def _on_renewal(
-        self, _renewed: set[str], lost: set[str], cancels: dict[str, CancelAction]
+        self, renewed: set[str], lost: set[str], cancels: dict[str, CancelAction], since: float
     ) -> None:
+        if self.fence is not None:
+            for run_id in renewed:
+                if run_id in self._held:
+                    self.fence.confirmed(run_id, since)
         for run_id in lost:
             if not self.executor.is_finishing(run_id):  # else: it just ended, no longer running
                 self._lose(run_id)

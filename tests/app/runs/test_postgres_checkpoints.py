@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypedDict
 
@@ -84,3 +85,21 @@ async def test_a_stale_workers_checkpoint_write_is_refused(pool: AsyncPool) -> N
             await graph.ainvoke({"seen": ["stale"]}, _config("t1", "r1-next-step"))
         assert set(lost) == {"r1"}  # each refused write says so
         assert await _checkpoints(pool, "t1") == written  # nothing landed
+
+
+async def test_a_lease_confirmed_moments_ago_needs_no_round_trip(pool: AsyncPool) -> None:
+    fence = CheckpointFence(pool, 30)
+    graph = _graph(FencedPostgresSaver(pool, fence=fence))
+    async with PostgresRunStorage(pool) as store:
+        await store.threads.insert(thread())
+        await store.runs.insert(run("r1"), exclusive=True)
+        claim = await store.runs.claim("w1", 30)
+        assert claim is not None
+        fence.hold("t1", claim.lease, lambda _run_id: None)
+        fence.confirmed("r1", time.monotonic())  # as the lease keeper does every second
+        async with pool.connection() as conn:  # what no worker can see within the lease
+            await conn.execute("UPDATE runs SET lease_owner = 'someone else' WHERE run_id = 'r1'")
+        await graph.ainvoke({"seen": ["trusted"]}, _config("t1", "r1"))  # no round trip
+        fence._valid_until["r1"] = 0.0  # the confirmation is too old now
+        with pytest.raises(LeaseLost):  # so the database is asked, and says no
+            await graph.ainvoke({"seen": ["checked"]}, _config("t1", "r1-next-step"))
