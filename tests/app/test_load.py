@@ -28,7 +28,7 @@ from tests.app.many_runs import stream_all
 from tests.app.sample_graphs import scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RUNS = 100
 DEADLINE = 90  # seconds for all of them; a healthy run takes well under 10
