@@ -291,23 +291,22 @@ class OpenAIModelFactory:
         return model
 
     def _http_clients(self, role: str) -> dict[str, Any]:
-        """Return counting HTTP clients for `role`'s model (none without an observer)."""
-        if self._observer is None:
-            return {}
+        """Return HTTP clients of `role`'s model's own, closed with the factory.
+
+        Never langchain-openai's process-wide default clients: those are cached by base
+        URL and bound to the event loop that first used them, so a second loop (a test,
+        a restarted server) reaching the same URL fails with "Event loop is closed".
+        With an observer, the transports count retries and failed attempts.
+        """
+        sync_transport: httpx.BaseTransport = httpx.HTTPTransport(limits=_LIMITS)
+        async_transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=_LIMITS)
+        if self._observer is not None:
+            sync_transport = SyncCountingTransport(role, self._observer, sync_transport)
+            async_transport = CountingTransport(role, self._observer, async_transport)
         timeout = httpx.Timeout(self._settings.llm_timeout)
-        sync_client = httpx.Client(
-            transport=SyncCountingTransport(
-                role, self._observer, httpx.HTTPTransport(limits=_LIMITS)
-            ),
-            timeout=timeout,
-            follow_redirects=True,
-        )
+        sync_client = httpx.Client(transport=sync_transport, timeout=timeout, follow_redirects=True)
         async_client = httpx.AsyncClient(
-            transport=CountingTransport(
-                role, self._observer, httpx.AsyncHTTPTransport(limits=_LIMITS)
-            ),
-            timeout=timeout,
-            follow_redirects=True,
+            transport=async_transport, timeout=timeout, follow_redirects=True
         )
         self._clients += [sync_client, async_client]
         return {"http_client": sync_client, "http_async_client": async_client}

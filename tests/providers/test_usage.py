@@ -148,3 +148,21 @@ def test_usage_adds_up_across_nodes_and_keeps_unknown_tokens_unknown() -> None:
     mixed = add_usage({"critic": known}, {"critic": unknown})["critic"]
     assert mixed == {**known, "calls": 3, "seconds": 1.5}  # a partial sum: metered 2 of 3
     assert add_usage(None, {"writer_agent": known}) == {"writer_agent": known}
+
+
+def test_models_of_a_second_event_loop_reach_the_same_endpoint(tmp_path: Path) -> None:
+    # Each factory's models have HTTP clients of their own. langchain-openai's default
+    # clients are cached per base URL and bound to the first loop that used them: a
+    # second loop (another server start, another test) on the same URL failed with
+    # "Event loop is closed" when the pool closed the first loop's connection.
+    async def ask(server: ScriptedOpenAIServer) -> str:
+        models = _factory(server, tmp_path)
+        try:
+            reply = await models("writer_agent").ainvoke("写一段")
+        finally:
+            await models.aclose()
+        return str(reply.content)
+
+    with ScriptedOpenAIServer(_reply) as server:
+        assert "m-writer" in asyncio.run(ask(server))
+        assert "m-writer" in asyncio.run(ask(server))
