@@ -33,7 +33,8 @@ process; scale: API + workers, each with its live children) over the level, divi
 its runs; PostgreSQL (postmaster and backends, exited backends included) and Redis
 are reported apart. Raw: this process less the scripted model's thread (the clients
 are not running then). RSS: the processes' resident memory after the level (raw: this
-whole process, with the model and the clients). The machine's load average is
+whole process, with the model and the clients; PostgreSQL and Redis: PSS, apart).
+The machine's load average is
 printed before and after each level: the machine may be shared.
 """
 
@@ -202,6 +203,19 @@ def thread_cpu(tid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def pss_mb(pid: int) -> float:
+    """Proportional set size of a process and its live descendants in MiB (Linux /proc)."""
+    total = 0.0
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) / 1024
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                total += pss_mb(int(child))
+    return total
+
+
 def self_cpu() -> float:
     """User + system CPU seconds of this process."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -234,9 +248,14 @@ class Deployment:
         return found
 
     def rss(self) -> dict[str, float]:
-        """Resident MiB of each accounted process (with its children)."""
+        """Resident MiB of each accounted process (with its children).
+
+        PostgreSQL and Redis: their proportional set size (PSS), which counts the
+        shared buffers once rather than once per backend.
+        """
         pids = self.processes or {"bench": os.getpid()}
-        return {name: rss_mb(pid) or 0.0 for name, pid in {**pids, **self.services}.items()}
+        found = {name: rss_mb(pid) or 0.0 for name, pid in pids.items()}
+        return found | {name: pss_mb(pid) for name, pid in self.services.items()}
 
 
 # -- one level of one way ------------------------------------------------------------------
