@@ -53,6 +53,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class RunResult:
     first: float | None = None
     total: float | None = None
     error: BaseException | None = None
+    trace: str = ""
 
     @property
     def run_id(self) -> str | None:
@@ -131,7 +133,7 @@ class RunResult:
             f"{len(self.frames)} frames, last "
             f"{(last.id, last.event) if last else None}, end status {self.status}, "
             f"gaps {gaps[:5]}, error frames {json.dumps(errors, ensure_ascii=False)[:300]}, "
-            f"after {self.total if self.total is not None else float('nan'):.1f} s"
+            f"after {self.total if self.total is not None else float('nan'):.1f} s {self.trace}"
         )
 
 
@@ -153,6 +155,13 @@ async def stream_one(client: httpx.AsyncClient, body: dict[str, Any], result: Ru
                 lines.append(line)
     except Exception as exc:
         result.error = exc
+        cause = exc.__cause__ or exc.__context__
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result.trace = (
+            f"raised in {where.name} ({Path(where.filename).name}:{where.lineno}) "
+            f"{len(lines)} lines read, request {'sent' if started else 'not sent'}, "
+            f"cause {cause!r}"
+        )
     finally:
         result.frames = read_sse("\n".join(lines) + "\n\n")
         if started:
