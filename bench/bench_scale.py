@@ -159,7 +159,7 @@ async def stream_one(client: httpx.AsyncClient, body: dict[str, Any], result: Ru
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result.trace = (
             f"raised in {where.name} ({Path(where.filename).name}:{where.lineno}) "
-            f"{len(lines)} lines read, request {'sent' if started else 'not sent'}, "
+            f"{len(lines)} lines read, stream request {'sent' if started else 'not sent'}, "
             f"cause {cause!r}"
         )
     finally:
