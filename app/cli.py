@@ -193,6 +193,13 @@ def _settings() -> Settings:
 # --------------------------------------------------------------------------- serve
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
+#: Seconds an idle keep-alive connection stays open. Longer than any client or proxy
+#: keeps one for reuse (httpx, which the official SDK uses: 5 s; nginx's upstream
+#: keep-alive: 60 s): at uvicorn's default of 5 s, a request sent on a connection at the
+#: moment it turned 5 s idle was reset unread whenever the server's loop ran late,
+#: and the client saw a `ReadError` with no response and no run
+#: (`bench/bench_scale.py`: one of 300 streams started at once).
+KEEP_ALIVE_SECONDS = 75
 
 
 @cli.command()
@@ -230,6 +237,7 @@ def serve(
         port=port,
         reload=reload,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 

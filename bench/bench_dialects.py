@@ -164,8 +164,19 @@ def sdk_run(url: str) -> RunOnce:
 
 
 @asynccontextmanager
-async def raw_run(llm_url: str, data_dir: Path) -> AsyncIterator[RunOnce]:
-    """One run through `astream` in this process, on the services of `graphs.served`."""
+async def raw_run(
+    llm_url: str,
+    data_dir: Path,
+    run_input: dict[str, Any] | None = None,
+    *,
+    subgraphs: bool = True,
+) -> AsyncIterator[RunOnce]:
+    """One run through `astream` in this process, on the services of `graphs.served`.
+
+    `run_input`: the pipeline's input (default `INPUT`); `subgraphs`: stream the
+    subgraphs' chunks too (as `stream_subgraphs=True` does on the server).
+    """
+    run_input = run_input or INPUT
     async with served_services(service_settings(data_dir, llm_url)):
         graph = atelier.copy(update={"checkpointer": InMemorySaver()})
 
@@ -173,16 +184,17 @@ async def raw_run(llm_url: str, data_dir: Path) -> AsyncIterator[RunOnce]:
             started = time.perf_counter()
             first: float | None = None
             values: dict[str, Any] = {}
-            async for _ns, mode, chunk in graph.astream(
-                INPUT,
+            async for part in graph.astream(
+                run_input,
                 {"configurable": {"thread_id": str(uuid.uuid4())}},
                 context={},
                 stream_mode=[*STREAM_MODE, "values"],
-                subgraphs=True,
+                subgraphs=subgraphs,
             ):
                 if first is None:
                     first = time.perf_counter() - started
-                if mode == "values" and not _ns:
+                ns, mode, chunk = part if subgraphs else ((), *part)
+                if mode == "values" and not ns:
                     values = chunk
             outcome = (values.get("result") or {}).get("outcome")
             if outcome != "completed" or first is None:

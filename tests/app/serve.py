@@ -23,6 +23,7 @@ from typing import Any
 
 import uvicorn
 
+from app.cli import KEEP_ALIVE_SECONDS
 from app.main import create_app
 from core.settings import Settings
 
@@ -73,6 +74,7 @@ def main() -> None:
         port=int(os.environ["ATELIER_TEST_PORT"]),
         log_level="warning",
         timeout_graceful_shutdown=2,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as `atelier serve`
     )
 
 

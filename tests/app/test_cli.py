@@ -249,6 +249,7 @@ def test_serve_runs_the_app_factory_and_announces_the_console(
         "port": 8123,
         "reload": False,
         "timeout_graceful_shutdown": 5,  # a stop does not wait for watched runs to end
+        "timeout_keep_alive": 75,  # longer than clients keep idle connections (5 s, 60 s)
     }
     assert announced == ["http://127.0.0.1:8123/"]
 

@@ -5,6 +5,10 @@ and one Redis: API-only replicas (`RUN_WORKERS=0`, each on its own port) and wor
 (`ATELIER_TEST_ROLE=worker`, no port), with the sample graphs and the scripted LLM.
 A test can SIGKILL, SIGSTOP and SIGCONT any of them; `check_invariants` reads the
 database afterwards.
+
+With `cli=True` the children are the real commands instead (`atelier serve --port N
+--workers 0` and `atelier worker`, the real `atelier` pipeline): `bench/bench_scale.py`
+measures that deployment, and `Child.serve_command()` starts the embedded one.
 """
 
 from __future__ import annotations
@@ -26,15 +30,26 @@ from tests.app.harness import HOST, REPO_ROOT, free_port
 #: Seconds a worker's lease lasts in these tests (renewed every second).
 LEASE_SECONDS = 3
 
+#: The `atelier` console script's entry point (app.cli has no __main__).
+ATELIER_CLI = ("-c", "from app.cli import main; main()")
+
 
 class Child:
     """One process of the deployment: an API replica (with a port) or a worker."""
 
-    def __init__(self, name: str, env: dict[str, str], log_dir: Path, port: int | None) -> None:
-        """Configure the child; `start()` starts it."""
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str],
+        log_dir: Path,
+        port: int | None,
+        args: tuple[str, ...] = ("-m", "tests.app.serve"),
+    ) -> None:
+        """Configure the child (`python ARGS`); `start()` starts it."""
         self.name = name
         self.env = env
         self.port = port
+        self.args = args
         self.log_path = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -49,6 +64,12 @@ class Child:
         assert self.process is not None
         return self.process.pid
 
+    @classmethod
+    def serve_command(cls, name: str, env: dict[str, str], log_dir: Path, *extra: str) -> Child:
+        """`atelier serve --port N [EXTRA]` (the real command) as a child on a free port."""
+        port = free_port()
+        return cls(name, env, log_dir, port, (*ATELIER_CLI, "serve", "--port", str(port), *extra))
+
     def alive(self) -> bool:
         """Whether the child runs."""
         return self.process is not None and self.process.poll() is None
@@ -61,7 +82,7 @@ class Child:
         env.pop("PYTEST_CURRENT_TEST", None)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.app.serve"],
+                [sys.executable, *self.args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,
@@ -123,8 +144,15 @@ class Cluster:
         llm_base_url: str,
         apis: int = 2,
         workers: int = 2,
+        cli: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
-        """Configure the deployment; `start()` starts it."""
+        """Configure the deployment; `start()` starts it.
+
+        `cli`: run the real `atelier serve --workers 0` and `atelier worker` commands
+        (the real pipeline) instead of `tests.app.serve` with the sample graphs; `env`:
+        settings over the tests' defaults.
+        """
         self.database_url = database_url
         common = {
             "DATA_DIR": str(log_dir / "data"),
@@ -139,7 +167,18 @@ class Cluster:
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "RUN_MAX_ATTEMPTS": "3",
             "SSE_HEARTBEAT_INTERVAL": "0.5",
+            **(env or {}),
         }
+        if cli:
+            self.apis = [
+                Child.serve_command(f"api{i}", common, log_dir, "--workers", "0")
+                for i in range(apis)
+            ]
+            self.workers = [
+                Child(f"worker{i}", common, log_dir, None, (*ATELIER_CLI, "worker"))
+                for i in range(workers)
+            ]
+            return
         self.apis = [
             Child(f"api{i}", {**common, "RUN_WORKERS": "0"}, log_dir, free_port())
             for i in range(apis)
