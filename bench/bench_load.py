@@ -78,6 +78,21 @@ def critical_path(arrivals: list[float], latency: float) -> int:
     return chain
 
 
+def served_env(data_dir: Path, llm_url: str) -> dict[str, str]:
+    """Settings of a served deployment: the scripted model, no retries, generous timeouts."""
+    return {
+        "PYTHONPATH": str(REPO_ROOT),
+        "DATA_DIR": str(data_dir),
+        "LLM_BASE_URL": llm_url,
+        "LLM_API_KEY": "bench",
+        "LLM_MODEL": "scripted",
+        "LLM_MAX_RETRIES": "0",
+        "LLM_TIMEOUT": "600",
+        "RUN_TIMEOUT": "3600",
+        "AUTH_API_KEYS": "",
+    }
+
+
 class AtelierServe:
     """`atelier serve` in a child process with its own DATA_DIR."""
 
@@ -93,18 +108,7 @@ class AtelierServe:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> AtelierServe:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO_ROOT),
-            "DATA_DIR": str(self.data_dir),
-            "LLM_BASE_URL": self.llm_url,
-            "LLM_API_KEY": "bench",
-            "LLM_MODEL": "scripted",
-            "LLM_MAX_RETRIES": "0",
-            "LLM_TIMEOUT": "600",
-            "RUN_TIMEOUT": "3600",
-            "AUTH_API_KEYS": "",
-        }
+        env = {**os.environ, **served_env(self.data_dir, self.llm_url)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 # The `atelier` console script's entry point (app.cli has no __main__).

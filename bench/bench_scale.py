@@ -66,7 +66,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.bench_dialects import cpu_seconds, raw_run, rss_mb  # noqa: E402
-from bench.bench_load import TimedModel, critical_path, run_body  # noqa: E402
+from bench.bench_load import TimedModel, critical_path, run_body, served_env  # noqa: E402
 from tests.app.harness import SseFrame, read_sse  # noqa: E402
 from tests.app.scale.cluster import Child, Cluster  # noqa: E402
 from tests.support.scripted_openai import ScriptedOpenAIServer  # noqa: E402
@@ -535,19 +535,8 @@ def scale_way(
 
 
 def deployment_env(log_dir: Path, llm_url: str) -> dict[str, str]:
-    """Settings of a served deployment: the scripted model, no retries, generous timeouts."""
-    return {
-        "PYTHONPATH": str(REPO_ROOT),
-        "DATA_DIR": str(log_dir / "data"),
-        "LLM_BASE_URL": llm_url,
-        "LLM_API_KEY": "bench",
-        "LLM_MODEL": "scripted",
-        "LLM_MAX_RETRIES": "0",
-        "LLM_TIMEOUT": "600",
-        "RUN_TIMEOUT": "3600",
-        "AUTH_API_KEYS": "",
-        "SSE_HEARTBEAT_INTERVAL": "15",
-    }
+    """Settings of a served deployment (`bench_load.served_env`), its data under `log_dir`."""
+    return {**served_env(log_dir / "data", llm_url), "SSE_HEARTBEAT_INTERVAL": "15"}
 
 
 # -- the whole bench -----------------------------------------------------------------------

@@ -1,21 +1,17 @@
 """The scale-out deployment's service tests: throwaway PostgreSQL and Redis servers.
 
-Servers come from tests/support/servers.py (started on first use). Without the
-`scale` extra these modules are not collected, except under `CI=true`, where an
-import error must fail.
+Servers come from tests/support/servers.py (started on first use); the modules need
+the `scale` extra (`tests.support.servers.unless_scale_installed`).
 """
-
-import importlib.util
-import os
 
 from tests.support.servers import (
     migrated_postgres_url,
     postgres_cluster,
     postgres_url,
     redis_server,
+    unless_scale_installed,
 )
 
 __all__ = ["migrated_postgres_url", "postgres_cluster", "postgres_url", "redis_server"]
 
-_INSTALLED = all(importlib.util.find_spec(name) for name in ("psycopg", "psycopg_pool", "redis"))
-collect_ignore_glob = [] if _INSTALLED or os.environ.get("CI") == "true" else ["test_*.py"]
+collect_ignore_glob = unless_scale_installed()
