@@ -27,7 +27,9 @@ const flows = {
     const probe = chat();
     await settled(probe, "mounted");
     await probe.current.submit({ messages: [human("hello")] });
-    const stream = await waitFor(() => texts(probe.current).length === 2 && probe.current, "two messages");
+    // The answer's message appears with its first chunk (possibly empty): wait for the run to end.
+    await waitFor(() => texts(probe.current).length === 2, "two messages");
+    const stream = await settled(probe, "the answer settled");
     check(stream.error == null, "no error", String(stream.error));
     check(texts(stream)[1] === "echo: hello", "the answer", texts(stream));
     const partial = probe.aiTexts.filter((t) => t.length > 0 && t !== "echo: hello");
