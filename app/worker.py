@@ -40,7 +40,9 @@ async def serve_worker(
             loop.add_signal_handler(signum, stop.set)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
-        parts = await open_engine_parts(assistant_factory, settings, stack, AtelierMetrics())
+        parts = await open_engine_parts(
+            assistant_factory, settings, stack, AtelierMetrics(), serves_streams=False
+        )
         worker = await parts.start_worker(stack, concurrency)
         log.info("worker %s ready", worker.owner)
         await stop.wait()

@@ -291,6 +291,9 @@ class Row:
     rss: dict[str, float]
     load: tuple[float, float]
     own: list[str]
+    #: CPU seconds of this process (the clients and the scripted model) over the level,
+    #: when it is not the deployment (raw): on 2 cores it competes with the deployment.
+    harness: float | None = None
 
     @property
     def failures(self) -> list[RunResult]:
@@ -320,8 +323,9 @@ class Row:
         cpu = ", ".join(f"{name} {value:.1f}" for name, value in self.cpu.items())
         rss = ", ".join(f"{name} {value:.0f}" for name, value in self.rss.items())
         statuses = Counter(r.status for r in self.results)
+        harness = "" if self.harness is None else f", bench clients+model {self.harness:.1f}"
         return (
-            f"{'':<15}CPU s: {cpu}; RSS MiB: {rss}; end statuses {dict(statuses)}; "
+            f"{'':<15}CPU s: {cpu}{harness}; RSS MiB: {rss}; end statuses {dict(statuses)}; "
             f"load {self.load[0]:.2f} → {self.load[1]:.2f}"
         )
 
@@ -335,9 +339,9 @@ HEADER = (
 async def measure(deployment: Deployment, runs: int, concurrency: int, limit: float) -> Row:
     """Measure one level on one deployment and print its row (and its failures)."""
     load_before = os.getloadavg()[0]
-    cpu_before = deployment.cpu()
+    cpu_before, harness_before = deployment.cpu(), self_cpu()
     results, wall = await drive(deployment.run_one, runs, concurrency, limit)
-    cpu_after = deployment.cpu()
+    cpu_after, harness_after = deployment.cpu(), self_cpu()
     row = Row(
         deployment.name,
         concurrency,
@@ -348,6 +352,7 @@ async def measure(deployment: Deployment, runs: int, concurrency: int, limit: fl
         deployment.rss(),
         (load_before, os.getloadavg()[0]),
         [name for name in cpu_after if name not in deployment.services],
+        None if not deployment.processes else harness_after - harness_before,
     )
     print(row.line(), flush=True)
     print(row.detail(), flush=True)

@@ -84,6 +84,19 @@ async def publish(client: Redis, channel: str, data: bytes | str) -> int | None:
         return None
 
 
+async def publish_many(client: Redis, channel: str, messages: list[str]) -> bool:
+    """Publish messages in order in one round trip (a pipeline); False when Redis failed."""
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            for data in messages:
+                pipe.publish(channel, data)
+            await pipe.execute()
+    except (RedisError, OSError) as exc:
+        log.warning("redis publish on %s failed: %s", channel, type(exc).__name__)
+        return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message published on a subscribed channel."""

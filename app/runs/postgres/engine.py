@@ -91,8 +91,14 @@ async def open_engine_parts(
     settings: Settings,
     stack: contextlib.AsyncExitStack,
     metrics: Any = None,
+    *,
+    serves_streams: bool = True,
 ) -> EngineParts:
-    """Open the shared parts of the scale-out engine on `stack` (see the module docstring)."""
+    """Open the shared parts of the scale-out engine on `stack` (see the module docstring).
+
+    `serves_streams=False` (a worker process): the live frames only publish; the
+    process does not receive every other process's frames.
+    """
     backend = await stack.enter_async_context(open_backend(settings))
     models = await stack.enter_async_context(open_model_factory(settings, observer=metrics))
     context = AtelierContext.from_settings(settings, models=models, notes=backend.notes)
@@ -101,7 +107,9 @@ async def open_engine_parts(
     checkpointer = FencedPostgresSaver(backend.pool, fence=fence)
     graphs = dict(assistant_factory(checkpointer))
     live = RedisLiveFrames(
-        backend.redis, on_fallback=metrics.redis_fallback if metrics is not None else None
+        backend.redis,
+        on_fallback=metrics.redis_fallback if metrics is not None else None,
+        follow=serves_streams,
     )
     await live.start()
     stack.push_async_callback(live.close)

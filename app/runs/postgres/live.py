@@ -44,6 +44,8 @@ FRAMES_CHANNEL = "atelier:frames"
 POLL_INTERVAL = 0.5
 #: Frame batches queued for Redis before the oldest are dropped (followers re-read).
 MAX_OUTBOX = 10_000
+#: Frame batches sent to Redis in one round trip (a pipeline) at most.
+MAX_PUBLISH = 256
 
 
 def encode(origin: str, run_id: str, frames: list[Frame]) -> str:
@@ -70,6 +72,7 @@ class RedisLiveFrames:
         channel: str = FRAMES_CHANNEL,
         poll: float = POLL_INTERVAL,
         on_fallback: Callable[[], None] | None = None,
+        follow: bool = True,
     ) -> None:
         """Bind to a Redis client; `start()` subscribes.
 
@@ -79,6 +82,9 @@ class RedisLiveFrames:
             poll: Seconds between followers' log re-reads while Redis is away.
             on_fallback: Called each time followers are sent back to PostgreSQL
                 because Redis dropped or lagged (metrics).
+            follow: Whether this process serves streams and so needs the other
+                processes' frames. False (`atelier worker`, which serves none): it
+                only publishes, and never receives or decodes every run's frames.
         """
         self.hub = Hub()
         self.origin = uuid.uuid4().hex  # this process, to skip its own messages
@@ -86,21 +92,24 @@ class RedisLiveFrames:
         self._channel = channel
         self._poll = poll
         self._on_fallback = on_fallback
+        self._follow = follow
         self._outbox: asyncio.Queue[tuple[str, list[Frame]]] = asyncio.Queue(MAX_OUTBOX)
         self._tasks: list[asyncio.Task[None]] = []
         self._subscription: redis_signals.Subscription | None = None
 
     async def start(self) -> None:
-        """Subscribe to the frames channel and start the publisher."""
+        """Subscribe to the frames channel (when following) and start the publisher."""
         if self._client is None:
-            self._tasks = [asyncio.create_task(self._poll_only(), name="live-frames-poll")]
+            if self._follow:
+                self._tasks = [asyncio.create_task(self._poll_only(), name="live-frames-poll")]
             return
-        self._subscription = redis_signals.Subscription(self._client, [self._channel])
-        await self._subscription.__aenter__()
-        self._tasks = [
-            asyncio.create_task(self._listen(self._subscription), name="live-frames-listen"),
-            asyncio.create_task(self._send(), name="live-frames-publish"),
-        ]
+        self._tasks = [asyncio.create_task(self._send(), name="live-frames-publish")]
+        if self._follow:
+            self._subscription = redis_signals.Subscription(self._client, [self._channel])
+            await self._subscription.__aenter__()
+            self._tasks.append(
+                asyncio.create_task(self._listen(self._subscription), name="live-frames-listen")
+            )
 
     async def close(self) -> None:
         """Stop listening and publishing; idempotent."""
@@ -160,11 +169,16 @@ class RedisLiveFrames:
             self.hub.poke_all()
 
     async def _send(self) -> None:
+        """Publish queued batches in commit order, all that are waiting in one round trip."""
         assert self._client is not None
         while True:
-            run_id, frames = await self._outbox.get()
-            await redis_signals.publish(
-                self._client, self._channel, encode(self.origin, run_id, frames)
+            batches = [await self._outbox.get()]
+            while len(batches) < MAX_PUBLISH and not self._outbox.empty():
+                batches.append(self._outbox.get_nowait())
+            await redis_signals.publish_many(
+                self._client,
+                self._channel,
+                [encode(self.origin, run_id, frames) for run_id, frames in batches],
             )
 
     async def _listen(self, subscription: redis_signals.Subscription) -> None:
