@@ -170,11 +170,15 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A run a worker claimed: the record, its lease and a cancel asked before the claim."""
+    """A run a worker claimed: the record, its lease, a cancel asked before the claim,
+    and the id of the last frame its log holds (0 for a run never executed), read in
+    the claim's own statement.
+    """
 
     run: RunRecord
     lease: Lease
     cancel_requested: CancelAction | None
+    last_id: int = 0
 
 
 @dataclass
@@ -202,7 +206,8 @@ UPDATE runs SET status = 'running', lease_owner = %(owner)s, lease_epoch = lease
     lease_expires_at = now() + make_interval(secs => %(lease)s), updated_at = now()
 FROM candidate WHERE runs.run_id = candidate.run_id
 RETURNING {", ".join(f"runs.{c.strip()}" for c in RUN_COLUMNS.split(","))},
-    runs.lease_epoch, runs.cancel_requested
+    runs.lease_epoch, runs.cancel_requested,
+    (SELECT coalesce(max(e.seq), 0) FROM run_events e WHERE e.run_id = runs.run_id) AS last_id
 """
 
 
@@ -343,7 +348,8 @@ class PostgresRunRepository:
             return None
         row = rows[0]
         run = run_from_row(row)
-        return Claim(run, Lease(run.run_id, owner, row["lease_epoch"]), row["cancel_requested"])
+        lease = Lease(run.run_id, owner, row["lease_epoch"])
+        return Claim(run, lease, row["cancel_requested"], int(row["last_id"]))
 
     async def renew(self, lease: Lease, lease_seconds: float) -> tuple[bool, CancelAction | None]:
         """Extend a lease where owner and epoch still match.

@@ -310,7 +310,7 @@ class RunWorker:
             self.fence.hold(run.thread_id, lease, self._lose)
         assert self._keeper is not None
         self._keeper.hold(lease)
-        next_id = await self.events.last_id(run.run_id) + 1
+        next_id = claim.last_id + 1
         if run.attempt >= self.max_attempts:
             try:
                 await self.executor.abandon(run, next_id)

@@ -96,7 +96,7 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     await a.threads.insert(thread())
     await a.runs.insert(run("r1"), exclusive=True)
     stale = await a.runs.claim("w1", 0.2)
-    assert stale is not None
+    assert stale is not None and stale.last_id == 0  # never executed: an empty log
     a.events.hold(stale.lease)
     a.events.append("r1", Frame(1, "metadata", "{}"))
     await a.events.flush("r1")  # within its lease: written (and the lease renewed)
@@ -107,6 +107,7 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     assert swept.requeued == ["r1"] and swept.abandoned == {}
     fresh = await b.runs.claim("w2", LEASE)  # ...and another takes the run
     assert fresh is not None and fresh.lease.epoch == stale.lease.epoch + 1
+    assert fresh.last_id == 1  # the claim read where the log stops
     b.events.hold(fresh.lease)
     # The stale worker wakes up and writes: frames, its status, its thread's state.
     a.events.append("r1", Frame(2, "custom", '{"stale":true}'))
