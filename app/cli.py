@@ -228,6 +228,10 @@ def serve(
         shown_host = f"[{shown_host}]"
     url = f"http://{shown_host}:{port}/"
     threading.Thread(target=_announce_when_up, args=(url,), daemon=True).start()
+    if not reload:  # with --reload the app runs in a child process
+        from app.heap import SERVER_MODULES, freeze_after_imports
+
+        freeze_after_imports(SERVER_MODULES)
     # A stream lasts as long as the run it follows: without a bound, a stop would wait
     # for every watched run to finish. Runs cut short resume at the next start.
     uvicorn.run(
@@ -820,8 +824,10 @@ def worker(
             "`atelier serve`; a worker needs the shared PostgreSQL queue"
         )
         raise typer.Exit(2)
+    from app.heap import WORKER_MODULES, freeze_after_imports
     from app.worker import serve_worker
 
+    freeze_after_imports(WORKER_MODULES)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     asyncio.run(serve_worker(settings, concurrency or settings.run_worker_concurrency))
 
