@@ -21,6 +21,7 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
@@ -151,6 +152,25 @@ def build_messages(
     return [SystemMessage(system_prompt(role_text)), HumanMessage(human or "开始。")]
 
 
+#: Each tool's OpenAI form by the id of the schema class or tool (pinned with it).
+_TOOL_SPECS: dict[int, tuple[object, dict[str, Any]]] = {}
+
+
+def tool_spec(tool: type[BaseModel] | BaseTool) -> dict[str, Any]:
+    """Return a schema class or tool in the OpenAI tool form, converted once per process.
+
+    `bind_tools` and `with_structured_output` convert a pydantic class (its whole JSON
+    schema) on every call: about 7 % of a worker's CPU with 150 runs at once
+    (`bench/bench_scale.py` under py-spy). They take the converted form as it is, and
+    the request they send is the same. Only module-level classes and tools come
+    here, so the table stays as small as the agents' schemas.
+    """
+    found = _TOOL_SPECS.get(id(tool))
+    if found is None:
+        found = _TOOL_SPECS[id(tool)] = (tool, convert_to_openai_tool(tool))
+    return found[1]
+
+
 async def structured_call(
     model: BaseChatModel, schema: type[M], messages: Sequence[BaseMessage]
 ) -> M | None:
@@ -159,17 +179,18 @@ async def structured_call(
     LLM transport errors propagate (the client already retried); a reply that is
     not a valid `schema` is logged and returned as None so the caller decides.
     """
-    runnable = model.with_structured_output(schema, method="function_calling", include_raw=True)
+    runnable = model.with_structured_output(
+        tool_spec(schema), method="function_calling", include_raw=True
+    )
     result: Any = await runnable.ainvoke(list(messages))
     parsed = result.get("parsed") if isinstance(result, dict) else result
-    if isinstance(parsed, schema):
-        return parsed
+    problem: Any = result.get("parsing_error") if isinstance(result, dict) else None
     if isinstance(parsed, dict):
         try:
             return schema.model_validate(parsed)
-        except ValidationError:
-            pass
-    log.warning("unparsable %s reply: %s", schema.__name__, result.get("parsing_error"))
+        except ValidationError as exc:
+            problem = exc.errors()[:3]
+    log.warning("unparsable %s reply: %s", schema.__name__, problem)
     return None
 
 

@@ -28,6 +28,7 @@ from nodes.common import (
     ignores_optional_tools,
     mark_ignores_optional_tools,
     to_transcript,
+    tool_spec,
 )
 from nodes.tools import generate_image
 from prompts import image as prompt
@@ -135,7 +136,7 @@ async def image_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dic
             *build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=task),
             *from_transcript(state.get("image_messages")),
         ]
-        reply = await ctx.models(AGENT).bind_tools([generate_image]).ainvoke(messages)
+        reply = await ctx.models(AGENT).bind_tools([tool_spec(generate_image)]).ainvoke(messages)
         if not reply.tool_calls:
             shy = mark_ignores_optional_tools(state, AGENT)
     calls = _calls_for(reply, missing, rounds + 1)

@@ -36,6 +36,7 @@ from nodes.common import (
     parse_tool_call,
     structured_call,
     to_transcript,
+    tool_spec,
 )
 from nodes.tools import search_knowledge
 from prompts import research as prompt
@@ -114,9 +115,10 @@ async def research_evidence_agent(
         task = prompt.SEARCH_TASK if first else prompt.TASK.format(rounds_left=max_rounds - rounds)
         messages = [*build_messages(prompt.SYSTEM, state, SECTIONS, AGENT, task=task), *loop]
         if first:
-            bound = model.bind_tools([search_knowledge], tool_choice=search_knowledge.name)
+            search = tool_spec(search_knowledge)
+            bound = model.bind_tools([search], tool_choice=search_knowledge.name)
         else:
-            bound = model.bind_tools([search_knowledge, EvidencePack])
+            bound = model.bind_tools([tool_spec(search_knowledge), tool_spec(EvidencePack)])
         reply = await bound.ainvoke(messages)
         calls = getattr(reply, "tool_calls", None) or []
         if not calls and not first:

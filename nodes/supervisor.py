@@ -31,6 +31,7 @@ from nodes.common import (
     parse_tool_call,
     render_context,
     to_transcript,
+    tool_spec,
 )
 from nodes.tools import search_knowledge
 from prompts import supervisor as prompt
@@ -137,10 +138,12 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         and not ignores_optional_tools(state, "supervisor")
     )
     model = ctx.models("supervisor")
-    forced = model.bind_tools([SupervisorDecision], tool_choice="SupervisorDecision")
+    decision_tool = tool_spec(SupervisorDecision)
+    forced = model.bind_tools([decision_tool], tool_choice="SupervisorDecision")
     shy: dict[str, Any] = {}
     if may_look_up:
-        reply = await model.bind_tools([SupervisorDecision, search_knowledge]).ainvoke(messages)
+        tools = [decision_tool, tool_spec(search_knowledge)]
+        reply = await model.bind_tools(tools).ainvoke(messages)
         if not getattr(reply, "tool_calls", None):
             shy = mark_ignores_optional_tools(state, "supervisor")
             may_look_up = False
