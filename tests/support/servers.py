@@ -7,7 +7,9 @@ with durability switched off (these servers live for one test session):
 - PostgreSQL: `initdb` and `pg_ctl` refuse to run as root, so as root they run as the
   `postgres` user (`runuser -u postgres --`) on a temporary directory it owns; the
   socket goes to that directory too, never to /var/run. `fsync`, `synchronous_commit`
-  and `full_page_writes` are off; authentication is `trust` on loopback only.
+  and `full_page_writes` are off (`durable_commits=True` keeps `synchronous_commit` on,
+  for tests that crash the server); authentication is `trust` on loopback only. `halt`
+  and `resume` stop the server and start it again on the same port and data.
 - Redis: `redis-server --port N --save "" --appendonly no`, restartable on the same port
   (for the tests that drop Redis mid-stream).
 
