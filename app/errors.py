@@ -112,6 +112,17 @@ class Unavailable(RunsError):
     status = 503
 
 
+class NotReadyError(RuntimeError):
+    """A readiness check's failure whose one-line message is safe to show to anyone."""
+
+
+#: What a client is told when PostgreSQL did not answer (nothing of the driver's text).
+DATABASE_UNAVAILABLE = (
+    "The database (PostgreSQL) is unavailable right now; nothing was changed. "
+    "Retry in a few seconds."
+)
+
+
 # --- handlers ---------------------------------------------------------------------
 
 
@@ -221,6 +232,32 @@ def _status_phrase(status_code: int) -> str:
         return f"HTTP {status_code}"
 
 
+async def _database_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Answer 503 when PostgreSQL is unreachable or dropped the connection (no 500, no text)."""
+    log.warning(
+        "database unavailable on %s %s: %s: %s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        exc,
+    )
+    return error_response(503, DATABASE_UNAVAILABLE, headers={"Retry-After": "2"})
+
+
+def database_errors() -> tuple[type[Exception], ...]:
+    """Return the driver's errors that mean "PostgreSQL did not answer" (none without it).
+
+    A refused or dropped connection, a pool with no connection to give
+    (`PoolTimeout`), a server shutting down: psycopg's `OperationalError` family.
+    """
+    try:
+        from psycopg import OperationalError
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # the embedded deployment, without the `scale` extra
+        return ()
+    return (OperationalError, PoolTimeout)
+
+
 async def _runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     """Render a `RunsError` in the service's error shape (422s name the field)."""
     assert isinstance(exc, RunsError)
@@ -240,4 +277,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)
     app.add_exception_handler(RequestValidationError, _validation_exception_handler)
     app.add_exception_handler(RunsError, _runs_error_handler)
+    for error in database_errors():
+        app.add_exception_handler(error, _database_error_handler)
     app.add_exception_handler(Exception, _unhandled_exception_handler)

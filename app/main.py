@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app import names
+from app.db.scope import RequestScopeMiddleware
 from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
@@ -191,6 +192,7 @@ def create_app(
     install_metrics(app)
     install_security(app, settings)
     install_error_handlers(app)
+    app.add_middleware(RequestScopeMiddleware)  # requests fail fast while PostgreSQL is away
     app.include_router(ops.router)
     app.include_router(knowledge.router)
     app.include_router(assets.router)

@@ -14,12 +14,15 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+import psycopg
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import PoolTimeout
 from redis.asyncio import Redis
 
 from app.db import redis as redis_signals
 from app.db.migrations import upgrade
 from app.db.pool import AsyncPool, SyncPool, checkpointer, open_pool, open_sync_pool, ping
+from app.errors import NotReadyError
 from core.settings import Settings
 from knowledge.postgres import PostgresNoteRepository
 from providers.pg_assets import PostgresAssetStore
@@ -44,6 +47,17 @@ class PostgresBackend:
     redis: Redis | None = None
     #: Readiness checks by name ("postgres", "redis"): each raises when its server fails.
     ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+
+
+async def postgres_ready(pool: AsyncPool) -> None:
+    """Readiness: PostgreSQL answers a query (`NotReadyError` saying so when it does not)."""
+    try:
+        await ping(pool)
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise NotReadyError(
+            "PostgreSQL (DATABASE_URL) is unreachable; requests that need it answer 503 "
+            "and runs wait until it is back"
+        ) from exc
 
 
 @contextlib.asynccontextmanager
@@ -72,7 +86,7 @@ async def open_backend(settings: Settings) -> AsyncIterator[PostgresBackend]:
             assets=PostgresAssetStore(asset_pool, settings.assets_dir),
             checkpointer=checkpointer(pool),
         )
-        backend.ready_checks["postgres"] = lambda: ping(pool)
+        backend.ready_checks["postgres"] = lambda: postgres_ready(pool)
         if settings.redis_url is not None:
             client = redis_signals.create_client(settings.redis_url.get_secret_value())
             stack.push_async_callback(client.aclose)

@@ -18,24 +18,172 @@ rest of Atelier assumes:
 
 The synchronous pool serves the asset store (`providers.pg_assets`), whose interface is
 synchronous (called in worker threads, like the file store it replaces).
+
+When PostgreSQL goes away (a restart, a failover, a network cut), both pools:
+
+- reconnect within a couple of seconds once it is back: psycopg_pool doubles the delay
+  between reconnection attempts without bound (1, 2, 4, 8, 16 s...), so after a
+  30-second outage a pool could stay without connections for another 30 s; here a
+  series of attempts lasts `RECONNECT_WINDOW` and a new one starts at once when it
+  gives up (`reconnect_failed`), so attempts never lie more than about 2 s apart.
+- know it is away (`Reachability`: the last attempt to open a connection failed), and
+  make an HTTP request (`app.db.scope`) give up waiting for a connection within about
+  `UNREACHABLE_CHECKOUT_TIMEOUT` then instead of `CHECKOUT_TIMEOUT`, so it fails fast
+  with `PoolTimeout` (rendered 503 by `app.errors`) rather than hanging. A request
+  waits `REQUEST_CHECKOUT_TIMEOUT` at most in any case (a pool busy to its last
+  connection). Work outside requests (a worker's
+  claims, event writes, checkpoints) keeps waiting up to `CHECKOUT_TIMEOUT`, so a run
+  rides out a short outage where it stands.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+import time
+from typing import Any, Self
 
+import psycopg
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection, Connection
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from app.db.scope import in_request
+
+log = logging.getLogger(__name__)
 
 #: Seconds `open_pool` waits for the first connections (the database may still be starting).
 OPEN_TIMEOUT = 30.0
 #: Seconds a caller waits for a free connection before `PoolTimeout`.
 CHECKOUT_TIMEOUT = 30.0
+#: Seconds an HTTP request (`request_scope`) waits for a free connection at most.
+REQUEST_CHECKOUT_TIMEOUT = 5.0
+#: Seconds an HTTP request waits for a connection while PostgreSQL is known unreachable.
+UNREACHABLE_CHECKOUT_TIMEOUT = 1.0
+#: Seconds one series of reconnection attempts lasts before a new one starts (see above).
+RECONNECT_WINDOW = 4.0
+#: Seconds `ping` waits for a connection (under the readiness check's own timeout).
+PING_TIMEOUT = 1.5
 
-AsyncPool = AsyncConnectionPool[AsyncConnection[DictRow]]
-SyncPool = ConnectionPool[Connection[DictRow]]
+
+class Reachability:
+    """Whether a pool's last attempt to open a connection failed (the server is away)."""
+
+    def __init__(self, name: str) -> None:
+        """Track the pool called `name` (for the log)."""
+        self.name = name
+        self.down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        """Whether the last connection attempt failed."""
+        return self.down_since is not None
+
+    def failed(self, error: BaseException) -> None:
+        """Note a failed connection attempt."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning("PostgreSQL is unreachable (pool %r): %s", self.name, error)
+
+    def succeeded(self) -> None:
+        """Note a connection opened."""
+        if self.down_since is not None:
+            away = time.monotonic() - self.down_since
+            self.down_since = None
+            log.warning("PostgreSQL is reachable again (pool %r, after %.1f s)", self.name, away)
+
+
+def _async_connection_class(reachability: Reachability) -> type[AsyncConnection[DictRow]]:
+    """Return a connection class that reports its connection attempts to `reachability`."""
+
+    class TrackedAsyncConnection(AsyncConnection[DictRow]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = await super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                reachability.failed(exc)
+                raise
+            reachability.succeeded()
+            return conn
+
+    return TrackedAsyncConnection
+
+
+def _sync_connection_class(reachability: Reachability) -> type[Connection[DictRow]]:
+    """Return a connection class that reports its connection attempts to `reachability`."""
+
+    class TrackedConnection(Connection[DictRow]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                reachability.failed(exc)
+                raise
+            reachability.succeeded()
+            return conn
+
+    return TrackedConnection
+
+
+class AsyncPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
+    """The async pool: fails fast inside a request while the server is away (see above)."""
+
+    reachability: Reachability
+
+    async def getconn(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (psycopg_pool's own signature)
+    ) -> AsyncConnection[DictRow]:
+        """Return a connection; an HTTP request fails fast while the server is away.
+
+        A request waits in slices of `UNREACHABLE_CHECKOUT_TIMEOUT`, giving up after
+        the first slice that ends with the server unreachable (one that started before
+        the pool noticed included), and after `REQUEST_CHECKOUT_TIMEOUT` in any case.
+        """
+        if timeout is not None or not in_request():
+            return await super().getconn(timeout)
+        deadline = time.monotonic() + min(self.timeout, REQUEST_CHECKOUT_TIMEOUT)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return await super().getconn(max(0.01, min(left, UNREACHABLE_CHECKOUT_TIMEOUT)))
+            except PoolTimeout:
+                if self.reachability.down or time.monotonic() >= deadline:
+                    raise
+
+
+class SyncPool(ConnectionPool[Connection[DictRow]]):
+    """The synchronous pool, failing fast like `AsyncPool`."""
+
+    reachability: Reachability
+
+    def getconn(self, timeout: float | None = None) -> Connection[DictRow]:
+        """Return a connection; an HTTP request fails fast (see `AsyncPool.getconn`)."""
+        if timeout is not None or not in_request():
+            return super().getconn(timeout)
+        deadline = time.monotonic() + min(self.timeout, REQUEST_CHECKOUT_TIMEOUT)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return super().getconn(max(0.01, min(left, UNREACHABLE_CHECKOUT_TIMEOUT)))
+            except PoolTimeout:
+                if self.reachability.down or time.monotonic() >= deadline:
+                    raise
+
+
+async def _reconnect_again(pool: AsyncConnectionPool[Any]) -> None:
+    """Start a new series of reconnection attempts at once (see `RECONNECT_WINDOW`)."""
+    with contextlib.suppress(Exception):  # closing: nothing to reconnect
+        await pool.check()
+
+
+def _reconnect_again_sync(pool: ConnectionPool[Any]) -> None:
+    """Start a new series of reconnection attempts at once (see `RECONNECT_WINDOW`)."""
+    with contextlib.suppress(Exception):
+        pool.check()
 
 
 def connection_kwargs(application_name: str = "atelier") -> dict[str, Any]:
@@ -56,17 +204,22 @@ def create_pool(
     Created closed (psycopg deprecates opening in the constructor) so that it is opened
     inside the application's lifespan, on its event loop, never at import.
     """
-    return AsyncConnectionPool(
+    reachability = Reachability(name)
+    pool = AsyncPool(
         url,
         min_size=min_size,
         max_size=max_size,
         name=name,
         timeout=CHECKOUT_TIMEOUT,
         kwargs=connection_kwargs(name),
-        connection_class=AsyncConnection[DictRow],
+        connection_class=_async_connection_class(reachability),
         check=AsyncConnectionPool.check_connection,
+        reconnect_timeout=RECONNECT_WINDOW,
+        reconnect_failed=_reconnect_again,
         open=False,
     )
+    pool.reachability = reachability
+    return pool
 
 
 async def open_pool(url: str, **options: Any) -> AsyncPool:
@@ -86,17 +239,21 @@ async def open_pool(url: str, **options: Any) -> AsyncPool:
 
 def open_sync_pool(url: str, *, max_size: int = 4, name: str = "atelier-assets") -> SyncPool:
     """Return an open synchronous pool (for code that runs in worker threads)."""
-    pool: SyncPool = ConnectionPool(
+    reachability = Reachability(name)
+    pool = SyncPool(
         url,
         min_size=1,
         max_size=max_size,
         name=name,
         timeout=CHECKOUT_TIMEOUT,
         kwargs=connection_kwargs(name),
-        connection_class=Connection[DictRow],
+        connection_class=_sync_connection_class(reachability),
         check=ConnectionPool.check_connection,
+        reconnect_timeout=RECONNECT_WINDOW,
+        reconnect_failed=_reconnect_again_sync,
         open=False,
     )
+    pool.reachability = reachability
     try:
         pool.open(wait=True, timeout=OPEN_TIMEOUT)
     except BaseException:
@@ -116,6 +273,11 @@ def checkpointer(pool: AsyncPool) -> AsyncPostgresSaver:
 
 
 async def ping(pool: AsyncPool) -> None:
-    """Run a trivial query on a pooled connection (readiness); raise when it fails."""
-    async with pool.connection() as conn:
+    """Run a trivial query on a pooled connection (readiness); raise when it fails.
+
+    Raises:
+        psycopg_pool.PoolTimeout: No connection within `PING_TIMEOUT` seconds.
+        psycopg.OperationalError: The query failed (the server went away).
+    """
+    async with pool.connection(timeout=PING_TIMEOUT) as conn:
         await conn.execute("SELECT 1")

@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from app.deps import SettingsDep
-from app.errors import error_body
+from app.errors import NotReadyError, error_body
 from app.metrics import MetricsDep
 from app.runs.sqlite.database import query_database_file
 from app.security import OPEN_WARNING, auth_mode
@@ -46,10 +46,6 @@ READY_TIMEOUT_S = 2.0
 router = APIRouter(tags=["operations"])
 
 CheckOutcome = Literal["ok", "failed", "timeout"]
-
-
-class NotReadyError(RuntimeError):
-    """A readiness check's failure whose one-line message is safe to show to anyone."""
 
 
 class OkResponse(BaseModel):
@@ -152,8 +148,10 @@ async def ready(request: Request, settings: SettingsDep) -> Response:
     checks.update(extra)
     outcomes: dict[str, CheckOutcome] = {}
     reasons: dict[str, str] = {}
-    for name, check in checks.items():
-        outcomes[name], reason = await _run_check(name, check)
+    # At once: a server that is away makes its checks wait, and several checks use it.
+    results = await asyncio.gather(*(_run_check(name, check) for name, check in checks.items()))
+    for name, (outcome, reason) in zip(checks, results, strict=True):
+        outcomes[name] = outcome
         if reason:
             reasons[name] = reason
     if all(outcome == "ok" for outcome in outcomes.values()):

@@ -203,7 +203,9 @@ class RunManager:
                     run, new_thread=prepared.new_thread, exclusive=not prepared.after
                 )
             except StorageUnavailable:  # nothing was written: the client may retry
-                raise Unavailable("the server cannot record runs right now; retry later") from None
+                raise Unavailable(
+                    "the database cannot record runs right now (nothing was written); retry later"
+                ) from None
             if not stored:  # another process took the thread in between
                 busy = await self.runs.active(run.thread_id)
                 other = busy[0].run_id if busy else "?"

@@ -9,6 +9,10 @@ transaction of a run's very first frame (after its INSERT, before COMMIT), after
 creating the file named by `ATELIER_TEST_MARKER`: a test can SIGKILL the server at
 exactly that moment.
 
+`ATELIER_TEST_CHECKOUT_TIMEOUT=<seconds>` sets how long work outside HTTP requests
+waits for a PostgreSQL connection (`app.db.pool.CHECKOUT_TIMEOUT`, 30 s), so a test
+can outlast it without a 30-second outage.
+
 `ATELIER_TEST_ROLE=worker` runs `atelier worker` instead (the scale-out deployment's
 executor process, `app.worker`), with the same graphs and no HTTP port.
 """
@@ -49,6 +53,11 @@ def main() -> None:
     pause = os.environ.get("ATELIER_TEST_PAUSE_FIRST_COMMIT")
     if pause:
         pause_first_commits(float(pause), Path(os.environ["ATELIER_TEST_MARKER"]))
+    checkout = os.environ.get("ATELIER_TEST_CHECKOUT_TIMEOUT")
+    if checkout:
+        from app.db import pool
+
+        pool.CHECKOUT_TIMEOUT = float(checkout)
     factory = None
     if os.environ.get("ATELIER_TEST_GRAPHS", "sample") == "sample":
         from tests.app.sample_graphs import sample_assistants

@@ -7,7 +7,9 @@ with durability switched off (these servers live for one test session):
 - PostgreSQL: `initdb` and `pg_ctl` refuse to run as root, so as root they run as the
   `postgres` user (`runuser -u postgres --`) on a temporary directory it owns; the
   socket goes to that directory too, never to /var/run. `fsync`, `synchronous_commit`
-  and `full_page_writes` are off; authentication is `trust` on loopback only.
+  and `full_page_writes` are off (`durable_commits=True` keeps `synchronous_commit` on,
+  for tests that crash the server); authentication is `trust` on loopback only. `halt`
+  and `resume` stop the server and start it again on the same port and data.
 - Redis: `redis-server --port N --save "" --appendonly no`, restartable on the same port
   (for the tests that drop Redis mid-stream).
 
@@ -109,9 +111,17 @@ def postgres_bindir() -> Path | None:
 class PostgresCluster:
     """A PostgreSQL cluster in a temporary directory, listening on a loopback port."""
 
-    def __init__(self, bindir: Path) -> None:
-        """Prepare a cluster from the binaries in `bindir`; `start()` creates and starts it."""
+    def __init__(self, bindir: Path, *, durable_commits: bool = False) -> None:
+        """Prepare a cluster from the binaries in `bindir`; `start()` creates and starts it.
+
+        Args:
+            bindir: Where `initdb` and `pg_ctl` are.
+            durable_commits: Keep `synchronous_commit` on, so a commit survives the
+                server crashing (`halt("immediate")`): without it the last commits
+                before a crash may be lost, which no deployment should run with.
+        """
         self.bindir = bindir
+        self.durable_commits = durable_commits
         self.port = 0
         self.root: Path | None = None
         self._as_postgres = os.geteuid() == 0
@@ -146,7 +156,7 @@ class PostgresCluster:
             "port": str(self.port),
             "unix_socket_directories": f"'{self.root}'",
             "fsync": "off",
-            "synchronous_commit": "off",
+            "synchronous_commit": "on" if self.durable_commits else "off",
             "full_page_writes": "off",
             "max_connections": "200",
             "shared_buffers": "64MB",
@@ -154,6 +164,21 @@ class PostgresCluster:
         # Appended as root to a file postgres owns: the owner does not change.
         with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
+        log = self.root / "postgres.log"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start")
+        _wait_for_port(self.port, START_TIMEOUT, None)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server (`pg_ctl stop -m MODE`: smart, fast or immediate), keeping its data.
+
+        `fast` ends every session (clients get an error at once) and shuts down
+        cleanly; `immediate` is a crash (recovery from the WAL at the next start).
+        """
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def resume(self) -> None:
+        """Start a server stopped by `halt` again, on the same port and data directory."""
+        assert self.root is not None, "the cluster was deleted"
         log = self.root / "postgres.log"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start")
         _wait_for_port(self.port, START_TIMEOUT, None)
