@@ -696,7 +696,11 @@ async function addImage(ev, into = $("gallery")) {
     cap.append(redraw);
   }
   fig.append(img, cap);
-  into.append(fig);
+  // Cards are drawn concurrently and arrive in any order: keep them in slot order.
+  fig.dataset.slot = ev.slot ?? "";
+  const later = ev.slot == null ? null
+    : [...into.children].find((other) => other.dataset.slot !== "" && Number(other.dataset.slot) > ev.slot);
+  into.insertBefore(fig, later ?? null);
   const src = await imageUrl(ev.url);
   img.src = src;
   download.href = src;

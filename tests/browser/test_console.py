@@ -236,6 +236,10 @@ def test_a_run_streams_its_stages_routes_verdicts_and_ends_with_the_post(
     assert "通过" in verdict and "✓" in verdict and "阈值" in verdict
     assert page.inner_text("#draft").strip()  # the writer's tokens streamed in
     assert page.locator("#gallery figure img").count() == 2
+    slots = page.eval_on_selector_all(
+        "#gallery figure", "figs => figs.map(f => Number(f.dataset.slot))"
+    )
+    assert slots == sorted(slots), slots  # drawn concurrently, shown in slot order
     post = page.inner_text("#post")
     assert page.inner_text("#post h1") and "#" in post  # a title and tags
     assert "质量" in page.inner_text("#quality")
