@@ -813,10 +813,21 @@ def worker(
             help="Runs executed at once (RUN_WORKER_CONCURRENCY, default 64).",
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve this worker's Prometheus metrics at /metrics on this port "
+            "(WORKER_METRICS_PORT; interface: WORKER_METRICS_HOST, default 127.0.0.1).",
+        ),
+    ] = None,
 ) -> None:
     """Execute runs of the shared queue (DATABASE_URL) until SIGTERM; no HTTP API."""
     import logging
 
+    if metrics_port is not None:
+        os.environ["WORKER_METRICS_PORT"] = str(metrics_port)  # read by Settings
     settings = _settings()
     if settings.database_url is None:
         Console(stderr=True).print(

@@ -166,6 +166,20 @@ class Settings(BaseSettings):
         le=1000,
         description="With DATABASE_URL: runs one worker executes at once.",
     )
+    worker_metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="`atelier worker`: serve the worker's Prometheus metrics (claims, lease "
+        "losses, resumes, runs and LLM calls it executed) at /metrics on this port; unset: "
+        "none. API replicas serve theirs at /metrics of the API.",
+    )
+    worker_metrics_host: str = Field(
+        default="127.0.0.1",
+        max_length=200,
+        description="`atelier worker`: the interface its metrics port listens on (no API key "
+        "guards it: keep it on a private network).",
+    )
     run_lease_seconds: float = Field(
         default=30.0,
         ge=1,
