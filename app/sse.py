@@ -16,6 +16,11 @@ stream gets a `stalled` `error` frame *without an id* (so the client's
 `Last-Event-ID` still names the last real frame) and is closed; the client may
 rejoin later and continue where it was.
 
+A read of the log that fails (the database is briefly unreachable) does not break the
+stream: the follower heartbeats and reads again every `READ_RETRY_EVERY` seconds, for
+up to `READ_RETRY_FOR` seconds; only then does it send an `unreadable` `error` frame
+without an id (rejoin later with `Last-Event-ID`) and close.
+
 `DisconnectAwareResponse` streams a body while listening for the client's
 disconnect, and calls a callback when the client went away (not when the server is
 shutting down), which is how `on_disconnect=cancel` cancels a run.
@@ -23,9 +28,12 @@ shutting down), which is how `on_disconnect=cancel` cancels a run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection
-from typing import Any
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from typing import Any, TypeVar
 
 import anyio
 from starlette.responses import StreamingResponse
@@ -36,7 +44,15 @@ from app.runs.protocols import EventLog, LiveFrames
 from app.runs.records import Frame
 from app.runs.serde import dumps
 
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 HEARTBEAT = b": heartbeat\n\n"
+#: Seconds a follower keeps retrying a log read that fails before it gives up.
+READ_RETRY_FOR = 30.0
+#: Seconds between two tries of a log read that failed.
+READ_RETRY_EVERY = 1.0
 SSE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
@@ -117,6 +133,26 @@ def stalled_notice(run_id: str, thread_id: str, last: int) -> bytes:
     return f"event: error\ndata: {dumps(data)}\n\n".encode()
 
 
+def unreadable_notice(run_id: str, thread_id: str, last: int) -> bytes:
+    """Return the `error` frame (no id) telling a follower the log cannot be read now."""
+    data = {
+        "error": "StreamUnavailable",
+        "message": f"the events of run {run_id} cannot be read right now (the database is "
+        f"unavailable); the run itself is not affected. Rejoin "
+        f"/threads/{thread_id}/runs/{run_id}/stream with Last-Event-ID: {last} later.",
+    }
+    return f"event: error\ndata: {dumps(data)}\n\n".encode()
+
+
+async def _attempt(read: Awaitable[T], run_id: str) -> tuple[bool, T | None]:
+    """Await a log read; (False, None) when it failed (logged), else (True, its value)."""
+    try:
+        return True, await read
+    except Exception as exc:  # the driver's error: the database is away, try again later
+        log.warning("reading the log of run %s failed: %s", run_id, type(exc).__name__)
+        return False, None
+
+
 def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
     """Return the frame standing for log frames that are no longer kept."""
     data = {
@@ -174,12 +210,17 @@ async def follow_run(
             ended = frame.event == "end"
         return b"".join(out)
 
+    async def final_frames() -> list[Frame]:
+        return await events.read(run_id, await events.last_id(run_id) - 1)
+
+    failing_since: float | None = None
     try:
         if after > 0:
             # A client that already has the run's `end` frame gets nothing more: close
-            # now rather than heartbeat forever for frames that will never come.
-            final = await events.read(run_id, await events.last_id(run_id) - 1)
-            ended = bool(final) and final[-1].event == "end" and final[-1].id <= after
+            # now rather than heartbeat forever for frames that will never come. (When
+            # the log cannot be read now, the replay below finds out instead.)
+            _ok, final = await _attempt(final_frames(), run_id)
+            ended = bool(final and final[-1].event == "end" and final[-1].id <= after)
         while not ended:
             # A run that stops being executed here commits its `end` first, so a log
             # read after seeing it gone has the `end` if there is one.
@@ -187,7 +228,16 @@ async def follow_run(
             # Replay what the log holds after the cursor (first, after lagging, and
             # whenever the run may have stopped).
             while not ended:
-                frames = await events.read(run_id, last)
+                ok, frames = await _attempt(events.read(run_id, last), run_id)
+                if not ok:
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since >= READ_RETRY_FOR:
+                        yield unreadable_notice(run_id, thread_id, last)
+                        return
+                    yield HEARTBEAT
+                    await asyncio.sleep(READ_RETRY_EVERY)
+                    continue
+                failing_since = None
                 if not frames:
                     break
                 if chunk := render(frames):

@@ -211,3 +211,58 @@ async def test_live_frames_that_skip_ids_send_the_follower_back_to_the_log(
     hub.publish("r", [frame(3, "end")])  # frames 1 and 2 were lost on the way
     frames = read_sse(await asyncio.wait_for(follower, 5))
     assert [(f.id, f.event) for f in frames] == [(1, "custom"), (2, "custom"), (3, "end")]
+
+
+class FlakyLog:
+    """An event log whose reads fail while `down` (a database briefly unreachable)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.down = True
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def read(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        if self.down:
+            self.failed += 1
+            raise ConnectionError("the database is away")
+        return await self.inner.read(run_id, after, limit)  # type: ignore[attr-defined]
+
+
+async def test_a_log_read_that_fails_for_a_while_keeps_the_stream_with_heartbeats(
+    store: tuple[SqliteRunStorage, Hub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.sse.READ_RETRY_EVERY", 0.02)
+    storage, hub = store
+    storage.events.append("r", frame(1, "metadata"))
+    await storage.events.flush()
+    flaky = FlakyLog(storage.events)
+    stream = follow_run(flaky, hub, "r", "t", heartbeat=5)  # type: ignore[arg-type]
+    assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT  # waiting, not broken
+    assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT
+    flaky.down = False  # the database is back
+    assert (await asyncio.wait_for(stream.__anext__(), 2)).startswith(b"id: 1\n")
+    storage.events.append("r", frame(2, "end"))
+    rest = read_sse(b"".join([chunk async for chunk in stream]).decode())
+    assert [(f.id, f.event) for f in rest] == [(2, "end")]
+    assert flaky.failed >= 2
+
+
+async def test_a_log_that_stays_unreadable_gets_a_notice_without_an_id_and_closes(
+    store: tuple[SqliteRunStorage, Hub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.sse.READ_RETRY_EVERY", 0.02)
+    monkeypatch.setattr("app.sse.READ_RETRY_FOR", 0.2)
+    storage, hub = store
+    flaky = FlakyLog(storage.events)
+    body = await asyncio.wait_for(
+        collect(follow_run(flaky, hub, "r", "t", after=3, heartbeat=5)),  # type: ignore[arg-type]
+        5,
+    )
+    notice = body.split(HEARTBEAT.decode())[-1]
+    assert notice.startswith("event: error\n") and "id:" not in notice
+    data = json.loads(notice.split("data: ", 1)[1])
+    assert data["error"] == "StreamUnavailable" and "Last-Event-ID: 3" in data["message"]
+    assert hub.subscriber_count == 0
