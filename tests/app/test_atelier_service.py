@@ -3,7 +3,9 @@
 A real uvicorn on 127.0.0.1 serves `create_app(settings)` with its default
 assistants; every LLM call goes through the real model factory to the scripted
 OpenAI server (`tests/app/atelier_llm.py`), which counts calls. The official
-`langgraph-sdk` client drives it where a client would.
+`langgraph-sdk` client drives it where a client would. Every test runs against three
+deployments (the `server` fixture): embedded, PostgreSQL + Redis in one process, and
+the real `atelier serve --workers 0` replicas behind nginx with `atelier worker`s.
 """
 
 from __future__ import annotations

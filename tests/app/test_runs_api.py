@@ -1,7 +1,9 @@
 """Runs and streams over HTTP: the official `langgraph-sdk` client and raw SSE, real uvicorn.
 
 The app serves the sample graphs (tests/app/sample_graphs.py), whose LLM calls go
-to the scripted OpenAI server through the real model factory.
+to the scripted OpenAI server through the real model factory. Every test runs against
+three deployments (the `server` fixture): embedded, PostgreSQL + Redis in one process,
+and API replicas behind nginx with separate worker processes.
 """
 
 from __future__ import annotations
