@@ -494,7 +494,8 @@ async def test_assistants_are_listed_and_drawable(server: Served) -> None:
 
 
 @pytest.mark.in_process_only(
-    "each process counts what it saw: the workers, which count the runs, serve no /metrics"
+    "it reads one process's counters: the runs are counted by the worker that executed "
+    "them (on its own metrics port), not by the replica that answers /metrics"
 )
 def test_runs_and_streams_are_counted_in_the_metrics(http: httpx.Client) -> None:
     http.post("/runs/stream", json={"assistant_id": "burst", "input": {"count": 2}})
