@@ -93,6 +93,9 @@ class _Active:
     cancel_reason: CancelReason | None = None
     finishing: bool = False  # past the graph: cancelling now would lose the outcome
     started: float = field(default_factory=time.monotonic)
+    # Its task took its first step. A task cancelled before that never runs its body
+    # (no handler, no `finally`): the run would never end, so such a cancel waits.
+    entered: bool = False
 
 
 @dataclass
@@ -225,8 +228,10 @@ class InProcessExecutor:
             return
         cancelled = active.cancel_reason is not None
         active.cancel_reason = reason  # the latest reason decides the outcome
-        if not cancelled:  # one cancel only: the handler uncancels exactly once
+        if not cancelled and active.entered:  # one cancel only: the handler uncancels once
             active.task.cancel()
+        # Not entered yet (cancelled in the same step that started it, as a worker does
+        # with a run whose cancel was asked while it was pending): `_drive` cancels it.
 
     async def cancel_all(self, run_ids: Sequence[str], action: CancelAction) -> None:
         """Cancel runs and wait until each has stopped."""
@@ -245,7 +250,8 @@ class InProcessExecutor:
         for active in list(self._active.values()):
             if active.task is not None and not active.finishing:
                 active.cancel_reason = "shutdown"
-                active.task.cancel()
+                if active.entered:  # else its first step cancels it (`_drive`)
+                    active.task.cancel()
             if active.task is not None:
                 tasks.append(active.task)
         if tasks:
@@ -302,6 +308,9 @@ class InProcessExecutor:
         """
         run = active.run
         ended = False
+        active.entered = True
+        if active.cancel_reason is not None and active.task is not None:
+            active.task.cancel()  # asked before this first step: lands at its first await
         try:
             try:
                 outcome = await self._outcome(active, after)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import uvicorn
@@ -56,6 +56,15 @@ def service_settings(data_dir: Path, llm_base_url: str, **overrides: Any) -> Set
         **overrides,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+class Served(Protocol):
+    """A deployment a service test talks to over HTTP: one base URL."""
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:PORT."""
+        ...
 
 
 class LiveServer:
@@ -251,6 +260,7 @@ def wait_until(predicate: Any, timeout: float = 10, interval: float = 0.01) -> A
 __all__ = [
     "HOST",
     "LiveServer",
+    "Served",
     "ServerProcess",
     "SseFrame",
     "free_port",

@@ -3,7 +3,9 @@
 A real uvicorn on 127.0.0.1 serves `create_app(settings)` with its default
 assistants; every LLM call goes through the real model factory to the scripted
 OpenAI server (`tests/app/atelier_llm.py`), which counts calls. The official
-`langgraph-sdk` client drives it where a client would.
+`langgraph-sdk` client drives it where a client would. Every test runs against three
+deployments (the `server` fixture): embedded, PostgreSQL + Redis in one process, and
+the real `atelier serve --workers 0` replicas behind nginx with `atelier worker`s.
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from pydantic import TypeAdapter
 
 from core.events import PipelineEvent
 from tests.app.atelier_llm import atelier_responder
-from tests.app.harness import LiveServer, SseFrame, parse_sse, service_settings, wait_until
-from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
+from tests.app.harness import (
+    LiveServer,
+    Served,
+    SseFrame,
+    parse_sse,
+    service_settings,
+    wait_until,
+)
+from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer, delayed
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
     postgres_cluster,
@@ -59,17 +68,63 @@ def gate() -> Gate:
     return Gate(atelier_responder(), delay=0.0)
 
 
-@pytest.fixture
-def llm(gate: Gate) -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(gate) as server:
+#: Seconds the scripted LLM takes over every answer (on top of a reply's own delay), so
+#: runs are still executing while requests about them reach another process.
+ANSWER_DELAY = 0.05
+
+
+@pytest.fixture(scope="module")
+def scripted_llm() -> Iterator[ScriptedOpenAIServer]:
+    """The module's scripted LLM: the "processes" deployment's workers need its URL at start."""
+    with ScriptedOpenAIServer(atelier_responder()) as server:
         yield server
 
 
-@pytest.fixture(params=["embedded", "scale-out"])
+@pytest.fixture
+def llm(scripted_llm: ScriptedOpenAIServer, gate: Gate) -> ScriptedOpenAIServer:
+    """The scripted LLM answering through this test's gate, its counts fresh."""
+    scripted_llm.responder = delayed(gate, ANSWER_DELAY)
+    scripted_llm.reset()
+    return scripted_llm
+
+
+@pytest.fixture(scope="module")
+def processes(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    scripted_llm: ScriptedOpenAIServer,
+) -> Iterator[Any]:
+    """`atelier serve --workers 0` twice behind nginx and `atelier worker` twice."""
+    postgres = request.getfixturevalue("postgres_cluster")  # skips without the scale extra
+    from tests.app.scale.cluster import proxied_cluster
+
+    with proxied_cluster(
+        postgres,
+        request.getfixturevalue("redis_server"),
+        tmp_path_factory.mktemp("processes"),
+        scripted_llm.base_url,
+        cli=True,
+        env={"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30", "SSE_HEARTBEAT_INTERVAL": "15"},
+    ) as deployment:
+        yield deployment
+
+
+@pytest.fixture(params=["embedded", "scale-out", "processes"])
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
-) -> Iterator[LiveServer]:
-    """The service in each deployment: embedded (SQLite), and on PostgreSQL + Redis."""
+) -> Iterator[Served]:
+    """The service in each deployment: embedded (SQLite), and on PostgreSQL + Redis.
+
+    "scale-out" is one process (the API and a worker); "processes" is the real
+    `atelier serve --workers 0` twice behind nginx (deploy/nginx.conf) and `atelier
+    worker` twice, shared by the module's tests (settled, checked and emptied after
+    each: tests/app/scale/cluster.py).
+    """
+    if request.param == "processes":
+        deployment = request.getfixturevalue("processes")
+        yield deployment
+        deployment.after_test({"X-Api-Key": KEY})
+        return
     scale: dict[str, Any] = {}
     if request.param == "scale-out":
         scale = {
@@ -82,12 +137,12 @@ def server(
 
 
 @pytest.fixture
-def sdk(server: LiveServer) -> Any:
+def sdk(server: Served) -> Any:
     return get_client(url=server.url, api_key=KEY)
 
 
 @pytest.fixture
-def http(server: LiveServer) -> Iterator[httpx.Client]:
+def http(server: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=60, headers={"X-Api-Key": KEY}) as client:
         yield client
 
@@ -242,7 +297,7 @@ def test_bad_inputs_get_a_4xx_naming_the_problem_and_leave_nothing(
     assert http.post("/threads/search", json={}).json() == []
 
 
-def test_malformed_json_oversize_body_and_wrong_key(http: httpx.Client, server: LiveServer) -> None:
+def test_malformed_json_oversize_body_and_wrong_key(http: httpx.Client, server: Served) -> None:
     bad_json = http.post(
         "/runs/stream",
         content=b'{"assistant_id": "atelier", "input": {',

@@ -1,7 +1,9 @@
 """Runs and streams over HTTP: the official `langgraph-sdk` client and raw SSE, real uvicorn.
 
 The app serves the sample graphs (tests/app/sample_graphs.py), whose LLM calls go
-to the scripted OpenAI server through the real model factory.
+to the scripted OpenAI server through the real model factory. Every test runs against
+three deployments (the `server` fixture): embedded, PostgreSQL + Redis in one process,
+and API replicas behind nginx with separate worker processes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from langgraph_sdk.schema import Command
 
 from tests.app.harness import (
     LiveServer,
+    Served,
     SseFrame,
     parse_sse,
     read_sse,
@@ -28,29 +31,74 @@ from tests.app.harness import (
     wait_until,
 )
 from tests.app.sample_graphs import WRITER_TEXT, sample_assistants, scripted_reply
-from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.scripted_openai import ScriptedOpenAIServer, delayed
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
     postgres_cluster,
     redis_server,
 )
 
+#: Seconds the scripted LLM takes over every answer (on top of a reply's own delay), so
+#: runs are still executing while requests about them reach another process.
+ANSWER_DELAY = 0.05
 
-@pytest.fixture
-def llm() -> Iterator[ScriptedOpenAIServer]:
+
+@pytest.fixture(scope="module")
+def scripted_llm() -> Iterator[ScriptedOpenAIServer]:
+    """The module's scripted LLM: the "processes" deployment's workers need its URL at start."""
     with ScriptedOpenAIServer(scripted_reply) as server:
         yield server
 
 
-@pytest.fixture(params=["embedded", "scale-out"])
+@pytest.fixture
+def llm(scripted_llm: ScriptedOpenAIServer) -> ScriptedOpenAIServer:
+    """The scripted LLM, its answers and counts fresh for each test."""
+    scripted_llm.responder = delayed(scripted_reply, ANSWER_DELAY)
+    scripted_llm.reset()
+    return scripted_llm
+
+
+@pytest.fixture(scope="module")
+def processes(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    scripted_llm: ScriptedOpenAIServer,
+) -> Iterator[Any]:
+    """Two API replicas behind nginx and two workers, as processes: one per module."""
+    postgres = request.getfixturevalue("postgres_cluster")  # skips without the scale extra
+    from tests.app.scale.cluster import proxied_cluster
+
+    with proxied_cluster(
+        postgres,
+        request.getfixturevalue("redis_server"),
+        tmp_path_factory.mktemp("processes"),
+        scripted_llm.base_url,
+        env={"SSE_HEARTBEAT_INTERVAL": "0.3"},
+    ) as deployment:
+        yield deployment
+
+
+@pytest.fixture(params=["embedded", "scale-out", "processes"])
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
-) -> Iterator[LiveServer]:
+) -> Iterator[Served]:
     """The app in each deployment: embedded (SQLite), and on PostgreSQL + Redis.
 
-    The scale-out one serves the API and one in-process worker on throwaway servers
-    (tests/support/servers.py); tests/app/scale/ runs replicas and workers apart.
+    "scale-out" serves the API and one in-process worker on throwaway servers
+    (tests/support/servers.py); "processes" is two API replicas (`RUN_WORKERS=0`) behind
+    nginx with the shipped deploy/nginx.conf, consecutive requests going to alternate
+    replicas, and two worker processes (tests/app/scale/cluster.py). That one is shared
+    by the module's tests: after each, its runs are settled, the database's invariants
+    checked and its data emptied.
     """
+    if request.param == "processes":
+        reason = request.node.get_closest_marker("in_process_only")
+        if reason is not None:
+            pytest.skip(f"not against separate processes: {reason.args[0]}")
+        deployment = request.getfixturevalue("processes")
+        yield deployment
+        deployment.after_test()
+        return
     scale: dict[str, Any] = {}
     if request.param == "scale-out":
         scale = {
@@ -65,7 +113,7 @@ def server(
 
 
 @pytest.fixture
-def http(server: LiveServer) -> Iterator[httpx.Client]:
+def http(server: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
 
@@ -78,7 +126,7 @@ def studio_input(**extra: Any) -> dict[str, Any]:
 
 
 async def test_sdk_streams_updates_custom_and_writer_tokens_with_subgraphs(
-    server: LiveServer,
+    server: Served,
 ) -> None:
     client = get_client(url=server.url, api_key=None)
     thread = await client.threads.create()
@@ -124,7 +172,7 @@ async def test_sdk_streams_updates_custom_and_writer_tokens_with_subgraphs(
     assert {p.event.split("|")[0] for p in only} == {"metadata", "custom", "end"}
 
 
-async def test_sdk_v2_stream_reads_the_namespaces(server: LiveServer) -> None:
+async def test_sdk_v2_stream_reads_the_namespaces(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     parts = [
         part
@@ -141,7 +189,7 @@ async def test_sdk_v2_stream_reads_the_namespaces(server: LiveServer) -> None:
     assert namespaced and namespaced[0]["ns"][0].startswith("executor:")
 
 
-async def test_sdk_cancels_a_running_run_at_once(server: LiveServer, llm: Any) -> None:
+async def test_sdk_cancels_a_running_run_at_once(server: Served, llm: Any) -> None:
     client = get_client(url=server.url, api_key=None)
     thread = await client.threads.create()
     run = await client.runs.create(
@@ -160,7 +208,7 @@ async def test_sdk_cancels_a_running_run_at_once(server: LiveServer, llm: Any) -
     assert frames[-1].event == "end" and frames[-1].data["status"] == "interrupted"
 
 
-async def test_sdk_resumes_an_interrupted_run_with_a_command(server: LiveServer) -> None:
+async def test_sdk_resumes_an_interrupted_run_with_a_command(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     thread = await client.threads.create()
     tid = thread["thread_id"]
@@ -188,7 +236,7 @@ async def test_sdk_resumes_an_interrupted_run_with_a_command(server: LiveServer)
     assert refused.value.response.status_code == 409
 
 
-async def test_sdk_busy_thread_is_rejected_naming_the_active_run(server: LiveServer) -> None:
+async def test_sdk_busy_thread_is_rejected_naming_the_active_run(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     thread = await client.threads.create()
     tid = thread["thread_id"]
@@ -415,7 +463,7 @@ async def test_another_key_cannot_see_a_thread_or_its_runs(tmp_path: Path, llm: 
         assert [t["thread_id"] for t in await alice.threads.search()] == [tid]
 
 
-async def test_thread_state_history_and_delete(server: LiveServer) -> None:
+async def test_thread_state_history_and_delete(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     thread = await client.threads.create(metadata={"user": "u1"})
     tid = thread["thread_id"]
@@ -430,7 +478,7 @@ async def test_thread_state_history_and_delete(server: LiveServer) -> None:
         await client.threads.get(tid)
 
 
-async def test_assistants_are_listed_and_drawable(server: LiveServer) -> None:
+async def test_assistants_are_listed_and_drawable(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     found = await client.assistants.search()
     assert {a["assistant_id"] for a in found} == {"studio", "slow", "burst", "boom"}
@@ -445,6 +493,10 @@ async def test_assistants_are_listed_and_drawable(server: LiveServer) -> None:
         await client.assistants.get("nope")
 
 
+@pytest.mark.in_process_only(
+    "it reads one process's counters: the runs are counted by the worker that executed "
+    "them (on its own metrics port), not by the replica that answers /metrics"
+)
 def test_runs_and_streams_are_counted_in_the_metrics(http: httpx.Client) -> None:
     http.post("/runs/stream", json={"assistant_id": "burst", "input": {"count": 2}})
     http.post("/runs/wait", json={"assistant_id": "boom", "input": {"x": 1}})
@@ -455,7 +507,7 @@ def test_runs_and_streams_are_counted_in_the_metrics(http: httpx.Client) -> None
     assert "atelier_sse_subscribers 0.0" in metrics
 
 
-async def test_sdk_wait_reads_the_result_after_heartbeat_blank_lines(server: LiveServer) -> None:
+async def test_sdk_wait_reads_the_result_after_heartbeat_blank_lines(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     started = time.monotonic()
     values = await client.runs.wait(None, "slow", input={"steps": 2, "delay": 0.4})

@@ -62,6 +62,7 @@ __all__ = [
     "ScriptedOpenAIServer",
     "ScriptedResponder",
     "ToolCallSpec",
+    "delayed",
     "scripted_openai_server",
     "scripted_server",
 ]
@@ -835,6 +836,22 @@ class ScriptedOpenAIServer:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def delayed(responder: Responder, seconds: float) -> Callable[[ChatRequest], Awaitable[Reply]]:
+    """Wrap `responder` so that every answer comes `seconds` later than it says (a slow model).
+
+    Delays a reply already asks for (`Reply.delay`) add up with this one.
+    """
+
+    async def respond(req: ChatRequest) -> Reply:
+        result: Any = responder(req)
+        if inspect.isawaitable(result):
+            result = await result
+        reply = Reply.text(result) if isinstance(result, str) else result
+        return dataclasses.replace(reply, delay_s=reply.delay_s + seconds)
+
+    return respond
 
 
 @contextlib.contextmanager

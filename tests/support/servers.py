@@ -1,8 +1,9 @@
-"""Throwaway PostgreSQL and Redis servers for the tests of the scale-out backend.
+"""Throwaway PostgreSQL, Redis and nginx servers for the tests of the scale-out backend.
 
 Nothing here is a mock: `PostgresCluster` runs Debian's (or any) PostgreSQL binaries on
 a fresh data directory, `RedisServer` runs `redis-server`, both on a free loopback port,
-with durability switched off (these servers live for one test session):
+with durability switched off (these servers live for one test session), and
+`NginxProxy` runs `nginx` in front of API replicas:
 
 - PostgreSQL: `initdb` and `pg_ctl` refuse to run as root, so as root they run as the
   `postgres` user (`runuser -u postgres --`) on a temporary directory it owns; the
@@ -12,6 +13,10 @@ with durability switched off (these servers live for one test session):
   and `resume` stop the server and start it again on the same port and data.
 - Redis: `redis-server --port N --save "" --appendonly no`, restartable on the same port
   (for the tests that drop Redis mid-stream).
+- nginx: the shipped `deploy/nginx.conf` with only its upstream servers and its listen
+  port replaced (`proxy_config`), in the foreground (`daemon off`) with its pid, logs and
+  temporary files in a directory of its own, so the tests also check the proxy's options
+  (unbuffered SSE, HTTP/1.1 upstreams) on the way.
 
 The pytest fixtures (`postgres_cluster`, `postgres_url`, `migrated_postgres_url`,
 `redis_server`) are imported by the `conftest.py` of the test directories that need them
@@ -19,8 +24,8 @@ The pytest fixtures (`postgres_cluster`, `postgres_url`, `migrated_postgres_url`
 no other test starts a server. Servers are shared by the whole session, started on first
 use and stopped at its end. When the binaries (or the `scale` extra's psycopg) are
 missing the tests skip with the reason — except under `CI=true`, where they fail:
-`.ci/run` installs `postgresql` and `redis-server`, so a missing one there is a broken
-set-up, not a reason to skip.
+`.ci/run` installs `postgresql`, `redis-server` and `nginx`, so a missing one there is
+a broken set-up, not a reason to skip (`nginx_or_missing`).
 """
 
 from __future__ import annotations
@@ -255,6 +260,152 @@ class RedisServer:
         self.stop()
         time.sleep(down_for)
         self.start()
+
+
+# -- nginx -------------------------------------------------------------------------
+
+#: The proxy configuration the deployment ships (docker-compose.yml mounts it).
+SHIPPED_NGINX_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
+
+
+def nginx_binary() -> str | None:
+    """Return the `nginx` executable: on PATH, else Debian's /usr/sbin/nginx."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+
+
+def nginx_or_missing() -> str:
+    """Return the `nginx` executable, or skip the test (fail it under CI) without one."""
+    binary = nginx_binary()
+    if binary is None:
+        missing("nginx is not installed (Debian package `nginx`)")
+    assert binary is not None
+    return binary
+
+
+def proxy_config(template: str, upstreams: list[int], port: int, root: Path) -> str:
+    """Return `template` (the shipped nginx.conf) proxying 127.0.0.1:`port` to `upstreams`.
+
+    Only the `server` lines of the `upstream` block and the `listen` port change; the
+    proxy options stay as shipped. Around them come what a throwaway server needs: the
+    foreground, and its pid, logs and temporary files under `root`. A template whose
+    shape changed (no upstream block, several listens) raises rather than being half
+    replaced.
+    """
+    upstream = re.compile(r"(upstream\s+\w+\s*\{)([^}]*)(\})")
+    blocks = upstream.findall(template)
+    if len(blocks) != 1 or not re.search(r"^\s*server\s+\S+;\s*$", blocks[0][1], re.M):
+        raise ValueError("the nginx config must have one upstream block of `server` lines")
+    servers = "".join(f"\n        server 127.0.0.1:{p};" for p in upstreams)
+    config = upstream.sub(lambda m: f"{m.group(1)}{servers}\n    {m.group(3)}", template)
+    config, listens = re.subn(
+        r"^(\s*)listen\s+[^;]+;", rf"\g<1>listen 127.0.0.1:{port};", config, flags=re.M
+    )
+    if listens != 1:
+        raise ValueError(f"the nginx config must have one `listen` line, not {listens}")
+    main = [
+        "daemon off;",
+        f"pid {root / 'nginx.pid'};",
+        f"error_log {root / 'error.log'} info;",
+    ]
+    if os.geteuid() == 0:  # workers would run as `nobody`, unable to use `root`
+        main.append("user root;")
+    temp = [
+        "log_format upstreams '$upstream_addr $request_method $uri $status';",
+        f"access_log {root / 'access.log'} upstreams;",
+    ] + [
+        f"{kind}_temp_path {root / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    ]
+    config, https = re.subn(
+        r"^http\s*\{", "http {\n" + "".join(f"    {line}\n" for line in temp), config, flags=re.M
+    )
+    if https != 1:
+        raise ValueError("the nginx config must have one `http` block")
+    return "\n".join(main) + "\n" + config
+
+
+class NginxProxy:
+    """`nginx` on a loopback port with the shipped config, in front of `upstreams`."""
+
+    def __init__(
+        self, binary: str, upstreams: list[int], template: Path = SHIPPED_NGINX_CONF
+    ) -> None:
+        """Prepare a proxy to the API replicas on the loopback ports `upstreams`."""
+        self.binary = binary
+        self.upstreams = upstreams
+        self.template = template
+        self.port = free_port()
+        self.root: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The proxy's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> NginxProxy:
+        """Write the config, check it (`nginx -t`), start nginx and wait for its port."""
+        self.root = Path(tempfile.mkdtemp(prefix="atelier-nginx-"))
+        conf = self.root / "nginx.conf"
+        text = self.template.read_text(encoding="utf-8")
+        conf.write_text(proxy_config(text, self.upstreams, self.port, self.root), encoding="utf-8")
+        command = [
+            self.binary,
+            "-p",
+            str(self.root),
+            "-c",
+            str(conf),
+            "-e",
+            str(self.root / "error.log"),
+        ]
+        checked = subprocess.run([*command, "-t", "-q"], capture_output=True, text=True, timeout=30)
+        if checked.returncode != 0:
+            raise RuntimeError(f"nginx refused its config: {checked.stderr[-2000:]}")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            _wait_for_port(self.port, START_TIMEOUT, self.process)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}: {self.error_log()}") from exc
+        return self
+
+    def served(self) -> dict[int, int]:
+        """Return how many requests each upstream port answered so far (its access log)."""
+        counts = dict.fromkeys(self.upstreams, 0)
+        log = self.root / "access.log" if self.root is not None else None
+        if log is None or not log.exists():
+            return counts
+        for line in log.read_text(errors="replace").splitlines():
+            # `$upstream_addr` lists every upstream a request tried ("a:1, b:2").
+            for address in line.rsplit(" ", 3)[0].split(","):
+                port = address.rpartition(":")[2]
+                if port.isdigit() and int(port) in counts:
+                    counts[int(port)] += 1
+        return counts
+
+    def error_log(self, chars: int = 3000) -> str:
+        """The end of nginx's error log."""
+        if self.root is None or not (self.root / "error.log").exists():
+            return ""
+        return (self.root / "error.log").read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        """Stop nginx at once (SIGTERM, its fast shutdown) and delete its directory."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
 
 # -- pytest fixtures ---------------------------------------------------------------

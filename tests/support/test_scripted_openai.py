@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from tests.support.scripted_openai import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedResponder,
+    delayed,
     scripted_openai_server,
     scripted_server,  # noqa: F401 - importing a fixture registers it for this module
 )
@@ -175,6 +177,20 @@ def test_delay_triggers_client_timeout() -> None:
     with srv, pytest.raises(openai.APITimeoutError):
         _llm(srv, timeout=0.3).invoke("hi")
     # stop() returned promptly despite the still-sleeping handler (context exit above).
+
+
+def test_delayed_answers_later_adding_to_a_replys_own_delay() -> None:
+    def responder(req: ChatRequest) -> Reply:
+        late = req.last_user_text == "late"
+        return Reply.delay(0.3, Reply.text("slow")) if late else Reply.text("quick")
+
+    with ScriptedOpenAIServer(delayed(responder, 0.2)) as srv:
+        started = time.monotonic()
+        assert _llm(srv).invoke("now").content == "quick"
+        assert 0.2 <= time.monotonic() - started < 2
+        started = time.monotonic()
+        assert _llm(srv).invoke("late").content == "slow"
+        assert 0.5 <= time.monotonic() - started < 3
 
 
 async def test_async_ainvoke_with_async_responder() -> None:

@@ -179,6 +179,30 @@ async def test_cancel_interrupts_at_once_and_no_llm_call_follows(tmp_path: Path,
         assert state.values.get("done")
 
 
+async def test_a_cancel_in_the_step_that_started_the_run_still_ends_it(
+    tmp_path: Path, llm: Any
+) -> None:
+    """A worker cancels a run it just claimed when its cancel was asked while it was pending.
+
+    Its task has not taken a step then: cancelling the task itself would skip its body,
+    and the run would never end (nor its thread ever take another run).
+    """
+    async with open_manager(tmp_path, llm.base_url) as manager:
+        run = await start(manager, "slow", input={"steps": 5, "delay": 0.2})
+        manager.executor.cancel(run.run_id, "interrupt")  # no await since the start
+        async with asyncio.timeout(10):
+            await manager.executor.wait(run.run_id)
+        record = await manager.runs.get(run.run_id)
+        assert record is not None
+        assert record.status == "interrupted" and record.cancel_reason == "interrupt"
+        frames = await frames_of(manager, run.run_id)
+        assert [f[1] for f in frames] == ["metadata", "end"]
+        assert frames[-1][2] == {"run_id": run.run_id, "status": "interrupted"}
+        again = await start(manager, "slow", thread_id=run.thread_id, input={"steps": 1})
+        done = await manager.wait(again.run_id)
+        assert done is not None and done.status == "success"
+
+
 async def test_rollback_removes_the_checkpoints_the_run_wrote(tmp_path: Path, llm: Any) -> None:
     async with open_manager(tmp_path, llm.base_url) as manager:
         first = await start(manager, "slow", input={"steps": 1, "delay": 0.01})

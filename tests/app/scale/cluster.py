@@ -9,6 +9,12 @@ database afterwards.
 With `cli=True` the children are the real commands instead (`atelier serve --port N
 --workers 0` and `atelier worker`, the real `atelier` pipeline): `bench/bench_scale.py`
 measures that deployment, and `Child.serve_command()` starts the embedded one.
+
+`ProxiedCluster` puts the replicas behind nginx with the shipped `deploy/nginx.conf`
+(round robin per request), one URL for the whole deployment: the service suites
+(tests/app/test_runs_api.py, tests/app/test_atelier_service.py) run against it as
+their "processes" deployment, one cluster per module, settled and emptied after every
+test (`after_test`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
 import psycopg
 
-from tests.app.harness import HOST, REPO_ROOT, free_port
+from tests.app.harness import HOST, REPO_ROOT, free_port, wait_until
+from tests.support.servers import NginxProxy, PostgresCluster, RedisServer, nginx_or_missing
 
 #: Seconds a worker's lease lasts in these tests (renewed every second).
 LEASE_SECONDS = 3
@@ -219,6 +227,11 @@ class Cluster:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
 
+    def execute(self, sql: str) -> None:
+        """Run a statement that returns no rows on the deployment's database."""
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
     def executing(self, run_id: str) -> Child | None:
         """Return the worker holding a running run, if any."""
         rows = self.query(
@@ -255,3 +268,103 @@ class Cluster:
             (run_id,),
         )
         return [json.loads(str(row[0]))["attempt"] for row in rows]
+
+
+#: The tables a test's data lives in, emptied between the tests sharing a cluster
+#: (the schema, its version and the knowledge notes stay).
+TEST_DATA_TABLES = (
+    "threads",
+    "runs",
+    "run_events",
+    "checkpoints",
+    "checkpoint_blobs",
+    "checkpoint_writes",
+)
+
+
+class ProxiedCluster:
+    """A started `Cluster` behind a started nginx: one URL that spreads requests."""
+
+    def __init__(self, cluster: Cluster, proxy: NginxProxy) -> None:
+        """Wrap a running cluster and the proxy in front of its API replicas."""
+        self.cluster = cluster
+        self.proxy = proxy
+
+    @property
+    def url(self) -> str:
+        """The proxy's base URL: consecutive requests go to alternate replicas."""
+        return self.proxy.url
+
+    @classmethod
+    @contextlib.contextmanager
+    def serve(cls, cluster: Cluster, nginx: str) -> Iterator[ProxiedCluster]:
+        """Start `cluster` and nginx (binary `nginx`) in front of it; stop both after."""
+        proxy = NginxProxy(nginx, [child.port for child in cluster.apis if child.port])
+        try:
+            cluster.start()
+            proxy.start()
+            yield cls(cluster, proxy)
+            served = proxy.served()
+            assert all(served.values()), f"requests per replica port: {served}"
+        finally:
+            proxy.stop()
+            cluster.stop()
+
+    def settle(self, headers: Mapping[str, str] | None = None, timeout: float = 30) -> None:
+        """Cancel the runs a test left pending or running, and wait until none is."""
+        active = "SELECT thread_id, run_id FROM runs WHERE status IN ('pending', 'running')"
+        for thread_id, run_id in self.cluster.query(active):
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(
+                    f"{self.cluster.apis[0].url}/threads/{thread_id}/runs/{run_id}/cancel",
+                    params={"wait": "true"},
+                    headers=dict(headers or {}),
+                    timeout=timeout,
+                )
+        wait_until(lambda: not self.cluster.query(active), timeout=timeout, interval=0.1)
+
+    def after_test(self, headers: Mapping[str, str] | None = None) -> None:
+        """Settle the runs, check the database's invariants, then empty the test data.
+
+        Every process must still run: one that died fails the test. The data goes even
+        when a check fails, so that the next test starts from an empty database.
+        """
+        try:
+            self.settle(headers)
+            self.cluster.check_invariants()
+            children = [*self.cluster.apis, *self.cluster.workers]
+            dead = [child.name for child in children if not child.alive()]
+            assert dead == [], f"processes of the deployment exited: {dead}"
+        finally:
+            self.cluster.execute(f"TRUNCATE {', '.join(TEST_DATA_TABLES)}")
+
+
+@contextlib.contextmanager
+def proxied_cluster(
+    postgres: PostgresCluster,
+    redis: RedisServer,
+    log_dir: Path,
+    llm_base_url: str,
+    *,
+    cli: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[ProxiedCluster]:
+    """Two API replicas behind nginx and two workers on a database of their own.
+
+    Skips (fails under CI) without nginx; the database is dropped afterwards.
+    """
+    nginx = nginx_or_missing()
+    url = postgres.create_database()
+    cluster = Cluster(
+        log_dir,
+        database_url=url,
+        redis_url=redis.url,
+        llm_base_url=llm_base_url,
+        cli=cli,
+        env=env,
+    )
+    try:
+        with ProxiedCluster.serve(cluster, nginx) as deployment:
+            yield deployment
+    finally:
+        postgres.drop_database(url)

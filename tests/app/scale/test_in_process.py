@@ -110,3 +110,26 @@ def test_a_cancel_interrupts_a_run_executing_in_the_worker(
         time.sleep(1.0)
         assert len(llm.requests) == calls  # no LLM call after the cancel
         assert record["run_id"] == run["run_id"]
+
+
+def test_a_run_cancelled_while_pending_ends_when_a_worker_claims_it(server: LiveServer) -> None:
+    """The worker claims it with the cancel recorded and cancels it in the same step."""
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        thread_id = http.post("/threads", json={}).json()["thread_id"]
+        runs = f"/threads/{thread_id}/runs"
+        first = http.post(runs, json=_slow(4, delay=0.3)).json()
+        wait_until(lambda: http.get(f"{runs}/{first['run_id']}").json()["status"] == "running")
+        queued = http.post(runs, json={**_slow(2), "multitask_strategy": "enqueue"}).json()
+        path = f"{runs}/{queued['run_id']}"
+        assert http.get(path).json()["status"] == "pending"
+        assert http.post(f"{path}/cancel", params={"action": "interrupt"}).status_code in (
+            200,
+            202,
+            204,
+        )
+        wait_until(lambda: http.get(path).json()["status"] == "interrupted", timeout=15)
+        frames = read_sse(http.get(f"{path}/stream").text)
+        assert frames[-1].event == "end" and frames[-1].data["status"] == "interrupted"
+        assert http.get(f"{runs}/{first['run_id']}").json()["status"] == "success"
+        after = http.post(f"{runs}/wait", json=_slow(1))  # the thread takes runs again
+        assert after.status_code == 200 and len(after.json()["done"]) == 5  # 4 + 0 + 1 steps
