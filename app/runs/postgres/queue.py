@@ -78,6 +78,7 @@ class QueueExecutor(InProcessExecutor):
                 record = await self.runs.get(run_id)
                 if record is None or not record.active:
                     return
+                sub.caught_up()  # the record was re-read: a lag is made up for
                 while True:  # its `end` commits with its final status: re-read then
                     batch = await sub.next_batch(WAIT_POLL)
                     if not batch or any(frame.event == "end" for frame in batch):

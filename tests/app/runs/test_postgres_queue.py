@@ -197,3 +197,34 @@ async def test_a_run_handed_back_is_claimed_again_with_a_new_epoch(
     assert await a.runs.queue_depth() == 1
     again = await b.runs.claim("w2", LEASE)
     assert again is not None and again.lease.epoch == claim.lease.epoch + 1
+
+
+async def test_a_waiter_whose_live_frames_lagged_does_not_spin_on_the_record() -> None:
+    # Regression: a lagged subscription returns at once, forever; the waiter re-read
+    # the run's record in a tight loop until the run ended.
+    from types import SimpleNamespace
+
+    from app.runs.hub import SUBSCRIBER_BUFFER, Hub
+    from app.runs.postgres.queue import QueueExecutor
+
+    class Runs:
+        def __init__(self) -> None:
+            self.reads = 0
+            self.active = True
+
+        async def get(self, run_id: str) -> SimpleNamespace:
+            self.reads += 1
+            await asyncio.sleep(0)  # a round trip to the database
+            return SimpleNamespace(active=self.active)
+
+    hub, runs = Hub(), Runs()
+    waiter = object.__new__(QueueExecutor)  # only what `wait` uses
+    waiter._cancels, waiter.hub, waiter.runs = {}, hub, runs  # type: ignore[assignment]
+    waiting = asyncio.ensure_future(waiter.wait("r1"))
+    await asyncio.sleep(0.05)
+    hub.publish("r1", [Frame(i, "custom", "{}") for i in range(1, SUBSCRIBER_BUFFER + 2)])
+    await asyncio.sleep(0.3)
+    assert runs.reads <= 3, runs.reads  # once at the start, once for the lag
+    runs.active = False
+    hub.publish("r1", [Frame(SUBSCRIBER_BUFFER + 2, "end", "{}")])
+    await asyncio.wait_for(waiting, 2)
