@@ -63,6 +63,13 @@ REQUEST_CHECKOUT_TIMEOUT = 5.0
 UNREACHABLE_CHECKOUT_TIMEOUT = 1.0
 #: Seconds one series of reconnection attempts lasts before a new one starts (see above).
 RECONNECT_WINDOW = 4.0
+#: Seconds PostgreSQL lets one of our sessions sit idle inside a transaction before it
+#: ends the session. A process stopped there (SIGSTOP, a VM paused, a client cut off
+#: mid-commit) would otherwise keep its row locks, a run's row among them, for as long
+#: as it is stopped; the lease sweep skips locked rows (`SKIP LOCKED`), so that run
+#: would never be handed to another worker. Our transactions are a few statements
+#: sent back to back, never idle for seconds.
+IDLE_IN_TRANSACTION_TIMEOUT = 10.0
 #: Seconds `ping` waits for a connection (under the readiness check's own timeout).
 PING_TIMEOUT = 1.5
 
@@ -196,6 +203,23 @@ def connection_kwargs(application_name: str = "atelier") -> dict[str, Any]:
     }
 
 
+_SET_IDLE_TIMEOUT = "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
+
+
+def _idle_timeout() -> tuple[str]:
+    return (f"{int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}ms",)
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    """Set up a new pooled connection (see `IDLE_IN_TRANSACTION_TIMEOUT`)."""
+    await conn.execute(_SET_IDLE_TIMEOUT, _idle_timeout())
+
+
+def _configure_sync(conn: Connection[Any]) -> None:
+    """Set up a new pooled connection (see `IDLE_IN_TRANSACTION_TIMEOUT`)."""
+    conn.execute(_SET_IDLE_TIMEOUT, _idle_timeout())
+
+
 def create_pool(
     url: str, *, min_size: int = 1, max_size: int = 10, name: str = "atelier"
 ) -> AsyncPool:
@@ -213,6 +237,7 @@ def create_pool(
         timeout=CHECKOUT_TIMEOUT,
         kwargs=connection_kwargs(name),
         connection_class=_async_connection_class(reachability),
+        configure=_configure,
         check=AsyncConnectionPool.check_connection,
         reconnect_timeout=RECONNECT_WINDOW,
         reconnect_failed=_reconnect_again,
@@ -248,6 +273,7 @@ def open_sync_pool(url: str, *, max_size: int = 4, name: str = "atelier-assets")
         timeout=CHECKOUT_TIMEOUT,
         kwargs=connection_kwargs(name),
         connection_class=_sync_connection_class(reachability),
+        configure=_configure_sync,
         check=ConnectionPool.check_connection,
         reconnect_timeout=RECONNECT_WINDOW,
         reconnect_failed=_reconnect_again_sync,
