@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +65,49 @@ class Served(Protocol):
     def url(self) -> str:
         """Base URL, e.g. http://127.0.0.1:PORT."""
         ...
+
+
+#: The deployments the service suites run against (`serve_deployment`).
+DEPLOYMENTS = ["embedded", "scale-out", "processes"]
+
+
+@contextlib.contextmanager
+def serve_deployment(
+    request: Any,
+    settings: Callable[..., Settings],
+    assistant_factory: AssistantFactory | None,
+    headers: dict[str, str] | None = None,
+) -> Iterator[Served]:
+    """Serve a service-suite test in the deployment `request.param` (of `DEPLOYMENTS`).
+
+    * "embedded": `settings()` (SQLite);
+    * "scale-out": `settings(database_url=…, redis_url=…)`, on the throwaway
+      PostgreSQL and Redis (tests/support/servers.py), the API and one worker in
+      one process;
+    * "processes": the module's `processes` fixture (two API replicas behind nginx and
+      two worker processes, tests/app/scale/cluster.py), shared by its tests: after
+      each, its runs are settled, the database's invariants checked and its data
+      emptied (`after_test`, with `headers` for its requests). A test marked
+      `in_process_only(reason)` is skipped there.
+    """
+    if request.param == "processes":
+        reason = request.node.get_closest_marker("in_process_only")
+        if reason is not None:
+            import pytest
+
+            pytest.skip(f"not against separate processes: {reason.args[0]}")
+        deployment = request.getfixturevalue("processes")
+        yield deployment
+        deployment.after_test(headers)
+        return
+    scale: dict[str, Any] = {}
+    if request.param == "scale-out":
+        scale = {
+            "database_url": request.getfixturevalue("migrated_postgres_url"),
+            "redis_url": request.getfixturevalue("redis_server").url,
+        }
+    with LiveServer(settings(**scale), assistant_factory) as live:
+        yield live
 
 
 class LiveServer:

@@ -23,12 +23,14 @@ from langgraph_sdk.schema import Command
 from pydantic import TypeAdapter
 
 from core.events import PipelineEvent
+from core.settings import Settings
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import (
-    LiveServer,
+    DEPLOYMENTS,
     Served,
     SseFrame,
     parse_sse,
+    serve_deployment,
     service_settings,
     wait_until,
 )
@@ -109,31 +111,18 @@ def processes(
         yield deployment
 
 
-@pytest.fixture(params=["embedded", "scale-out", "processes"])
+@pytest.fixture(params=DEPLOYMENTS)
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
 ) -> Iterator[Served]:
-    """The service in each deployment: embedded (SQLite), and on PostgreSQL + Redis.
+    """The service in each deployment (`serve_deployment`), with the real atelier pipeline."""
 
-    "scale-out" is one process (the API and a worker); "processes" is the real
-    `atelier serve --workers 0` twice behind nginx (deploy/nginx.conf) and `atelier
-    worker` twice, shared by the module's tests (settled, checked and emptied after
-    each: tests/app/scale/cluster.py).
-    """
-    if request.param == "processes":
-        deployment = request.getfixturevalue("processes")
-        yield deployment
-        deployment.after_test({"X-Api-Key": KEY})
-        return
-    scale: dict[str, Any] = {}
-    if request.param == "scale-out":
-        scale = {
-            "database_url": request.getfixturevalue("migrated_postgres_url"),
-            "redis_url": request.getfixturevalue("redis_server").url,
-        }
-    settings = service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY], **scale)
-    with LiveServer(settings, None) as live:  # None: the default assistants (atelier)
-        yield live
+    def settings(**scale: Any) -> Settings:
+        return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY], **scale)
+
+    # None: the default assistants (atelier)
+    with serve_deployment(request, settings, None, {"X-Api-Key": KEY}) as served:
+        yield served
 
 
 @pytest.fixture

@@ -21,12 +21,15 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 from langgraph_sdk.schema import Command
 
+from core.settings import Settings
 from tests.app.harness import (
+    DEPLOYMENTS,
     LiveServer,
     Served,
     SseFrame,
     parse_sse,
     read_sse,
+    serve_deployment,
     service_settings,
     wait_until,
 )
@@ -78,38 +81,19 @@ def processes(
         yield deployment
 
 
-@pytest.fixture(params=["embedded", "scale-out", "processes"])
+@pytest.fixture(params=DEPLOYMENTS)
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
 ) -> Iterator[Served]:
-    """The app in each deployment: embedded (SQLite), and on PostgreSQL + Redis.
+    """The app in each deployment (`serve_deployment`), with the sample graphs."""
 
-    "scale-out" serves the API and one in-process worker on throwaway servers
-    (tests/support/servers.py); "processes" is two API replicas (`RUN_WORKERS=0`) behind
-    nginx with the shipped deploy/nginx.conf, consecutive requests going to alternate
-    replicas, and two worker processes (tests/app/scale/cluster.py). That one is shared
-    by the module's tests: after each, its runs are settled, the database's invariants
-    checked and its data emptied.
-    """
-    if request.param == "processes":
-        reason = request.node.get_closest_marker("in_process_only")
-        if reason is not None:
-            pytest.skip(f"not against separate processes: {reason.args[0]}")
-        deployment = request.getfixturevalue("processes")
-        yield deployment
-        deployment.after_test()
-        return
-    scale: dict[str, Any] = {}
-    if request.param == "scale-out":
-        scale = {
-            "database_url": request.getfixturevalue("migrated_postgres_url"),
-            "redis_url": request.getfixturevalue("redis_server").url,
-        }
-    settings = service_settings(
-        tmp_path / "data", llm.base_url, sse_heartbeat_interval=0.3, **scale
-    )
-    with LiveServer(settings, sample_assistants) as live:
-        yield live
+    def settings(**scale: Any) -> Settings:
+        return service_settings(
+            tmp_path / "data", llm.base_url, sse_heartbeat_interval=0.3, **scale
+        )
+
+    with serve_deployment(request, settings, sample_assistants) as served:
+        yield served
 
 
 @pytest.fixture
