@@ -20,6 +20,7 @@ or none.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -840,7 +841,15 @@ def worker(
 
     freeze_after_imports(WORKER_MODULES)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve_worker(settings, concurrency or settings.run_worker_concurrency))
+    # The event loop `atelier serve` runs on too (uvicorn's "auto" loop picks uvloop,
+    # which `uvicorn[standard]` installs): a worker spends most of its CPU in the loop's
+    # I/O, streaming LLM replies and writing frames. The stdlib loop where it is absent.
+    run = asyncio.run
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        run = uvloop.run
+    run(serve_worker(settings, concurrency or settings.run_worker_concurrency))
 
 
 # --------------------------------------------------------------------------- db
