@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -381,15 +382,26 @@ def log_lines(logs: list[Path], needles: list[str], limit: int = 12) -> list[str
 def http_run(
     url: str, body: dict[str, Any], limit: float
 ) -> Callable[[RunResult], Awaitable[None]]:
-    """Stream one run against a served deployment on one shared client (made on first use)."""
-    clients: list[httpx.AsyncClient] = []
+    """Stream one run against a served deployment, each client on its own connection.
+
+    A run borrows an idle client (made when none is idle) and gives it back after, so
+    c lanes use c clients, as c users would, each reusing its keep-alive connection.
+    One client shared by all would scan its whole pool of c connections on every
+    request (httpcore): at 300 at once that cost the bench process more CPU than the
+    model, CPU that the scale-out deployment, which uses both cores, competes for.
+    """
+    idle: list[httpx.AsyncClient] = []
 
     async def run_one(result: RunResult) -> None:
-        if not clients:
-            limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
-            timeout = httpx.Timeout(limit, connect=60)
-            clients.append(httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits))
-        await stream_one(clients[0], body, result)
+        client = (
+            idle.pop()
+            if idle
+            else httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(limit, connect=60))
+        )
+        try:
+            await stream_one(client, body, result)
+        finally:
+            idle.append(client)
 
     return run_one
 
@@ -669,8 +681,11 @@ def main() -> None:
         "first = stream request → first frame (ms); total99 = request → `end` p99 (s); "
         "CPU ms/r = deployment CPU per run (PostgreSQL, Redis apart); RSS after the level"
     )
-    with ScriptedOpenAIServer(model) as llm:
-        rows, failed = asyncio.run(bench(args, llm, model, root))
+    # The clients and the model share the machine's cores with the deployment under
+    # test (all of them, in the scale-out way): both run on uvloop, as the deployments
+    # do, so that the load they put on the machine is mostly the deployment's own.
+    with ScriptedOpenAIServer(model, loop_factory=uvloop.new_event_loop) as llm:
+        rows, failed = uvloop.run(bench(args, llm, model, root))
     summary(rows)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     if failed:
