@@ -34,7 +34,6 @@ class PostgresRunStorage:
         publish: Publish | None = None,
         *,
         retry_for: float = RETRY_FOR,
-        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         """Bind the storage to an open pool on a migrated database; nothing starts yet.
 
@@ -43,14 +42,11 @@ class PostgresRunStorage:
             publish: Called with every committed batch of a run's frames (the live fan-out).
             retry_for: Seconds the event writer retries a failing batch before the runs
                 it carries are lost.
-            lease_seconds: How long a claim or a renewal holds a run.
         """
         self.pool = pool
         self.threads = PostgresThreadRepository(pool)
         self.runs = PostgresRunRepository(pool)
-        self.events = PostgresEventLog(
-            pool, publish, retry_for=retry_for, lease_seconds=lease_seconds
-        )
+        self.events = PostgresEventLog(pool, publish, retry_for=retry_for)
         self._started = False
 
     async def open(self) -> Self:

@@ -7,7 +7,14 @@ PostgreSQL case of `app.runs.checkpoints.delete_run_checkpoints`. The channel bl
 those checkpoints referenced stay (they are keyed by channel version, shared with
 other checkpoints; deleting the thread removes them).
 
-`FencedPostgresSaver`: a worker holds a run under a lease, and the run's frames and
+`FencedPostgresSaver` writes a task's pending writes in one statement (column arrays
+through `unnest`) where `AsyncPostgresSaver` sends a statement per write, and
+serializes them on the event loop instead of a thread (small values; the hop to a
+thread cost more than the serializing): the saver's table and its conflict rules are
+kept (`UPSERT_CHECKPOINT_WRITES_SQL`, `INSERT_CHECKPOINT_WRITES_SQL`), and the last
+write of a special channel (an error, an interrupt) wins as it does there.
+
+It also fences: a worker holds a run under a lease, and the run's frames and
 status writes are fenced by it (`app.runs.postgres.event_log`); its checkpoints are
 fenced here. Before each checkpoint write on a thread whose run a worker of this
 process holds, the lease is renewed where owner and epoch still match: afterwards no
@@ -34,12 +41,33 @@ from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+)
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from app.db.pool import AsyncPool
 from app.runs.postgres.event_log import LeaseLost
 from app.runs.postgres.runs import RENEW_LEASE, Lease
+
+_INSERT_WRITES = (
+    "INSERT INTO checkpoint_writes "
+    "(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::integer[], %s::text[], %s::text[], %s::bytea[]) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+)
+#: A task's writes when all are to special channels (kept at fixed, negative indices):
+#: each replaces the one stored; as `AsyncPostgresSaver.UPSERT_CHECKPOINT_WRITES_SQL`.
+UPSERT_WRITES = (
+    _INSERT_WRITES
+    + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
+)
+#: Any other task's writes: stored once; as `AsyncPostgresSaver.INSERT_CHECKPOINT_WRITES_SQL`.
+INSERT_WRITES = _INSERT_WRITES + "DO NOTHING"
 
 #: Seconds before a confirmed lease's earliest expiry at which a write stops relying
 #: on it and renews it first (a write takes far less).
@@ -139,6 +167,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         """Save over the pool; check `fence` before every write."""
         super().__init__(conn=conn)
         self.fence = fence
+        self._pool = conn
 
     async def aput(
         self,
@@ -158,6 +187,23 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Save a task's pending writes, if the lease of the thread's run is still ours."""
+        """Save a task's pending writes in one statement, if the thread's run is still ours."""
         await self.fence.check(config)
-        await super().aput_writes(config, writes, task_id, task_path)
+        configurable = config["configurable"]
+        rows = self._dump_writes(
+            configurable["thread_id"],
+            configurable["checkpoint_ns"],
+            configurable["checkpoint_id"],
+            task_id,
+            task_path,
+            writes,
+        )
+        if not rows:
+            return
+        if all(channel in WRITES_IDX_MAP for channel, _ in writes):
+            by_index = {row[5]: row for row in rows}  # one statement upserts a key once
+            statement, rows = UPSERT_WRITES, list(by_index.values())
+        else:
+            statement = INSERT_WRITES
+        async with self._pool.connection() as conn:
+            await conn.execute(statement, [list(column) for column in zip(*rows, strict=True)])

@@ -44,11 +44,7 @@ class EngineParts:
 
     def storage(self) -> PostgresRunStorage:
         """Return a new run storage on the shared pool (enter it to start its event writer)."""
-        return PostgresRunStorage(
-            self.backend.pool,
-            publish=self.live.publish,
-            lease_seconds=self.settings.run_lease_seconds,
-        )
+        return PostgresRunStorage(self.backend.pool, publish=self.live.publish)
 
     def executor_options(self, storage: PostgresRunStorage) -> dict[str, Any]:
         """Return the keyword arguments of an executor over `storage`."""

@@ -2,9 +2,11 @@
 
 The queueing is `app.runs.group_commit`'s. What this backend adds is the fence: a
 run this process executes under a lease (`hold`) has every batch of its writes
-(frames, run status, thread state) committed in a transaction that first renews
-its lease — `UPDATE runs … WHERE lease_owner = … AND lease_epoch = …`, which also
-locks the run's row until the commit. When no row matches, the lease is lost (the
+(frames, run status, thread state) committed in a transaction that first checks
+its lease and locks the run's row until the commit — `SELECT … WHERE lease_owner =
+… AND lease_epoch = … FOR SHARE` (`LOCK_HELD_LEASES`): no row version is written, so
+a batch costs the database little more than its frames. Renewing is the lease
+keeper's (`app.runs.postgres.worker`). When no row matches, the lease is lost (the
 sweep gave the run to another worker): the transaction writes nothing, the run's
 writes are given up (`LeaseLost`, never retried), `lease_lost(run_id)` says so and
 `on_lost` tells the executor, which then stops without writing anything more. A
@@ -25,9 +27,9 @@ from psycopg_pool import PoolTimeout
 from app.db.pool import AsyncPool
 from app.runs.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite
 from app.runs.postgres.runs import (
-    RENEW_LEASES,
+    LOCK_HELD_LEASES,
     Lease,
-    renew_leases_params,
+    leases_params,
     run_status_statement,
 )
 from app.runs.postgres.threads import Statement, thread_state_statement
@@ -39,7 +41,12 @@ log = logging.getLogger(__name__)
 #: Seconds a lease lasts after a claim or a renewal, unless renewed again.
 LEASE_SECONDS = 30.0
 
-_INSERT_FRAME = "INSERT INTO run_events (run_id, seq, event, data) VALUES (%s, %s, %s, %s)"
+#: Frames in one statement, a column array each: one statement for a batch of many runs'
+#: frames costs the database less than a statement per frame.
+_INSERT_FRAMES = (
+    "INSERT INTO run_events (run_id, seq, event, data) "
+    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[])"
+)
 
 
 class LeaseLost(RuntimeError):
@@ -67,7 +74,6 @@ class PostgresEventLog(GroupCommitEventLog):
         publish: Publish | None = None,
         *,
         retry_for: float = RETRY_FOR,
-        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         """Bind the log to the process's pool and the live fan-out.
 
@@ -75,11 +81,9 @@ class PostgresEventLog(GroupCommitEventLog):
             pool: The process's async pool.
             publish: Called with every committed batch of a run's frames.
             retry_for: Seconds the writer retries a failing batch (connection lost).
-            lease_seconds: How long a write's lease renewal lasts.
         """
         super().__init__(publish, retry_for=retry_for)
         self._pool = pool
-        self.lease_seconds = lease_seconds
         self._leases: dict[str, Lease] = {}
         self._fenced: set[str] = set()
         #: Called with a held run's id and the cancel asked for it, seen on a renewal.
@@ -125,10 +129,11 @@ class PostgresEventLog(GroupCommitEventLog):
     async def _fence(
         self, conn: AsyncConnection[DictRow], items: list[QueuedWrite]
     ) -> dict[str, CancelAction]:
-        """Renew the lease of every held run in the batch; raise `LeaseLost` for one lost.
+        """Check and lock the lease of every held run in the batch; `LeaseLost` for one lost.
 
         One statement for all of them, locking their rows in run id order (see
-        `RENEW_LEASES`); the locks last until the batch commits.
+        `LOCK_HELD_LEASES`); the locks last until the batch commits. Returns the
+        cancels requested for them.
         """
         held = sorted(
             {item.run_id for item in items if item.run_id is not None} & self._leases.keys()
@@ -136,15 +141,13 @@ class PostgresEventLog(GroupCommitEventLog):
         if not held:
             return {}
         leases = [self._leases[run_id] for run_id in held]
-        rows = await (
-            await conn.execute(RENEW_LEASES, renew_leases_params(leases, self.lease_seconds))
-        ).fetchall()
-        renewed = {row["run_id"]: row["cancel_requested"] for row in rows}
+        rows = await (await conn.execute(LOCK_HELD_LEASES, leases_params(leases))).fetchall()
+        held_still = {row["run_id"]: row["cancel_requested"] for row in rows}
         for run_id in held:
-            if run_id not in renewed:
+            if run_id not in held_still:
                 self._fenced.add(run_id)
                 raise LeaseLost(run_id)
-        return {run_id: action for run_id, action in renewed.items() if action is not None}
+        return {run_id: action for run_id, action in held_still.items() if action is not None}
 
     @staticmethod
     async def _write_items(conn: AsyncConnection[DictRow], items: list[QueuedWrite]) -> None:
@@ -157,12 +160,12 @@ class PostgresEventLog(GroupCommitEventLog):
                     rows.append((item.run_id, item.frame.id, item.frame.event, item.frame.data))
                     continue
                 if rows:
-                    await cur.executemany(_INSERT_FRAME, rows)
+                    await cur.execute(_INSERT_FRAMES, [list(c) for c in zip(*rows, strict=True)])
                     rows = []
                 assert item.change is not None
                 await cur.execute(*change_statement(item.change))
             if rows:
-                await cur.executemany(_INSERT_FRAME, rows)
+                await cur.execute(_INSERT_FRAMES, [list(c) for c in zip(*rows, strict=True)])
 
     # -- reading ---------------------------------------------------------------------
 

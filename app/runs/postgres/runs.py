@@ -88,14 +88,36 @@ RETURNING runs.run_id, runs.cancel_requested
 """
 
 
-def renew_leases_params(leases: list[Lease], lease_seconds: float) -> dict[str, Any]:
-    """Return the parameters of `RENEW_LEASES` for some leases."""
+#: The runs among some leases that are still held (owner and epoch match, running),
+#: with their requested cancels; reads only (the lease keeper's check between renewals).
+HELD_LEASES = """
+SELECT r.run_id, r.cancel_requested FROM runs r
+JOIN unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(owners)s::text[])
+    AS l (run_id, epoch, owner)
+    ON r.run_id = l.run_id AND r.lease_epoch = l.epoch AND r.lease_owner = l.owner
+WHERE r.status = 'running'
+ORDER BY r.run_id
+"""
+
+#: `HELD_LEASES`, locking the rows until the transaction ends (the event log's fence):
+#: the sweep skips them (`SKIP LOCKED`) and a renewal waits, so the lease stays this
+#: worker's until the commit. A share lock writes no row version, unlike a renewal.
+#: Rows are locked in run id order, as `RENEW_LEASES` locks them.
+LOCK_HELD_LEASES = HELD_LEASES + "FOR SHARE OF r\n"
+
+
+def leases_params(leases: list[Lease]) -> dict[str, Any]:
+    """Return the parameters of `HELD_LEASES` and `LOCK_HELD_LEASES` for some leases."""
     return {
         "run_ids": [lease.run_id for lease in leases],
         "epochs": [lease.epoch for lease in leases],
         "owners": [lease.owner for lease in leases],
-        "lease": lease_seconds,
     }
+
+
+def renew_leases_params(leases: list[Lease], lease_seconds: float) -> dict[str, Any]:
+    """Return the parameters of `RENEW_LEASES` for some leases."""
+    return {**leases_params(leases), "lease": lease_seconds}
 
 
 def run_from_row(row: DictRow) -> RunRecord:
@@ -199,7 +221,7 @@ WITH candidate AS (
           SELECT 1 FROM runs y
           WHERE y.thread_id = r.thread_id AND y.status = 'pending' AND y.seq < r.seq)
     ORDER BY r.seq
-    LIMIT 1
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE runs SET status = 'running', lease_owner = %(owner)s, lease_epoch = lease_epoch + 1,
@@ -207,7 +229,8 @@ UPDATE runs SET status = 'running', lease_owner = %(owner)s, lease_epoch = lease
 FROM candidate WHERE runs.run_id = candidate.run_id
 RETURNING {", ".join(f"runs.{c.strip()}" for c in RUN_COLUMNS.split(","))},
     runs.lease_epoch, runs.cancel_requested,
-    (SELECT coalesce(max(e.seq), 0) FROM run_events e WHERE e.run_id = runs.run_id) AS last_id
+    (SELECT coalesce(max(e.seq), 0) FROM run_events e WHERE e.run_id = runs.run_id) AS last_id,
+    runs.seq
 """
 
 
@@ -340,16 +363,29 @@ class PostgresRunRepository:
             owner: The claiming worker's id (written to `lease_owner`).
             lease_seconds: How long the lease lasts without a renewal (database clock).
         """
+        claims = await self.claim_many(owner, lease_seconds, 1)
+        return claims[0] if claims else None
+
+    async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Claim]:
+        """Claim up to `limit` runs in one statement, oldest first, as `claim` claims one.
+
+        Each is the oldest pending run of its thread (no two of one thread), on a thread
+        with no running run. Empty when none is claimable, or when another worker set a
+        run of one of those threads running first (the unique index refuses the whole
+        statement; the caller claims again on its next wake-up or poll).
+        """
         try:
-            rows = await self._fetch(_CLAIM, {"owner": owner, "lease": lease_seconds})
+            rows = await self._fetch(
+                _CLAIM, {"owner": owner, "lease": lease_seconds, "limit": limit}
+            )
         except psycopg.errors.UniqueViolation:
-            return None  # another worker set a run of that thread running first
-        if not rows:
-            return None
-        row = rows[0]
-        run = run_from_row(row)
-        lease = Lease(run.run_id, owner, row["lease_epoch"])
-        return Claim(run, lease, row["cancel_requested"], int(row["last_id"]))
+            return []  # another worker set a run of that thread running first
+        claims = []
+        for row in sorted(rows, key=lambda row: row["seq"]):
+            run = run_from_row(row)
+            lease = Lease(run.run_id, owner, row["lease_epoch"])
+            claims.append(Claim(run, lease, row["cancel_requested"], int(row["last_id"])))
+        return claims
 
     async def renew(self, lease: Lease, lease_seconds: float) -> tuple[bool, CancelAction | None]:
         """Extend a lease where owner and epoch still match.

@@ -1,21 +1,25 @@
 """Workers: claim runs from the queue, execute them under a lease, hand them back.
 
-A `RunWorker` claims pending runs (`PostgresRunRepository.claim`) while it has room
-(`concurrency`), executes each with the ordinary `InProcessExecutor` over the fenced
-event log, and releases the run's lease once the executor is done with it. It claims
-again when woken (`RunSignals.wake`: a Redis message or this process's own API) and
-every `poll` seconds in any case, so a lost wake-up costs at most a poll interval.
+A `RunWorker` claims pending runs (`PostgresRunRepository.claim_many`, up to
+`CLAIM_BATCH` in a statement) while it has room (`concurrency`), executes each with
+the ordinary `InProcessExecutor` over the fenced event log, and releases the run's
+lease once the executor is done with it. It claims again when woken
+(`RunSignals.wake`: a Redis message or this process's own API) and every `poll`
+seconds in any case, so a lost wake-up costs at most a poll interval.
 
-Leases: `LeaseKeeper` renews the leases of every run the worker holds from a thread
-of its own with its own connection, every `heartbeat` seconds (a second by default).
-A node that blocks the event loop (CPU-bound work, a synchronous call) cannot starve
-it, so a live run never looks dead; a stopped process (SIGSTOP, SIGKILL) stops
-renewing, and the sweep (every worker runs one) hands its runs to another worker
-once their lease expired. Each renewal also reads `cancel_requested`, so a cancel
-whose Redis signal the worker missed still stops the run within a heartbeat. A
-renewal that finds the lease gone (another worker holds the run now) stops the run
-here without writing anything (the executor's `lease` reason); the fenced event log
-refuses anything it had queued.
+Leases: `LeaseKeeper` looks after the leases of every run the worker holds from a
+thread of its own with its own connection, every `heartbeat` seconds (a second by
+default): it renews each lease a third of a lease after its last renewal (or its
+claim), and reads the others back (`HELD_LEASES`, which writes nothing: a renewal
+writes a row version, and the database's work grows with them). A node that blocks
+the event loop (CPU-bound work, a synchronous call) cannot starve the thread, so a
+live run never looks dead; a stopped process (SIGSTOP, SIGKILL) stops renewing, and
+the sweep (every worker runs one) hands its runs to another worker once their lease
+expired. Each heartbeat reads `cancel_requested`, so a cancel whose Redis signal the
+worker missed still stops the run within a heartbeat. A heartbeat that finds the
+lease gone (another worker holds the run now) stops the run here without writing
+anything (the executor's `lease` reason); the fenced event log refuses anything it
+had queued.
 
 A resumed run (claimed again after its lease expired, or handed back) is executed
 with its stored `attempt`: the executor continues it from its own last checkpoint,
@@ -48,7 +52,14 @@ from app.db import redis as redis_signals
 from app.runs.executor import InProcessExecutor
 from app.runs.postgres import PostgresRunStorage
 from app.runs.postgres.checkpoints import CheckpointFence
-from app.runs.postgres.runs import RENEW_LEASES, Claim, Lease, renew_leases_params
+from app.runs.postgres.runs import (
+    HELD_LEASES,
+    RENEW_LEASES,
+    Claim,
+    Lease,
+    leases_params,
+    renew_leases_params,
+)
 from app.runs.postgres.signals import CANCEL_CHANNEL, WAKE_CHANNEL, parse_cancel
 from app.runs.protocols import LiveFrames, StoreError
 from app.runs.records import CancelAction
@@ -57,8 +68,12 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two claims when no wake-up came.
 POLL_INTERVAL = 1.0
-#: Seconds between lease renewals (and cancel checks) of the runs a worker holds.
+#: Seconds between the lease keeper's heartbeats: its checks of the runs a worker holds
+#: (and their cancels), and the renewals of those leases that are due.
 HEARTBEAT_INTERVAL = 1.0
+#: Most runs one claim takes: a burst of runs is claimed in a few round trips, and two
+#: idle workers woken by the same burst still share it (each takes a few at a time).
+CLAIM_BATCH = 8
 
 
 class WorkerMetrics(Protocol):
@@ -78,8 +93,9 @@ class LeaseKeeper:
     """Renew a worker's leases from a thread with its own connection (see the module docstring).
 
     `on_renewal(renewed, lost, cancels, since)` is called on the event loop after each
-    renewal: the leases renewed, the leases found gone, the cancels requested by run
-    id, and the `time.monotonic()` taken before the renewal was sent.
+    heartbeat: the leases renewed (those that were due), the leases found gone, the
+    cancels requested by run id, and the `time.monotonic()` taken before the
+    heartbeat's statements were sent.
     """
 
     def __init__(
@@ -99,20 +115,25 @@ class LeaseKeeper:
         self._interval = interval
         self._loop = loop
         self._on_renewal = on_renewal
+        #: Seconds after a renewal (or the claim) before a lease is renewed again.
+        self.renew_after = lease_seconds / 3
         self._leases: dict[str, Lease] = {}
+        self._renewed: dict[str, float] = {}  # run → monotonic time of its last renewal
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
-    def hold(self, lease: Lease) -> None:
-        """Renew this lease from now on."""
+    def hold(self, lease: Lease, since: float) -> None:
+        """Renew this lease from now on; `since`: when the claim that set it was sent."""
         with self._lock:
             self._leases[lease.run_id] = lease
+            self._renewed[lease.run_id] = since
 
     def release(self, run_id: str) -> None:
         """Stop renewing a run's lease."""
         with self._lock:
             self._leases.pop(run_id, None)
+            self._renewed.pop(run_id, None)
 
     def start(self) -> None:
         """Start renewing."""
@@ -127,29 +148,41 @@ class LeaseKeeper:
     def _run(self) -> None:
         conn: psycopg.Connection[tuple[str, str | None]] | None = None
         while not self._stop.wait(self._interval):
+            since = time.monotonic()
             with self._lock:
                 leases = dict(self._leases)
+                due = [
+                    lease
+                    for run_id, lease in leases.items()
+                    if since - self._renewed.get(run_id, 0.0) >= self.renew_after
+                ]
             if not leases:
                 continue
-            since = time.monotonic()
+            due_ids = {lease.run_id for lease in due}
+            rest = [lease for lease in leases.values() if lease.run_id not in due_ids]
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(
                         self._url, autocommit=True, connect_timeout=5, application_name="lease"
                     )
-                rows = conn.execute(
-                    RENEW_LEASES,
-                    renew_leases_params(list(leases.values()), self._lease_seconds),
-                ).fetchall()
+                rows = []
+                if due:
+                    params = renew_leases_params(due, self._lease_seconds)
+                    rows += conn.execute(RENEW_LEASES, params).fetchall()
+                renewed = {row[0] for row in rows}
+                if rest:
+                    rows += conn.execute(HELD_LEASES, leases_params(rest)).fetchall()
             except psycopg.Error as exc:  # the database is away: the leases may run out
                 log.warning("could not renew %d lease(s): %s", len(leases), exc)
                 if conn is not None:
                     conn.close()
                 conn = None
                 continue
-            renewed = {row[0] for row in rows}
+            with self._lock:
+                for run_id in renewed & self._renewed.keys():
+                    self._renewed[run_id] = since
             cancels: dict[str, CancelAction] = {row[0]: row[1] for row in rows if row[1]}  # type: ignore[misc]
-            lost = set(leases) - renewed
+            lost = set(leases) - {row[0] for row in rows}
             with contextlib.suppress(RuntimeError):  # the loop is closed: we are stopping
                 self._loop.call_soon_threadsafe(self._on_renewal, renewed, lost, cancels, since)
         if conn is not None:
@@ -188,7 +221,8 @@ class RunWorker:
             max_attempts: RUN_MAX_ATTEMPTS.
             lease_seconds: How long a lease lasts without a renewal.
             poll: Seconds between claims when no wake-up comes.
-            heartbeat: Seconds between lease renewals.
+            heartbeat: Seconds between the lease keeper's checks of the leases and their
+                cancels (each lease is renewed every third of a lease).
             sweep_every: Seconds between sweeps of expired leases (default: a third of
                 the lease).
             fence: Fences the checkpoint writes of the runs this worker holds (the
@@ -286,14 +320,17 @@ class RunWorker:
     async def _claim_loop(self) -> None:
         while True:
             try:
-                while len(self._held) < self.concurrency and not self._stopping:
+                while (room := self.concurrency - len(self._held)) > 0 and not self._stopping:
                     started = time.monotonic()
-                    claim = await self.runs.claim(self.owner, self.lease_seconds)
-                    if claim is None:
+                    claims = await self.runs.claim_many(
+                        self.owner, self.lease_seconds, min(room, CLAIM_BATCH)
+                    )
+                    if not claims:
                         break
-                    if self.metrics is not None:
-                        self.metrics.run_claimed(time.monotonic() - started)
-                    await self._start(claim)
+                    for claim in claims:
+                        if self.metrics is not None:
+                            self.metrics.run_claimed(time.monotonic() - started)
+                        await self._start(claim, started)
             except Exception:  # the database is away: try again after a poll
                 log.exception("worker %s could not claim runs", self.owner)
             with contextlib.suppress(TimeoutError):
@@ -301,15 +338,17 @@ class RunWorker:
                     await self._wake.wait()
             self._wake.clear()
 
-    async def _start(self, claim: Claim) -> None:
+    async def _start(self, claim: Claim, since: float) -> None:
+        """Execute a claimed run; `since`: when the claim was sent (its lease runs from then)."""
         run, lease = claim.run, claim.lease
         self._held[run.run_id] = lease
         self._threads[run.run_id] = run.thread_id
         self.events.hold(lease)
         if self.fence is not None:
             self.fence.hold(run.thread_id, lease, self._lose)
+            self.fence.confirmed(run.run_id, since)
         assert self._keeper is not None
-        self._keeper.hold(lease)
+        self._keeper.hold(lease, since)
         next_id = claim.last_id + 1
         if run.attempt >= self.max_attempts:
             try:

@@ -103,3 +103,34 @@ async def test_a_lease_confirmed_moments_ago_needs_no_round_trip(pool: AsyncPool
         fence._valid_until["r1"] = 0.0  # the confirmation is too old now
         with pytest.raises(LeaseLost):  # so the database is asked, and says no
             await graph.ainvoke({"seen": ["checked"]}, _config("t1", "r1-next-step"))
+
+
+async def test_pending_writes_in_one_statement_read_back_as_the_savers_own(
+    pool: AsyncPool,
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    error, interrupt = "__error__", "__interrupt__"  # LangGraph's special channels
+    ours = FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))
+    theirs = AsyncPostgresSaver(conn=pool)
+    batches: list[tuple[str, list[tuple[str, Any]]]] = [
+        ("task-a", [("seen", ["x"]), ("post", {"title": "标题", "n": 1}), ("seen", None)]),
+        ("task-b", [(error, ValueError("first")), (error, ValueError("second"))]),
+        ("task-c", [(interrupt, {"ask": "ok?"})]),
+        ("task-a", [("seen", ["again"])]),  # stored once: the first write stays
+        ("task-d", []),
+    ]
+    pending = []
+    for thread_id, saver in (("ours", ours), ("theirs", theirs)):
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        config = await saver.aput(config, empty_checkpoint(), {}, {})
+        for task_id, writes in batches:
+            await saver.aput_writes(config, writes, task_id, "path")
+        stored = await saver.aget_tuple(config)
+        assert stored is not None
+        pending.append([(t, c, repr(v)) for t, c, v in stored.pending_writes or []])
+    assert pending[0] == pending[1]
+    errors = [value for task, channel, value in pending[0] if channel == error]
+    assert len(errors) == 1 and "second" in errors[0]  # the last write to a special channel
+    assert ("task-a", "seen", "['x']") in pending[0] and len(pending[0]) == 5

@@ -7,6 +7,7 @@ claiming through their own pools, as two processes would.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -87,6 +88,30 @@ async def test_two_claimers_never_run_two_runs_of_a_thread(
     assert set((await _running_per_thread(a)).values()) == {1}
 
 
+async def test_a_batch_claim_takes_the_oldest_run_of_each_free_thread_in_order(
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    a, b = stores
+    for t in range(6):
+        await a.threads.insert(thread(f"t{t}"))
+    for n in range(2):  # r0-0 … r5-0, then r0-1 … r5-1, queued behind them
+        for t in range(6):
+            await a.runs.insert(run(f"r{t}-{n}", f"t{t}"), exclusive=False)
+    await a.threads.insert(thread("busy"))
+    await a.runs.insert(run("busy-0", "busy"), exclusive=False)
+    running = await a.runs.claim("w0", LEASE)
+    assert running is not None and running.run.run_id == "r0-0"  # the oldest of all
+
+    batch = await a.runs.claim_many("w1", LEASE, 4)
+    assert [c.run.run_id for c in batch] == ["r1-0", "r2-0", "r3-0", "r4-0"]  # oldest first
+    assert all(c.run.status == "running" and c.lease.owner == "w1" for c in batch)
+    rest = await b.runs.claim_many("w2", LEASE, 10)
+    # no r*-1: each waits for its thread's running run; "busy-0" was queued last
+    assert [c.run.run_id for c in rest] == ["r5-0", "busy-0"]
+    assert set((await _running_per_thread(a)).values()) == {1}
+    assert await b.runs.claim_many("w2", LEASE, 10) == []
+
+
 async def test_a_worker_that_lost_its_lease_writes_nothing(
     stores: tuple[PostgresRunStorage, PostgresRunStorage],
 ) -> None:
@@ -99,7 +124,7 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     assert stale is not None and stale.last_id == 0  # never executed: an empty log
     a.events.hold(stale.lease)
     a.events.append("r1", Frame(1, "metadata", "{}"))
-    await a.events.flush("r1")  # within its lease: written (and the lease renewed)
+    await a.events.flush("r1")  # within its lease: written
     await asyncio.sleep(0.05)
     assert (await a.runs.renew(stale.lease, 0.2)) == (True, None)
     await asyncio.sleep(0.4)  # the worker stalls past its lease...
@@ -132,11 +157,87 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     assert (await b.runs.get("r1")).status == "success"  # type: ignore[union-attr]
 
 
+async def _run_row_versions(pool: AsyncPool) -> tuple[int, int]:
+    """Return the row versions `runs` got from updates: all of them, and the HOT ones."""
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        row = await (
+            await conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runs'"
+            )
+        ).fetchone()
+    assert row is not None
+    return row["n_tup_upd"], row["n_tup_hot_upd"]
+
+
+async def test_appends_write_no_run_row_and_renewals_touch_no_index(
+    pools: tuple[AsyncPool, AsyncPool],
+    stores: tuple[PostgresRunStorage, PostgresRunStorage],
+) -> None:
+    # The two most frequent writes of a running run: a batch of frames checks and locks
+    # the run's row without writing it; a lease renewal updates it in place (HOT).
+    a, _ = stores
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    claim = await a.runs.claim("w1", LEASE)
+    assert claim is not None
+    a.events.hold(claim.lease)
+    before = await _run_row_versions(pools[0])
+    for seq in range(1, 6):
+        a.events.append("r1", Frame(seq, "custom", "{}"))
+        await a.events.flush("r1")
+    assert await _run_row_versions(pools[0]) == before
+    for _ in range(5):
+        assert await a.runs.renew(claim.lease, LEASE) == (True, None)
+    updated, hot = await _run_row_versions(pools[0])
+    assert (updated - before[0], hot - before[1]) == (5, 5)
+
+
+async def test_the_lease_keeper_renews_a_lease_a_third_of_a_lease_after_its_claim(
+    migrated_postgres_url: str, stores: tuple[PostgresRunStorage, PostgresRunStorage]
+) -> None:
+    from app.runs.postgres.worker import LeaseKeeper
+
+    a, b = stores
+    await a.threads.insert(thread())
+    await a.runs.insert(run("r1"), exclusive=True)
+    await a.threads.insert(thread("t2"))
+    await a.runs.insert(run("r2", "t2"), exclusive=True)
+    since = time.monotonic()
+    one, two = await a.runs.claim_many("w1", 1.5, 2)
+    beats: list[tuple[set[str], set[str], dict[str, str]]] = []
+    keeper = LeaseKeeper(
+        migrated_postgres_url,
+        "w1",
+        lease_seconds=1.5,
+        interval=0.1,
+        loop=asyncio.get_running_loop(),
+        on_renewal=lambda renewed, lost, cancels, _since: beats.append((renewed, lost, cancels)),
+    )
+    keeper.hold(one.lease, since)
+    keeper.hold(two.lease, since)
+    keeper.start()
+    try:
+        await asyncio.sleep(0.3)
+        assert await b.runs.request_cancel("r2", "interrupt")  # read on the next heartbeat
+        await asyncio.sleep(0.15)
+        assert beats and all(renewed == set() for renewed, _, _ in beats)  # none due yet
+        assert beats[-1][2] == {"r2": "interrupt"} and beats[-1][1] == set()
+        await asyncio.sleep(0.4)  # 0.5 s (a third of the lease) after the claim: renewed
+        assert {"r1", "r2"} <= set().union(*(renewed for renewed, _, _ in beats))
+        await asyncio.sleep(1.5)  # alive well past the lease of the claim
+        assert (await b.runs.sweep(max_attempts=3)).requeued == []
+        assert await b.runs.hand_back(two.lease)  # gone from under the keeper: lost
+        await asyncio.sleep(0.25)
+        assert beats[-1][1] == {"r2"}
+    finally:
+        keeper.stop()
+
+
 async def test_the_sweep_ends_a_run_out_of_attempts_with_error_and_end(
     stores: tuple[PostgresRunStorage, PostgresRunStorage],
 ) -> None:
     a, b = stores
-    a.events.lease_seconds = b.events.lease_seconds = 0.1  # each write renews for this long
     await a.threads.insert(thread())
     await a.runs.insert(run("r1"), exclusive=True)
     claim = await a.runs.claim("w1", 0.1)
