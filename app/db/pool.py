@@ -10,9 +10,15 @@ rest of Atelier assumes:
   setting; LangGraph's own `from_conn_string` uses the same). A statement of several
   commands cannot be prepared: run those with `execute(sql, prepare=False)`.
 - `row_factory=dict_row`: rows are dicts (the checkpointer asks for them anyway).
-- a connection check (`AsyncConnectionPool.check_connection`) before a connection is
-  handed out, so one the server closed (restart, idle timeout) is replaced instead of
-  failing the caller's first query.
+- a connection check (`AsyncConnectionPool.check_connection`, a round trip) before a
+  connection that sat idle in the pool for `CHECK_IDLE_AFTER` seconds or more is handed
+  out, so one the server closed while it was idle (a restart, an idle timeout) is
+  replaced instead of failing the caller's first query. A connection back from use
+  more recently goes out unchecked: a worker checks out a connection for every
+  statement it sends, and checking each cost it a round trip per statement (3 % of
+  its CPU at 150 runs). One that broke in use is discarded when it comes back. Writes
+  that meet a connection lost since are retried (the event log, the checkpointer); an
+  HTTP request that meets one answers 503 with `Retry-After`.
 - no pipeline mode: LangGraph refuses a pipeline over a pool, and a shared connection in
   pipeline mode would interleave callers.
 
@@ -70,6 +76,8 @@ RECONNECT_WINDOW = 4.0
 #: would never be handed to another worker. Our transactions are a few statements
 #: sent back to back, never idle for seconds.
 IDLE_IN_TRANSACTION_TIMEOUT = 10.0
+#: Seconds a connection sits idle in the pool before it is checked on its way out.
+CHECK_IDLE_AFTER = 1.0
 #: Seconds `ping` waits for a connection (under the readiness check's own timeout).
 PING_TIMEOUT = 1.5
 
@@ -105,6 +113,9 @@ def _async_connection_class(reachability: Reachability) -> type[AsyncConnection[
     """Return a connection class that reports its connection attempts to `reachability`."""
 
     class TrackedAsyncConnection(AsyncConnection[DictRow]):
+        #: `time.monotonic()` when the pool last took the connection back (0: never).
+        returned_at = 0.0
+
         @classmethod
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             try:
@@ -122,6 +133,8 @@ def _sync_connection_class(reachability: Reachability) -> type[Connection[DictRo
     """Return a connection class that reports its connection attempts to `reachability`."""
 
     class TrackedConnection(Connection[DictRow]):
+        returned_at = 0.0  # as `TrackedAsyncConnection.returned_at`
+
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             try:
@@ -210,6 +223,28 @@ def _idle_timeout() -> tuple[str]:
     return (f"{int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}ms",)
 
 
+async def _returned(conn: AsyncConnection[Any]) -> None:
+    """Note when a connection came back to the pool (the pool's `reset` callback)."""
+    conn.returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+
+def _returned_sync(conn: Connection[Any]) -> None:
+    """Note when a connection came back to the pool (the pool's `reset` callback)."""
+    conn.returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+
+async def _check(conn: AsyncConnection[Any]) -> None:
+    """Check a connection idle for `CHECK_IDLE_AFTER` seconds with a round trip."""
+    if time.monotonic() - getattr(conn, "returned_at", 0.0) >= CHECK_IDLE_AFTER:
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _check_sync(conn: Connection[Any]) -> None:
+    """Check a connection idle for `CHECK_IDLE_AFTER` seconds with a round trip."""
+    if time.monotonic() - getattr(conn, "returned_at", 0.0) >= CHECK_IDLE_AFTER:
+        ConnectionPool.check_connection(conn)
+
+
 async def _configure(conn: AsyncConnection[Any]) -> None:
     """Set up a new pooled connection (see `IDLE_IN_TRANSACTION_TIMEOUT`)."""
     await conn.execute(_SET_IDLE_TIMEOUT, _idle_timeout())
@@ -238,7 +273,8 @@ def create_pool(
         kwargs=connection_kwargs(name),
         connection_class=_async_connection_class(reachability),
         configure=_configure,
-        check=AsyncConnectionPool.check_connection,
+        check=_check,
+        reset=_returned,
         reconnect_timeout=RECONNECT_WINDOW,
         reconnect_failed=_reconnect_again,
         open=False,
@@ -274,7 +310,8 @@ def open_sync_pool(url: str, *, max_size: int = 4, name: str = "atelier-assets")
         kwargs=connection_kwargs(name),
         connection_class=_sync_connection_class(reachability),
         configure=_configure_sync,
-        check=ConnectionPool.check_connection,
+        check=_check_sync,
+        reset=_returned_sync,
         reconnect_timeout=RECONNECT_WINDOW,
         reconnect_failed=_reconnect_again_sync,
         open=False,

@@ -14,6 +14,11 @@ thread cost more than the serializing): the saver's table and its conflict rules
 kept (`UPSERT_CHECKPOINT_WRITES_SQL`, `INSERT_CHECKPOINT_WRITES_SQL`), and the last
 write of a special channel (an error, an interrupt) wins as it does there.
 
+Both writes are idempotent (upserts), so one that meets a lost connection (PostgreSQL
+restarted; the pool hands out connections used in the last second unchecked) is tried
+again on another, with a growing pause, for up to `RETRY_FOR` seconds, as the event
+log retries its batches: a short outage delays a run's step instead of failing it.
+
 It also fences: a worker holds a run under a lease, and the run's frames and
 status writes are fenced by it (`app.runs.postgres.event_log`); its checkpoints are
 fenced here. Before each checkpoint write on a thread whose run a worker of this
@@ -34,10 +39,12 @@ still write late; the same holds for a check that renews, paused for a lease.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -50,8 +57,13 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from app.db.pool import AsyncPool
+from app.runs.group_commit import RETRY_FOR
 from app.runs.postgres.event_log import LeaseLost
 from app.runs.postgres.runs import RENEW_LEASE, Lease
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _INSERT_WRITES = (
     "INSERT INTO checkpoint_writes "
@@ -177,8 +189,14 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint, if the lease of the thread's run is still ours."""
-        await self.fence.check(config)
-        return await super().aput(config, checkpoint, metadata, new_versions)
+
+        async def put() -> RunnableConfig:
+            await self.fence.check(config)
+            return await super(FencedPostgresSaver, self).aput(
+                config, checkpoint, metadata, new_versions
+            )
+
+        return await self._retrying(put)
 
     async def aput_writes(
         self,
@@ -188,7 +206,6 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Save a task's pending writes in one statement, if the thread's run is still ours."""
-        await self.fence.check(config)
         configurable = config["configurable"]
         rows = self._dump_writes(
             configurable["thread_id"],
@@ -205,5 +222,25 @@ class FencedPostgresSaver(AsyncPostgresSaver):
             statement, rows = UPSERT_WRITES, list(by_index.values())
         else:
             statement = INSERT_WRITES
-        async with self._pool.connection() as conn:
-            await conn.execute(statement, [list(column) for column in zip(*rows, strict=True)])
+        columns = [list(column) for column in zip(*rows, strict=True)]
+
+        async def put() -> None:
+            await self.fence.check(config)
+            async with self._pool.connection() as conn:
+                await conn.execute(statement, columns)
+
+        await self._retrying(put)
+
+    async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run an idempotent write, again while it fails for a lost connection."""
+        deadline = time.monotonic() + RETRY_FOR
+        pause = 0.05
+        while True:
+            try:
+                return await write()
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("a checkpoint write failed (%s); trying again", exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)

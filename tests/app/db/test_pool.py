@@ -37,3 +37,33 @@ async def test_a_session_idle_inside_a_transaction_is_ended_and_its_row_locks_re
             await other.execute("DROP TABLE lock_probe")
     finally:
         await pool.close()
+
+
+async def test_a_connection_idle_in_the_pool_is_checked_and_one_back_from_use_is_not(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pools, "CHECK_IDLE_AFTER", 0.5)
+    pool = await pools.open_pool(postgres_url, min_size=1, max_size=1, name="checked")
+    try:
+
+        async def terminate() -> None:
+            async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as c:
+                await c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'checked'"
+                )
+
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+        await terminate()
+        with pytest.raises(psycopg.OperationalError):  # just used: handed out unchecked
+            async with pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        async with pool.connection() as conn:  # the pool replaced the broken one
+            await conn.execute("SELECT 1")
+        await asyncio.sleep(0.6)
+        await terminate()
+        async with pool.connection() as conn:  # idle long enough: checked, replaced
+            assert await (await conn.execute("SELECT 1 AS one")).fetchone() == {"one": 1}
+    finally:
+        await pool.close()

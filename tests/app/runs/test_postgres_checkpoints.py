@@ -134,3 +134,36 @@ async def test_pending_writes_in_one_statement_read_back_as_the_savers_own(
     errors = [value for task, channel, value in pending[0] if channel == error]
     assert len(errors) == 1 and "second" in errors[0]  # the last write to a special channel
     assert ("task-a", "seen", "['x']") in pending[0] and len(pending[0]) == 5
+
+
+async def test_a_checkpoint_write_on_a_connection_lost_since_its_last_use_is_retried(
+    migrated_postgres_url: str,
+) -> None:
+    # A connection used a moment ago goes out unchecked; the server ended it meanwhile
+    # (a restart): the write fails on it, and is written on a new one.
+    import psycopg
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    pool = await open_pool(migrated_postgres_url, min_size=2, max_size=2, name="doomed")
+    try:
+        saver = FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        config = await saver.aput(config, empty_checkpoint(), {}, {})
+        async with await psycopg.AsyncConnection.connect(
+            migrated_postgres_url, autocommit=True
+        ) as admin:
+            ended = await (
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'doomed'"
+                )
+            ).fetchall()
+        assert len(ended) == 2
+        await saver.aput_writes(config, [("seen", ["after"])], "task")
+        await saver.aput(config, empty_checkpoint(), {}, {})
+        stored = await saver.aget_tuple(config)
+        assert stored is not None and [w[1:] for w in stored.pending_writes or []] == [
+            ("seen", ["after"])
+        ]
+    finally:
+        await pool.close()
