@@ -21,10 +21,13 @@ answers, each after `--latency` seconds: `bench_load.TimedModel`) run three ways
 Each way is started once, warmed up with one run, then measured at each concurrency c:
 c clients each stream runs (`POST /threads`, then `POST /threads/{id}/runs/stream`,
 read to the end, as the official SDK does) until that level's runs are done; c equal
-to the runs means all started at once. Printed per row: wall time, runs/s, first frame
-(stream request → first frame) p50/p95, total (stream request → `end`) p99, CPU per run,
-RSS and the runs that failed. A run succeeds when its stream is gapless (ids 1..n),
-ends with one `end` and the run's status is `success`; each failure is listed with
+to the runs means all started at once. Each client has its own connection, and the
+clients and the model run on uvloop in this process: they share the machine's cores
+with the deployment under test (the scale-out one uses both), so they are kept light.
+Printed per row: wall time, runs/s, first frame (stream request → first frame)
+p50/p95, total (stream request → `end`) p99, CPU per run, RSS and the runs that failed.
+A run succeeds when its stream is gapless (ids 1..n), ends with one `end` and the
+run's status is `success`; each failure is listed with
 what the client saw (status, last frame, error) and what the server kept (the run's
 row, its events, the log lines naming it); the deployment's logs are then kept.
 
