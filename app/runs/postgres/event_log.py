@@ -86,7 +86,7 @@ class PostgresEventLog(GroupCommitEventLog):
         self._pool = pool
         self._leases: dict[str, Lease] = {}
         self._fenced: set[str] = set()
-        #: Called with a held run's id and the cancel asked for it, seen on a renewal.
+        #: Called with a held run's id and the cancel asked for it, seen by a batch's fence.
         self.on_cancel: Callable[[str, CancelAction], None] | None = None
 
     # -- leases ----------------------------------------------------------------------
