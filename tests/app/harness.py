@@ -110,6 +110,28 @@ def serve_deployment(
         yield live
 
 
+@contextlib.contextmanager
+def processes_deployment(
+    request: Any, tmp_path_factory: Any, llm_base_url: str, **options: Any
+) -> Iterator[Any]:
+    """Two API replicas behind nginx and two workers, as processes (a module's `processes`).
+
+    On the session's throwaway PostgreSQL and Redis (skips without the scale extra);
+    `options` go to `tests.app.scale.cluster.proxied_cluster` (`cli`, `env`).
+    """
+    postgres = request.getfixturevalue("postgres_cluster")
+    from tests.app.scale.cluster import proxied_cluster
+
+    with proxied_cluster(
+        postgres,
+        request.getfixturevalue("redis_server"),
+        tmp_path_factory.mktemp("processes"),
+        llm_base_url,
+        **options,
+    ) as deployment:
+        yield deployment
+
+
 class LiveServer:
     """The app on a real uvicorn in a background thread."""
 

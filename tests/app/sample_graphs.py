@@ -137,6 +137,15 @@ def _more_steps(state: SlowState) -> str:
     return "step" if len(state.get("done") or []) < state["steps"] else END
 
 
+def slow_run(steps: int, delay: float = 0.05) -> dict[str, Any]:
+    """Return the body of a streamed run of `slow`: `steps` LLM calls, `delay` s each."""
+    return {
+        "assistant_id": "slow",
+        "input": {"steps": steps, "delay": delay},
+        "stream_mode": ["updates", "custom"],
+    }
+
+
 def build_slow(checkpointer: BaseCheckpointSaver | None = None) -> Any:
     """`steps` LLM calls of `delay` seconds each, one per superstep (checkpointed)."""
     builder = StateGraph(SlowState, context_schema=AtelierContext)

@@ -30,6 +30,7 @@ from tests.app.harness import (
     Served,
     SseFrame,
     parse_sse,
+    processes_deployment,
     serve_deployment,
     service_settings,
     wait_until,
@@ -97,16 +98,9 @@ def processes(
     scripted_llm: ScriptedOpenAIServer,
 ) -> Iterator[Any]:
     """`atelier serve --workers 0` twice behind nginx and `atelier worker` twice."""
-    postgres = request.getfixturevalue("postgres_cluster")  # skips without the scale extra
-    from tests.app.scale.cluster import proxied_cluster
-
-    with proxied_cluster(
-        postgres,
-        request.getfixturevalue("redis_server"),
-        tmp_path_factory.mktemp("processes"),
-        scripted_llm.base_url,
-        cli=True,
-        env={"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30", "SSE_HEARTBEAT_INTERVAL": "15"},
+    env = {"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30", "SSE_HEARTBEAT_INTERVAL": "15"}
+    with processes_deployment(
+        request, tmp_path_factory, scripted_llm.base_url, cli=True, env=env
     ) as deployment:
         yield deployment
 

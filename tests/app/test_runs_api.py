@@ -28,6 +28,7 @@ from tests.app.harness import (
     Served,
     SseFrame,
     parse_sse,
+    processes_deployment,
     read_sse,
     serve_deployment,
     service_settings,
@@ -68,17 +69,9 @@ def processes(
     scripted_llm: ScriptedOpenAIServer,
 ) -> Iterator[Any]:
     """Two API replicas behind nginx and two workers, as processes: one per module."""
-    postgres = request.getfixturevalue("postgres_cluster")  # skips without the scale extra
-    from tests.app.scale.cluster import proxied_cluster
-
-    with proxied_cluster(
-        postgres,
-        request.getfixturevalue("redis_server"),
-        tmp_path_factory.mktemp("processes"),
-        scripted_llm.base_url,
-        env={"SSE_HEARTBEAT_INTERVAL": "0.3"},
-    ) as deployment:
-        yield deployment
+    env = {"SSE_HEARTBEAT_INTERVAL": "0.3"}
+    with processes_deployment(request, tmp_path_factory, scripted_llm.base_url, env=env) as d:
+        yield d
 
 
 @pytest.fixture(params=DEPLOYMENTS)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.app.harness import LiveServer, read_sse, service_settings, wait_until
-from tests.app.sample_graphs import sample_assistants, scripted_reply
+from tests.app.sample_graphs import sample_assistants, scripted_reply, slow_run
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import RedisServer
 
@@ -42,17 +41,9 @@ def server(
         yield live
 
 
-def _slow(steps: int, delay: float = 0.05) -> dict[str, Any]:
-    return {
-        "assistant_id": "slow",
-        "input": {"steps": steps, "delay": delay},
-        "stream_mode": ["updates", "custom"],
-    }
-
-
 def test_a_run_streams_to_its_end_through_the_queue(server: LiveServer) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        response = http.post("/runs/stream", json=_slow(3))
+        response = http.post("/runs/stream", json=slow_run(3))
         assert response.status_code == 200
         frames = read_sse(response.text)
         assert [f.id for f in frames] == list(range(1, len(frames) + 1))
@@ -79,7 +70,7 @@ def test_enqueued_runs_of_a_thread_run_one_after_another(server: LiveServer) -> 
         runs = [
             http.post(
                 f"/threads/{thread_id}/runs",
-                json={**_slow(2), "multitask_strategy": "enqueue"},
+                json={**slow_run(2), "multitask_strategy": "enqueue"},
             ).json()
             for _ in range(3)
         ]
@@ -96,7 +87,7 @@ def test_a_cancel_interrupts_a_run_executing_in_the_worker(
     server: LiveServer, llm: ScriptedOpenAIServer
 ) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        run = http.post("/runs", json=_slow(20, delay=0.3)).json()
+        run = http.post("/runs", json=slow_run(20, delay=0.3)).json()
         path = f"/threads/{run['thread_id']}/runs/{run['run_id']}"
         wait_until(lambda: http.get(path).json()["status"] == "running", timeout=15)
         cancelled = http.post(f"{path}/cancel?wait=true&action=interrupt")
@@ -117,9 +108,9 @@ def test_a_run_cancelled_while_pending_ends_when_a_worker_claims_it(server: Live
     with httpx.Client(base_url=server.url, timeout=30) as http:
         thread_id = http.post("/threads", json={}).json()["thread_id"]
         runs = f"/threads/{thread_id}/runs"
-        first = http.post(runs, json=_slow(4, delay=0.3)).json()
+        first = http.post(runs, json=slow_run(4, delay=0.3)).json()
         wait_until(lambda: http.get(f"{runs}/{first['run_id']}").json()["status"] == "running")
-        queued = http.post(runs, json={**_slow(2), "multitask_strategy": "enqueue"}).json()
+        queued = http.post(runs, json={**slow_run(2), "multitask_strategy": "enqueue"}).json()
         path = f"{runs}/{queued['run_id']}"
         assert http.get(path).json()["status"] == "pending"
         assert http.post(f"{path}/cancel", params={"action": "interrupt"}).status_code in (
@@ -131,5 +122,5 @@ def test_a_run_cancelled_while_pending_ends_when_a_worker_claims_it(server: Live
         frames = read_sse(http.get(f"{path}/stream").text)
         assert frames[-1].event == "end" and frames[-1].data["status"] == "interrupted"
         assert http.get(f"{runs}/{first['run_id']}").json()["status"] == "success"
-        after = http.post(f"{runs}/wait", json=_slow(1))  # the thread takes runs again
+        after = http.post(f"{runs}/wait", json=slow_run(1))  # the thread takes runs again
         assert after.status_code == 200 and len(after.json()["done"]) == 5  # 4 + 0 + 1 steps

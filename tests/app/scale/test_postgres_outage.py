@@ -40,7 +40,7 @@ import pytest
 
 from app.runs.group_commit import RETRY_FOR
 from tests.app.harness import SseFrame, parse_sse, wait_until
-from tests.app.sample_graphs import scripted_reply
+from tests.app.sample_graphs import scripted_reply, slow_run
 from tests.app.scale.cluster import Cluster
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import PostgresCluster, RedisServer, missing, postgres_bindir
@@ -121,14 +121,6 @@ def unrestarted(cluster: Cluster, postgres: PostgresCluster) -> Iterator[None]:
     for child in [*cluster.apis, *cluster.workers]:
         assert child.alive() and child.pid == pids[child.name], f"{child.name} died"
     cluster.check_invariants()
-
-
-def _slow(steps: int, delay: float) -> dict[str, Any]:
-    return {
-        "assistant_id": "slow",
-        "input": {"steps": steps, "delay": delay},
-        "stream_mode": ["updates", "custom"],
-    }
 
 
 def _start(cluster: Cluster, body: dict[str, Any], replica: int = 0) -> tuple[str, str]:
@@ -249,7 +241,7 @@ def _assert_clean_503(response: httpx.Response) -> dict[str, Any]:
 def test_a_short_postgres_outage_delays_runs_and_streams_but_loses_nothing(
     cluster: Cluster, postgres: PostgresCluster
 ) -> None:
-    runs = [_start(cluster, _slow(16, 0.5), replica=i % 2) for i in range(3)]
+    runs = [_start(cluster, slow_run(16, 0.5), replica=i % 2) for i in range(3)]
     followers = [Follower(cluster.apis[1].url, path).start() for _, path in runs]
     wait_until(lambda: all(len(f.frames) >= 3 for f in followers), timeout=30)
     known_runs = cluster.query("SELECT count(*) FROM runs")[0][0]
@@ -264,8 +256,8 @@ def test_a_short_postgres_outage_delays_runs_and_streams_but_loses_nothing(
     probes = {
         "ready0": lambda: httpx.get(f"{api0}/ready", timeout=30),
         "ready1": lambda: httpx.get(f"{api1}/ready", timeout=30),
-        "post0": lambda: httpx.post(f"{api0}/runs", json=_slow(1, 0.1), timeout=30),
-        "post1": lambda: httpx.post(f"{api1}/runs", json=_slow(1, 0.1), timeout=30),
+        "post0": lambda: httpx.post(f"{api0}/runs", json=slow_run(1, 0.1), timeout=30),
+        "post1": lambda: httpx.post(f"{api1}/runs", json=slow_run(1, 0.1), timeout=30),
         "read": lambda: httpx.get(f"{api0}{runs[0][1]}", timeout=30),
     }
     with concurrent.futures.ThreadPoolExecutor(len(probes)) as pool:
@@ -307,7 +299,7 @@ def test_a_short_postgres_outage_delays_runs_and_streams_but_loses_nothing(
     # Nothing of the refused runs was written; new runs work on both replicas.
     assert cluster.query("SELECT count(*) FROM runs")[0][0] == known_runs
     for replica in (0, 1):
-        _run_id, path = _start(cluster, _slow(2, 0.1), replica=replica)
+        _run_id, path = _start(cluster, slow_run(2, 0.1), replica=replica)
         after = Follower(cluster.apis[1 - replica].url, path).start()
         assert after.done.wait(30)
         assert after.check_stream() == "success"
@@ -316,7 +308,7 @@ def test_a_short_postgres_outage_delays_runs_and_streams_but_loses_nothing(
 def test_a_long_postgres_outage_ends_every_run_once_it_is_back(
     cluster: Cluster, postgres: PostgresCluster
 ) -> None:
-    runs = [_start(cluster, _slow(20, 0.5), replica=i % 2) for i in range(3)]
+    runs = [_start(cluster, slow_run(20, 0.5), replica=i % 2) for i in range(3)]
     followers = [Follower(cluster.apis[1].url, path).start() for _, path in runs[:2]]
     leaver = Follower(cluster.apis[0].url, runs[2][1], stop_after=3).start()
     wait_until(lambda: all(len(f.frames) >= 3 for f in [*followers, leaver]), timeout=30)
@@ -351,7 +343,7 @@ def test_a_long_postgres_outage_ends_every_run_once_it_is_back(
     assert cluster.query("SELECT count(*) FROM runs WHERE status IN ('pending', 'running')") == [
         (0,)
     ]
-    _run_id, path = _start(cluster, _slow(2, 0.1), replica=1)
+    _run_id, path = _start(cluster, slow_run(2, 0.1), replica=1)
     after = Follower(cluster.apis[0].url, path).start()
     assert after.done.wait(30)
     assert after.check_stream() == "success"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.app.harness import SseFrame, parse_sse, read_sse, wait_until
-from tests.app.sample_graphs import scripted_reply
+from tests.app.sample_graphs import scripted_reply, slow_run
 from tests.app.scale.cluster import LEASE_SECONDS, Cluster
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import PostgresCluster, RedisServer
@@ -63,14 +63,6 @@ def invariants(cluster: Cluster) -> Iterator[None]:
     cluster.check_invariants()
 
 
-def _slow(steps: int, delay: float) -> dict[str, Any]:
-    return {
-        "assistant_id": "slow",
-        "input": {"steps": steps, "delay": delay},
-        "stream_mode": ["updates", "custom"],
-    }
-
-
 def _follow(
     url: str, path: str, *, last_id: int | None = None, stop_after: int | None = None
 ) -> list[SseFrame]:
@@ -100,7 +92,7 @@ def _status(cluster: Cluster, path: str) -> str:
 
 
 def test_a_run_created_on_one_replica_streams_on_the_other(cluster: Cluster) -> None:
-    run_id, path = _start(cluster, _slow(3, 0.2), replica=0)
+    run_id, path = _start(cluster, slow_run(3, 0.2), replica=0)
     frames = _follow(cluster.apis[1].url, path)
     assert [f.id for f in frames] == list(range(1, len(frames) + 1))
     assert frames[-1].event == "end" and frames[-1].data["status"] == "success"
@@ -108,7 +100,7 @@ def test_a_run_created_on_one_replica_streams_on_the_other(cluster: Cluster) -> 
 
 
 def test_a_killed_workers_run_is_resumed_and_a_rejoin_misses_nothing(cluster: Cluster) -> None:
-    run_id, path = _start(cluster, _slow(12, 0.5))
+    run_id, path = _start(cluster, slow_run(12, 0.5))
     first = _follow(cluster.apis[0].url, path, stop_after=4)  # the client sees a few frames
     worker = wait_until(lambda: cluster.executing(run_id), timeout=30)
     worker.kill()
@@ -126,7 +118,7 @@ def test_a_killed_workers_run_is_resumed_and_a_rejoin_misses_nothing(cluster: Cl
 
 
 def test_a_stalled_worker_past_its_lease_writes_nothing_after_it_wakes(cluster: Cluster) -> None:
-    run_id, path = _start(cluster, _slow(12, 0.5))
+    run_id, path = _start(cluster, slow_run(12, 0.5))
     stale = wait_until(lambda: cluster.executing(run_id), timeout=30)
     wait_until(
         lambda: (
@@ -152,7 +144,7 @@ def test_a_stalled_worker_past_its_lease_writes_nothing_after_it_wakes(cluster: 
 def test_a_redis_restart_mid_stream_loses_no_frame(
     cluster: Cluster, redis_server: RedisServer
 ) -> None:
-    run_id, path = _start(cluster, _slow(10, 0.3))
+    run_id, path = _start(cluster, slow_run(10, 0.3))
     first = _follow(cluster.apis[1].url, path, stop_after=3)
     last = first[-1].id
     redis_server.restart(down_for=1.0)
@@ -166,7 +158,7 @@ def test_a_redis_restart_mid_stream_loses_no_frame(
 def test_a_redis_restart_under_a_live_stream_loses_no_frame(
     cluster: Cluster, redis_server: RedisServer
 ) -> None:
-    _run_id, path = _start(cluster, _slow(10, 0.3))
+    _run_id, path = _start(cluster, slow_run(10, 0.3))
     frames: list[SseFrame] = []
     restarted = False
     with (
@@ -189,7 +181,7 @@ def test_a_redis_restart_under_a_live_stream_loses_no_frame(
 def test_a_cancel_through_the_other_replica_stops_the_worker_at_once(
     cluster: Cluster, llm: ScriptedOpenAIServer
 ) -> None:
-    run_id, path = _start(cluster, _slow(30, 0.5), replica=0)
+    run_id, path = _start(cluster, slow_run(30, 0.5), replica=0)
     wait_until(lambda: cluster.executing(run_id), timeout=30)
     wait_until(lambda: _status(cluster, path) == "running", timeout=30)
     time.sleep(0.7)  # mid-way through an LLM call
@@ -211,7 +203,7 @@ def test_a_cancel_through_the_other_replica_stops_the_worker_at_once(
 
 
 def test_a_worker_stopped_gracefully_hands_its_run_back_at_once(cluster: Cluster) -> None:
-    run_id, path = _start(cluster, _slow(10, 0.5))
+    run_id, path = _start(cluster, slow_run(10, 0.5))
     worker = wait_until(lambda: cluster.executing(run_id), timeout=30)
     wait_until(lambda: len(cluster.attempts(run_id)) == 1, timeout=30)
     worker.stop()  # SIGTERM: stop claiming, stop the run at its checkpoint, hand it back
