@@ -7,12 +7,16 @@ PostgreSQL case of `app.runs.checkpoints.delete_run_checkpoints`. The channel bl
 those checkpoints referenced stay (they are keyed by channel version, shared with
 other checkpoints; deleting the thread removes them).
 
-`FencedPostgresSaver` writes a task's pending writes in one statement (column arrays
-through `unnest`) where `AsyncPostgresSaver` sends a statement per write, and
-serializes them on the event loop instead of a thread (small values; the hop to a
-thread cost more than the serializing): the saver's table and its conflict rules are
-kept (`UPSERT_CHECKPOINT_WRITES_SQL`, `INSERT_CHECKPOINT_WRITES_SQL`), and the last
-write of a special channel (an error, an interrupt) wins as it does there.
+`FencedPostgresSaver` writes a checkpoint with its new channel blobs in one statement
+(`PUT_CHECKPOINT`: the blobs through `unnest` in a data-modifying CTE), and a task's
+pending writes in one statement (`INSERT_WRITES`, `UPSERT_WRITES`), where
+`AsyncPostgresSaver` sends a statement per blob and per write; it serializes them on
+the event loop instead of a thread (state values of a few KiB; the hop to a thread
+cost more than the serializing). The saver's tables, what goes inline and what into
+blobs, and its conflict rules are kept (`UPSERT_CHECKPOINT_BLOBS_SQL`,
+`UPSERT_CHECKPOINTS_SQL`, `UPSERT_CHECKPOINT_WRITES_SQL`,
+`INSERT_CHECKPOINT_WRITES_SQL`), and the last write of a special channel (an error,
+an interrupt) wins as it does there; tests compare the rows with the saver's own.
 
 Both writes are idempotent (upserts), so one that meets a lost connection (PostgreSQL
 restarted; the pool hands out connections used in the last second unchecked) is tried
@@ -53,8 +57,11 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from psycopg.types.json import Jsonb
 
 from app.db.pool import AsyncPool
 from app.runs.group_commit import RETRY_FOR
@@ -80,6 +87,26 @@ UPSERT_WRITES = (
 )
 #: Any other task's writes: stored once; as `AsyncPostgresSaver.INSERT_CHECKPOINT_WRITES_SQL`.
 INSERT_WRITES = _INSERT_WRITES + "DO NOTHING"
+
+#: A checkpoint and its new channel blobs, in one statement; as
+#: `AsyncPostgresSaver.UPSERT_CHECKPOINT_BLOBS_SQL` (a blob is stored once per channel
+#: version) followed by `UPSERT_CHECKPOINTS_SQL` (a checkpoint id written again
+#: replaces its checkpoint and metadata).
+PUT_CHECKPOINT = """
+WITH blobs AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, b.channel, b.version, b.type, b.blob
+    FROM unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[],
+                %(blobs)s::bytea[]) AS b (channel, version, type, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+)
+INSERT INTO checkpoints
+    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s,
+        %(checkpoint)s, %(metadata)s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
+"""
 
 #: Seconds before a confirmed lease's earliest expiry at which a write stops relying
 #: on it and renews it first (a write takes far less).
@@ -188,15 +215,57 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Save a checkpoint, if the lease of the thread's run is still ours."""
+        """Save a checkpoint and its new blobs in one statement, if the run is still ours.
 
-        async def put() -> RunnableConfig:
+        What goes where is `AsyncPostgresSaver.aput`'s: primitive channel values stay
+        inline in the checkpoint, the others (and delta snapshots, marked inline) go
+        to blobs, of which only the channels with a new version are written.
+        """
+        configurable = config["configurable"]
+        thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable["checkpoint_ns"]
+        inline = checkpoint.copy()
+        inline["channel_values"] = values = dict(checkpoint["channel_values"])
+        blob_values: dict[str, Any] = {}
+        for channel, value in checkpoint["channel_values"].items():
+            if isinstance(value, _DeltaSnapshot):
+                blob_values[channel] = values.pop(channel)
+                values[channel] = True
+            elif value is not None and not isinstance(value, (str, int, float, bool)):
+                blob_values[channel] = values.pop(channel)
+        blobs = self._dump_blobs(
+            thread_id,
+            checkpoint_ns,
+            blob_values,
+            {k: v for k, v in new_versions.items() if k in blob_values},
+        )
+        columns: list[list[Any]] = [list(c) for c in zip(*blobs, strict=True)] or [[]] * 6
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "channels": columns[2],
+            "versions": columns[3],
+            "types": columns[4],
+            "blobs": columns[5],
+            "checkpoint_id": checkpoint["id"],
+            "parent_id": configurable.get("checkpoint_id"),
+            "checkpoint": Jsonb(inline),
+            "metadata": Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+        }
+
+        async def put() -> None:
             await self.fence.check(config)
-            return await super(FencedPostgresSaver, self).aput(
-                config, checkpoint, metadata, new_versions
-            )
+            async with self._pool.connection() as conn:
+                await conn.execute(PUT_CHECKPOINT, params)
 
-        return await self._retrying(put)
+        await self._retrying(put)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
 
     async def aput_writes(
         self,

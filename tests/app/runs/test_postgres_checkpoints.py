@@ -136,6 +136,96 @@ async def test_pending_writes_in_one_statement_read_back_as_the_savers_own(
     assert ("task-a", "seen", "['x']") in pending[0] and len(pending[0]) == 5
 
 
+async def _rows(pool: AsyncPool, thread_id: str) -> tuple[list[Any], list[Any]]:
+    """The thread's checkpoints and blobs, without the thread id, in key order."""
+    async with pool.connection() as conn:
+        checkpoints = await (
+            await conn.execute(
+                "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata "
+                "FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id",
+                (thread_id,),
+            )
+        ).fetchall()
+        blobs = await (
+            await conn.execute(
+                "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
+                "WHERE thread_id = %s ORDER BY checkpoint_ns, channel, version",
+                (thread_id,),
+            )
+        ).fetchall()
+    return [list(r.values()) for r in checkpoints], [list(r.values()) for r in blobs]
+
+
+async def test_a_checkpoint_in_one_statement_stores_the_savers_own_rows(pool: AsyncPool) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    ours = FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))
+    theirs = AsyncPostgresSaver(conn=pool)
+    first = empty_checkpoint()
+    first["channel_values"] = {
+        "request": "写一篇笔记",  # primitive: inline
+        "count": 3,
+        "nothing": None,
+        "post": {"title": "标题", "tags": ["a", "b"]},  # blobs
+        "seen": ["x"],
+        "history": _DeltaSnapshot(["d1", "d2"]),  # a blob, marked inline
+        "unversioned": {"kept": "inline? no: a blob without a new version is not written"},
+    }
+    first_versions = {"request": "1", "count": "1", "post": "1", "seen": "1", "history": "1"}
+    first["channel_versions"] = dict(first_versions)
+    second = empty_checkpoint()
+    second["channel_values"] = {**first["channel_values"], "seen": ["x", "y"]}
+    second["channel_versions"] = {**first_versions, "seen": "2"}
+    ids = []
+    for thread_id, saver in (("ours", ours), ("theirs", theirs)):
+        root: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        config = await saver.aput(root, first, {"source": "input", "step": -1}, first_versions)
+        # The blobs of `post` and `history` are stored already: written once.
+        later = await saver.aput(config, second, {"source": "loop", "step": 0}, {"seen": "2"})
+        await saver.aput(config, second, {"source": "loop", "step": 1}, {"seen": "2"})  # again
+        sub = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "team:1"}}
+        await saver.aput(sub, first, {"source": "input", "step": -1}, {})  # no blob at all
+        ids.append((config, later))
+    assert ids[0][0]["configurable"]["checkpoint_id"] == first["id"]
+    assert ids[0][1] == {
+        "configurable": {"thread_id": "ours", "checkpoint_ns": "", "checkpoint_id": second["id"]}
+    }
+    assert await _rows(pool, "ours") == await _rows(pool, "theirs")
+    checkpoints, blobs = await _rows(pool, "ours")
+    assert len(checkpoints) == 3 and [b[1:3] for b in blobs] == [
+        ["history", "1"], ["post", "1"], ["seen", "1"], ["seen", "2"]
+    ]  # fmt: skip
+    for thread_id, saver in (("ours", ours), ("theirs", theirs)):
+        stored = await saver.aget_tuple({"configurable": {"thread_id": thread_id}})
+        assert stored is not None and stored.metadata["step"] == 1
+        assert stored.checkpoint["channel_values"]["seen"] == ["x", "y"]
+        assert stored.checkpoint["channel_values"]["post"]["title"] == "标题"
+
+
+async def test_a_graph_checkpointed_by_both_savers_has_the_same_history(pool: AsyncPool) -> None:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    histories = []
+    for thread_id, saver in (
+        ("ours", FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))),
+        ("theirs", AsyncPostgresSaver(conn=pool)),
+    ):
+        graph = _graph(saver)
+        config = _config(thread_id, "r1")
+        await graph.ainvoke({"seen": ["first"]}, config)
+        await graph.ainvoke({"seen": ["second"]}, _config(thread_id, "r2"))
+        histories.append(
+            [
+                (s.values, s.next, s.metadata and s.metadata.get("step"))
+                async for s in graph.aget_state_history(config)
+            ]
+        )
+    assert histories[0] == histories[1] and len(histories[0]) == 6
+    assert histories[0][0][0] == {"seen": ["first", "step", "second", "step"]}
+
+
 async def test_a_checkpoint_write_on_a_connection_lost_since_its_last_use_is_retried(
     migrated_postgres_url: str,
 ) -> None:
