@@ -90,6 +90,8 @@ class RunResult:
     index: int
     thread_id: str | None = None
     frames: list[SseFrame] = field(default_factory=list)
+    #: Seconds its thread took to create (`POST /threads`), before the stream request.
+    setup: float | None = None
     first: float | None = None
     total: float | None = None
     error: BaseException | None = None
@@ -147,10 +149,12 @@ async def stream_one(client: httpx.AsyncClient, body: dict[str, Any], result: Ru
     lines: list[str] = []
     started = 0.0
     try:
+        asked = time.perf_counter()
         created = await client.post("/threads", json={})
         created.raise_for_status()
         result.thread_id = created.json()["thread_id"]
         started = time.perf_counter()
+        result.setup = started - asked
         path = f"/threads/{result.thread_id}/runs/stream"
         async with client.stream("POST", path, json=body) as response:
             response.raise_for_status()
@@ -331,8 +335,20 @@ class Row:
         harness = "" if self.harness is None else f", bench clients+model {self.harness:.1f}"
         return (
             f"{'':<15}CPU s: {cpu}{harness}; RSS MiB: {rss}; end statuses {dict(statuses)}; "
-            f"load {self.load[0]:.2f} → {self.load[1]:.2f}"
+            f"load {self.load[0]:.2f} → {self.load[1]:.2f}; {self.slowest()}"
         )
+
+    def slowest(self) -> str:
+        """The slowest thread creation, first frame and run (what a wall beyond total99 is)."""
+
+        def most(values: list[float | None]) -> float:
+            return max((v for v in values if v is not None), default=math.nan)
+
+        setup = most([r.setup for r in self.results])
+        first = most([r.first for r in self.results])
+        total = most([r.total for r in self.results])
+        thread = "" if math.isnan(setup) else f"thread created in {setup:.1f} s, "
+        return f"slowest: {thread}first frame {first * 1000:.0f} ms, run {total:.1f} s"
 
 
 HEADER = (
@@ -599,6 +615,10 @@ async def bench(
                     flush=True,
                 )
             for concurrency, runs in levels:
+                # The scripted model keeps every request it answers (tests read them);
+                # the bench reads none. Kept, the bodies of thousands of calls made this
+                # process's garbage collection a cost that grew with every level.
+                llm.reset()
                 rows.append(await measure(deployment, runs, concurrency, args.limit))
             if any(row.failures for row in rows if row.way == way):
                 print(f"{'':<15}{way}: logs kept: {' '.join(map(str, deployment.logs))}")
