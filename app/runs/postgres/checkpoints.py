@@ -44,9 +44,10 @@ still write late; the same holds for a check that renews, paused for a lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -61,6 +62,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 
 from app.db.pool import AsyncPool
@@ -207,6 +210,28 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         super().__init__(conn=conn)
         self.fence = fence
         self._pool = conn
+
+    @contextlib.asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """A cursor on a pooled connection of its own, without the saver's process-wide lock.
+
+        `AsyncPostgresSaver._cursor` holds one `asyncio.Lock` for every statement the
+        saver sends (`aget_tuple`, `alist`, `adelete_thread`): it guards a connection
+        shared by all callers, which a pool is not. Behind that lock a process's reads
+        went one at a time, each for a round trip and a hop to a thread, so under load
+        runs waited seconds to load a checkpoint (150 runs in a worker: ~19 s at the
+        start of the team subgraph). Here each call checks out its own connection, as
+        our writes do; the rest is the library's (a transient pipeline, or a
+        transaction, for `pipeline=True`).
+        """
+        async with self._pool.connection() as conn:
+            if not pipeline:
+                async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+            else:
+                batch = conn.pipeline() if self.supports_pipeline else conn.transaction()
+                async with batch, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
 
     async def aput(
         self,

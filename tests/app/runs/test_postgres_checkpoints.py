@@ -226,6 +226,31 @@ async def test_a_graph_checkpointed_by_both_savers_has_the_same_history(pool: As
     assert histories[0][0][0] == {"seen": ["first", "step", "second", "step"]}
 
 
+async def test_checkpoint_reads_do_not_wait_for_each_other(pool: AsyncPool) -> None:
+    # The library's saver sends every statement of a process behind one lock: a read
+    # waited for every other caller's round trip (and its hop to a thread). Over a pool
+    # each read has a connection of its own, so one read while another's cursor is
+    # still open goes through (behind that lock it would wait forever).
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    ours = FencedPostgresSaver(pool, fence=CheckpointFence(pool, 30))
+    theirs = AsyncPostgresSaver(conn=pool)
+    for saver, thread_id in ((ours, "ours"), (theirs, "theirs")):
+        await _graph(saver).ainvoke({"seen": ["first"]}, _config(thread_id, "r1"))
+    config: Any = {"configurable": {"thread_id": "ours"}}
+    async with ours._cursor():
+        async with asyncio.timeout(5):
+            stored = await ours.aget_tuple(config)
+        assert stored is not None and stored.checkpoint["channel_values"]["seen"][0] == "first"
+        assert [c async for c in ours.alist(config)]
+    async with theirs._cursor():  # the library's saver, for contrast: the read waits
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await theirs.aget_tuple({"configurable": {"thread_id": "theirs"}})
+    reads = [ours.aget_tuple(config) for _ in range(8)]  # more at once than the pool holds
+    assert all(t is not None for t in await asyncio.gather(*reads))
+
+
 async def test_a_checkpoint_write_on_a_connection_lost_since_its_last_use_is_retried(
     migrated_postgres_url: str,
 ) -> None:
