@@ -1,4 +1,4 @@
-"""`app.heap`: the commands freeze what they import, so full collections skip it."""
+"""`app.heap`: the commands freeze what they import and collect the young generation less often."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from tests.app.harness import REPO_ROOT
 
 PROBE = """
 import gc
-from app.heap import {modules}, freeze_after_imports
+from app.heap import GC_THRESHOLDS, {modules}, freeze_after_imports
 assert gc.get_freeze_count() == 0
+assert gc.get_threshold() == (700, 10, 10), gc.get_threshold()  # Python's own
 frozen = freeze_after_imports({modules})
 assert frozen == gc.get_freeze_count(), frozen
+assert gc.get_threshold() == GC_THRESHOLDS == (20_000, 20, 10), gc.get_threshold()
 print(frozen)
 """
 
