@@ -5,11 +5,10 @@ imports are done (`freeze_after_imports`):
 
 **Freeze what the process starts with.** A full (generation 2) collection walks every
 tracked object of the process. In `atelier serve` and `atelier worker` about 230,000
-of them come from importing
-LangChain, LangGraph, pydantic, the OpenAI SDK and Pillow, and live as long as the
-process; under load each full collection walked them all again (a worker executing
-150 runs at once: 24 full collections, 5.8 s of its 53 s of CPU;
-`bench/bench_scale.py`). `gc.freeze()` moves them to the permanent generation,
+of them come from importing LangChain, LangGraph, pydantic, the OpenAI SDK and Pillow,
+and live as long as the process; under load each full collection walked them all
+again (a worker executing 150 runs at once: 24 full collections, 5.8 s of its 53 s of
+CPU; `bench/bench_scale.py`). `gc.freeze()` moves them to the permanent generation,
 which collections skip: the same worker spent 2.8 s.
 
 **Collect the young generation less often** (`GC_THRESHOLDS`). Python collects its
@@ -19,7 +18,8 @@ are promoted, and are walked again by older collections and then by full ones. E
 20,000 allocations, most are gone before a collection looks at them. Measured with
 `bench/bench_scale.py`, 300 runs at once: the embedded `atelier serve` spent 14.9 s of
 its 123 CPU-s in the collector (3,670 young, 333 middle and 30 full collections), 3.4 s
-with these thresholds (75, 3, 0), and finished the 300 runs 11 % sooner (108.8 → 97.1 s);
+with these thresholds (75, 3, 0), and finished the 300 runs 11 % sooner (108.8 → 97.1 s,
+two runs one after the other on a shared machine, whose speed varies by ±10 %);
 a worker executing 150 runs spent 7.0 s of 54, then 2.2 s. The price: a young
 collection pauses the loop for tens of milliseconds instead of one or two, about once
 a second under that load, and cyclic garbage waits a little longer to be freed.
