@@ -76,7 +76,10 @@ class LocalCardProvider:
     def render_png(self, req: ImageRequest) -> GeneratedImage:
         """Render the card for `req` as PNG in the calling thread."""
         return GeneratedImage(
-            data=encode_png(self.render(req)), content_type="image/png", width=req.width, height=req.height
+            data=encode_png(self.render(req)),
+            content_type="image/png",
+            width=req.width,
+            height=req.height,
         )
 
     def render(self, req: ImageRequest) -> Image.Image:
