@@ -2,7 +2,7 @@
 
 `./dev test` runs the suite in two pytest-xdist processes, handing out one module at a
 time in collection order. The end-to-end runs on the real embedded model
-(`tests/e2e`, ~5–9 minutes together) go first, so the other process works through
+(`tests/e2e`, 10–15 minutes beside the other process) go first, so the other process works through
 everything else meanwhile instead of both waiting on them at the end.
 """
 

@@ -139,6 +139,14 @@ async def test_dark_palette_gets_light_title_text(provider: LocalCardProvider) -
     assert sum(band.histogram()[231:]) > 1000
 
 
+async def test_the_png_holds_exactly_the_rendered_pixels(provider: LocalCardProvider) -> None:
+    for req in (_content(), ImageRequest(slot=1, kind="cover", title="平价护肤", text="学生党")):
+        card = await provider.generate(req)
+        decoded = Image.open(io.BytesIO(card.data))
+        assert decoded.format == "PNG" and decoded.mode == "RGB"
+        assert decoded.tobytes() == provider.render(req).tobytes()
+
+
 async def test_rendering_is_deterministic(provider: LocalCardProvider) -> None:
     first = await provider.generate(_content())
     second = await provider.generate(_content())
