@@ -22,10 +22,9 @@ from providers.images.text import (
 )
 
 _PNG_COMPRESS_LEVEL = 3
-"""zlib level of the card PNGs, a trade of size for CPU (figures from bench/bench_cards.py).
+"""zlib level of the card PNGs, a trade of size for CPU (bench/bench_cards.py).
 
-Level 3 encodes in ~60% of the time of level 6, for files ~25% larger than 6
-would make (~100-130 KB a card).
+~95-130 KB a card; higher levels make files a little smaller and cost more time.
 """
 
 
@@ -39,13 +38,10 @@ def encode_png(image: Image.Image) -> bytes:
     at the same zlib level (bench/bench_cards.py). The pixels are the same: PNG is
     lossless.
     """
-    return bytes(
-        imagecodecs.png_encode(
-            np.asarray(image),
-            level=_PNG_COMPRESS_LEVEL,
-            filter=imagecodecs.PNG.FILTER.UP,
-        )
+    encoded = imagecodecs.png_encode(
+        np.asarray(image), level=_PNG_COMPRESS_LEVEL, filter=imagecodecs.PNG.FILTER.UP
     )
+    return encoded if isinstance(encoded, bytes) else bytes(encoded)  # typed bytes | bytearray
 
 
 class LocalCardProvider:
