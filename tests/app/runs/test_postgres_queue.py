@@ -14,6 +14,7 @@ import pytest
 
 from app.db.pool import AsyncPool, open_pool
 from app.runs.postgres import PostgresRunStorage
+from app.runs.postgres.worker import CLAIM_BATCH, MAX_CLAIM_BATCH, next_claim_batch
 from app.runs.protocols import StoreError
 from app.runs.records import Frame, RunStatusChange, ThreadStateChange
 from tests.app.runs.factories import run, thread
@@ -335,3 +336,17 @@ async def test_a_waiter_whose_live_frames_lagged_does_not_spin_on_the_record() -
     runs.active = False
     hub.publish("r1", [Frame(SUBSCRIBER_BUFFER + 2, "end", "{}")])
     await asyncio.wait_for(waiting, 2)
+
+
+def test_a_burst_is_claimed_in_batches_that_double_while_they_come_back_full() -> None:
+    """300 runs queued at once, a worker with room for 150: 5 claims, not 19 of 8."""
+    pending, room, batch, asks = 300, 150, CLAIM_BATCH, []
+    while room > 0 and pending > 0:
+        asked = min(room, batch)
+        claimed = min(asked, pending)
+        asks.append(asked)
+        pending, room = pending - claimed, room - claimed
+        batch = next_claim_batch(batch, asked, claimed)
+    assert asks == [8, 16, 32, 64, 30]
+    assert next_claim_batch(16, 16, 5) == 16  # the queue ran dry: no bigger claim
+    assert next_claim_batch(MAX_CLAIM_BATCH, MAX_CLAIM_BATCH, MAX_CLAIM_BATCH) == MAX_CLAIM_BATCH
