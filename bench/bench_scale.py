@@ -314,9 +314,14 @@ class Row:
         return [r for r in self.results if r.problem() is not None]
 
     @property
+    def own_cpu(self) -> float:
+        """Deployment CPU seconds over the level (PostgreSQL and Redis not included)."""
+        return sum(self.cpu[name] for name in self.own)
+
+    @property
     def cpu_per_run(self) -> float:
         """Deployment CPU ms per run (PostgreSQL and Redis not included)."""
-        return sum(self.cpu[name] for name in self.own) * 1000 / max(self.runs, 1)
+        return self.own_cpu * 1000 / max(self.runs, 1)
 
     def line(self) -> str:
         """One table row."""
@@ -664,13 +669,12 @@ def capacity(embedded: Row, scale: Row) -> str:
         return sum(row.cpu.values()) + (row.harness or 0.0)
 
     cores = os.cpu_count() or 1
-    busy = f"cores busy embedded {used(embedded) / embedded.wall:.2f}, " + (
-        f"scale {used(scale) / scale.wall:.2f} of {cores}"
-    )
-    if used(scale) / scale.wall < 0.9 * cores:
+    scale_busy = used(scale) / scale.wall
+    embedded_busy = used(embedded) / embedded.wall
+    busy = f"cores busy embedded {embedded_busy:.2f}, scale {scale_busy:.2f} of {cores}"
+    if scale_busy < 0.9 * cores:
         return busy
-    served = sum(embedded.cpu[name] for name in embedded.own)
-    best = (served + (scale.harness or 0.0)) / cores
+    best = (embedded.own_cpu + (scale.harness or 0.0)) / cores
     return (
         f"{busy}; best wall scale/embedded here {best / embedded.wall:.2f} "
         "(scale-out at the embedded CPU/run, its services free, every core busy)"
