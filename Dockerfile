@@ -28,6 +28,9 @@ ENV PATH=/opt/atelier/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md dev ./
 COPY app ./app
+COPY cli ./cli
+COPY engine ./engine
+COPY studio ./studio
 COPY core ./core
 COPY graphs ./graphs
 COPY nodes ./nodes

@@ -7,7 +7,7 @@ the first key `langgraph-sdk` reads for its exception text. An unexpected except
 becomes a 500 with an error id that is also in the server log; no traceback,
 exception text or submitted value reaches a client.
 
-`RunsError` and its subclasses are what the run engine refuses a request with;
+`RunsError` and its subclasses (`engine.errors`) are what the run engine refuses a request with;
 `install_error_handlers(app)` (called by `app.main.create_app`) renders them, HTTP
 exceptions, validation errors and unexpected exceptions in that shape.
 """
@@ -26,6 +26,30 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
+
+# The engine's refusals, rendered here; re-exported for the routes.
+from engine.errors import (
+    DATABASE_UNAVAILABLE,
+    Conflict,
+    Invalid,
+    NotFound,
+    NotReadyError,
+    RunsError,
+    Unavailable,
+)
+
+__all__ = [
+    "DATABASE_UNAVAILABLE",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "NotReadyError",
+    "RunsError",
+    "Unavailable",
+    "error_body",
+    "error_response",
+    "install_error_handlers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,62 +89,6 @@ def error_response(
     return JSONResponse(
         error_body(status_code, message, detail), status_code=status_code, headers=headers
     )
-
-
-# --- errors of the run engine -----------------------------------------------------
-
-
-class RunsError(Exception):
-    """A request the run manager refuses; `status` is the HTTP status to answer."""
-
-    status = 400
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        """Describe the problem in one client-safe sentence.
-
-        Args:
-            message: The sentence.
-            field: The request field at fault: a body path ("command.resume") or
-                "header:<name>".
-        """
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-
-class NotFound(RunsError):
-    """The thread, run or assistant does not exist (for this caller)."""
-
-    status = 404
-
-
-class Conflict(RunsError):
-    """The request conflicts with the thread's or run's current state."""
-
-    status = 409
-
-
-class Invalid(RunsError):
-    """The request is well-formed but names something that cannot be done."""
-
-    status = 422
-
-
-class Unavailable(RunsError):
-    """The database takes no writes now (locked past its busy timeout, or full)."""
-
-    status = 503
-
-
-class NotReadyError(RuntimeError):
-    """A readiness check's failure whose one-line message is safe to show to anyone."""
-
-
-#: What a client is told when PostgreSQL did not answer (nothing of the driver's text).
-DATABASE_UNAVAILABLE = (
-    "The database (PostgreSQL) is unavailable right now; nothing was changed. "
-    "Retry in a few seconds."
-)
 
 
 # --- handlers ---------------------------------------------------------------------

@@ -42,8 +42,8 @@ SERVER_MODULES = (
 )
 #: What a worker process imports anyway.
 WORKER_MODULES = (
-    "app.worker",
-    "app.runs.postgres.engine",
+    "cli.worker",
+    "engine.postgres.engine",
     "graphs.pipeline",
     "langchain_openai",
     "PIL.PngImagePlugin",

@@ -18,23 +18,20 @@ from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app import names
-from app.db.scope import RequestScopeMiddleware
 from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
 from app.routes.ops import NotReadyError
-from app.runs.assistants import AssistantFactory, default_assistants
-from app.runs.hub import Hub
-from app.runs.manager import RunManager
-from app.runs.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
-from graphs.context import AtelierContext
-from knowledge.repository import SqliteNoteRepository
-from providers.assets import AssetStore
+from engine.assistants import AssistantFactory, default_assistants
+from engine.hub import Hub
+from engine.manager import RunManager
+from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from providers.fonts import web_cjk_font
-from providers.llm import open_model_factory
+from studio.services import open_services
 
 VERSION = "0.1.0"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -66,17 +63,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             yield
             return
         db = database_path(settings)
-        notes = await stack.enter_async_context(SqliteNoteRepository(db))
-        models = await stack.enter_async_context(
-            open_model_factory(settings, observer=app.state.metrics)
+        context = await stack.enter_async_context(
+            open_services(settings, observer=app.state.metrics)
         )
-        app.state.notes = notes
-        app.state.assets = AssetStore(settings.assets_dir)
-        context = AtelierContext.from_settings(settings, models=models, notes=notes)
+        models = context.models
+        app.state.notes = context.notes
+        app.state.assets = context.assets
         app.state.context = context
 
         checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
-        # One rule for every writer of atelier.db (see app/runs/sqlite/database.py): a busy timeout,
+        # One rule for every writer of atelier.db (see engine/sqlite/database.py): a busy timeout,
         # and writes that begin with a write. The saver keeps the second by itself (each
         # operation under its lock, each write transaction opened by its INSERT).
         await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
@@ -126,15 +122,15 @@ async def open_scale_out(app: FastAPI, settings: Settings, stack: AsyncExitStack
     """Open the scale-out deployment's parts on `stack` (README "Scale out").
 
     PostgreSQL holds the notes, assets, checkpoints, threads, runs and event logs
-    (`app.db.backend`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
+    (`engine.db.backend`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
     and cancels. The run manager records runs in the queue and leaves their execution
     to workers (`QueueExecutor`): RUN_WORKERS of them in this process (0: an API-only
     replica), each claiming up to RUN_WORKER_CONCURRENCY runs, and any number in
     `atelier worker` processes.
     """
-    from app.runs.postgres.engine import open_engine_parts
-    from app.runs.postgres.queue import QueueExecutor
-    from app.runs.postgres.signals import RunSignals
+    from engine.postgres.engine import open_engine_parts
+    from engine.postgres.queue import QueueExecutor
+    from engine.postgres.signals import RunSignals
 
     parts = await open_engine_parts(app.state.assistant_factory, settings, stack, app.state.metrics)
     app.state.notes = parts.backend.notes

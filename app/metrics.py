@@ -70,8 +70,8 @@ from langchain_core.outputs import LLMResult
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from app.runs.records import RUN_STATUSES
 from core.settings import LLM_ROLES
+from engine.records import RUN_STATUSES
 from providers.usage import UNKNOWN_ROLE, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")

@@ -31,15 +31,16 @@ from pydantic import (
     model_validator,
 )
 
-from app.runs.frames import (
+from core.settings import ImageProviderName
+from engine.frames import (
     SCHEMA_VERSION,
     STREAM_MODES,
     UNSUPPORTED_STREAM_MODES,
     StreamModeName,
 )
-from app.runs.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
-from core.settings import ImageProviderName
-from graphs.state import (
+from engine.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
+from providers.llm import streams_to_users
+from studio.state import (
     AudienceText,
     ImageCount,
     LayoutPreference,
@@ -48,7 +49,6 @@ from graphs.state import (
     ReferenceTexts,
     RequestText,
 )
-from providers.llm import streams_to_users
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -109,7 +109,7 @@ def _bounded_mapping(value: dict[str, Any] | None, name: str) -> dict[str, Any] 
     """Refuse mappings with too many keys, too large a JSON form or too wide an integer."""
     if value is None:
         return value
-    from app.runs.serde import dumps
+    from engine.serde import dumps
 
     check_json_integers(value)
     if len(value) > MAX_MAPPING_KEYS:
@@ -162,7 +162,7 @@ QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 # --------------------------------------------------------------------------- atelier input
 
 
-# The fields of `graphs.state.PipelineInput`, with its types and bounds (a test ties the
+# The fields of `studio.state.PipelineInput`, with its types and bounds (a test ties the
 # two: tests/app/test_atelier_input.py); this model adds descriptions, examples, defaults
 # and strict parsing.
 class AtelierInput(_Strict):
@@ -218,7 +218,7 @@ class AtelierInput(_Strict):
     def _valid_constraints(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is None:
             return value
-        from nodes.checks import Constraints
+        from studio.checks import Constraints
 
         unknown = sorted(set(value) - set(Constraints.model_fields))
         if unknown:

@@ -39,10 +39,10 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.runs.frames import CONTROL_EVENTS, graph_mode
-from app.runs.protocols import EventLog, LiveFrames
-from app.runs.records import Frame
-from app.runs.serde import dumps
+from engine.frames import CONTROL_EVENTS, graph_mode
+from engine.protocols import EventLog, LiveFrames
+from engine.records import Frame
+from engine.serde import dumps
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 (the acceptance figure of issue 11 is `--runs 300 --latency 1`; the default keeps
 `./dev bench` short.)
 
-The service is `atelier serve` (`app.cli`'s `serve` command: uvicorn in a child
+The service is `atelier serve` (`cli.main`'s `serve` command: uvicorn in a child
 process, the real `atelier` pipeline, a fresh DATA_DIR). Its LLM is the scripted
 OpenAI server in this process (`tests/support/scripted_openai.py`), answering
 every call of the pipeline's normal path after `--latency` seconds. This process
@@ -111,11 +111,11 @@ class AtelierServe:
         env = {**os.environ, **served_env(self.data_dir, self.llm_url)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                # The `atelier` console script's entry point (app.cli has no __main__).
+                # The `atelier` console script's entry point (cli.main has no __main__).
                 [
                     sys.executable,
                     "-c",
-                    "from app.cli import main; main()",
+                    "from cli.main import main; main()",
                     "serve",
                     "--port",
                     str(self.port),

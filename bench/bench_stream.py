@@ -92,13 +92,13 @@ async def pipeline_first_custom(llm_url: str, data_dir: Path, runs: int) -> list
     """Return seconds from `astream` to the first custom event of the pipeline in-process."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from graphs.context import AtelierContext
     from graphs.pipeline import build_pipeline
     from providers.llm import OpenAIModelFactory
+    from studio.services import build_context
     from tests.app.harness import service_settings
 
     settings = service_settings(data_dir, llm_url)
-    context = AtelierContext.from_settings(settings, models=OpenAIModelFactory(settings))
+    context = build_context(settings, models=OpenAIModelFactory(settings))
     seconds: list[float] = []
     async with AsyncSqliteSaver.from_conn_string(str(data_dir / "graph-only.db")) as saver:
         graph = build_pipeline(checkpointer=saver)

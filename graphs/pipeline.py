@@ -8,7 +8,7 @@ planner ── unknown intent / LLM failure ──→ finalize
 ```
 
 Loop bounds live in state, not in `recursion_limit`: the critic writes
-`attempt`, the run's start (`graphs.run_start`) `max_attempts` (1 +
+`attempt`, the run's start (`studio.run_start`) `max_attempts` (1 +
 MAX_RETRY_COUNT), and the critic allows at most `max_replans` replans, so
 every run reaches finalize. The longest legal run (a replan, then every retry)
 executes 15 supersteps with the defaults, and LangGraph needs one more to see
@@ -41,10 +41,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graphs.context import AtelierContext
-from graphs.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
-from graphs.run_start import starting_run
-from graphs.state import PipelineInput, PipelineOutput, PipelineState
 from graphs.team import build_team, team_recursion_limit
 from nodes.critic import critic
 from nodes.executor import make_executor
@@ -53,6 +49,10 @@ from nodes.planner import planner
 from nodes.rag import rag
 from nodes.redraw_card import redraw_card
 from providers.usage import metering
+from studio.context import AtelierContext
+from studio.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
+from studio.run_start import starting_run
+from studio.state import PipelineInput, PipelineOutput, PipelineState
 
 Node = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -120,7 +120,7 @@ def build_pipeline(
             LangGraph's server passes a one-argument graph factory) is taken as
             "no checkpointer".
         context_schema: What a run's `context` is: `AtelierContext` (the
-            services), or `graphs.context.RunOptions` for LangGraph's own server
+            services), or `studio.context.RunOptions` for LangGraph's own server
             (`graphs.served`), which sends the context as JSON.
 
     Returns:
@@ -136,7 +136,7 @@ def build_pipeline(
         output_schema=PipelineOutput,
     )
     # A new run's per-run state (counters, history, budget) is reset as it enters the
-    # planner, its first node (graphs.run_start).
+    # planner, its first node (studio.run_start).
     builder.add_node("planner", metered(starting_run(planner)))
     builder.add_node("rag", metered(rag))
     executor = make_executor(team, team_recursion_limit)

@@ -11,7 +11,7 @@ a project) and the LangGraph Platform serve `atelier` and `team` from here:
   (`Settings()`: the environment and `.env`) — the knowledge vault in
   `DATA_DIR/atelier.db`, the model factory (the embedded model when `LLM_BASE_URL`
   is unset), the asset store and the image providers — and binds them for the
-  server's lifetime (`graphs.context.bind_services`). Runs, threads and
+  server's lifetime (`studio.context.bind_services`). Runs, threads and
   checkpoints are the server's own, not `atelier serve`'s.
 
 Everything blocking (reading `.env`, the font lookup, jieba's dictionary) runs in
@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 
 from core.settings import Settings
-from graphs.context import AtelierContext, RunOptions, bind_services
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
-from knowledge.repository import SqliteNoteRepository
-from providers.llm import open_model_factory
-from providers.local_llm import model_path
+from studio.context import AtelierContext, RunOptions, bind_services
+from studio.services import open_services
 
 atelier = build_pipeline(context_schema=RunOptions)
 team = build_team(context_schema=RunOptions)
@@ -46,17 +44,7 @@ async def served_services(settings: Settings) -> AsyncIterator[AtelierContext]:
     The same services `atelier serve` opens at start-up (`app.main.lifespan`);
     the blocking parts run in worker threads.
     """
-    await asyncio.to_thread(settings.data_dir.mkdir, parents=True, exist_ok=True)
-    if settings.llm_base_url is None and settings.local_model_path is None:
-        # The embedded model: find its GGUF file (a directory search) in a thread.
-        found = await asyncio.to_thread(model_path, settings)
-        settings = settings.model_copy(update={"local_model_path": found})
-    async with AsyncExitStack() as stack:
-        notes = await stack.enter_async_context(SqliteNoteRepository(settings.database_path))
-        models = await stack.enter_async_context(open_model_factory(settings))
-        context = await asyncio.to_thread(
-            AtelierContext.from_settings, settings, models=models, notes=notes
-        )
+    async with open_services(settings) as context:
         with bind_services(context):
             yield context
 

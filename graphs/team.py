@@ -16,11 +16,11 @@ The agents come from `core.agents`: each `simple` agent is wired here as one nod
 supervisor; the three others (the two tool loops and the review, which may end
 the team) are wired by hand below.
 
-`enter_team` resolves the run's loop bounds once (`graphs.limits`): the input's
+`enter_team` resolves the run's loop bounds once (`studio.limits`): the input's
 `limits` over the context's over the defaults, written to state `limits`, which
 every router and node reads.
 
-Every rule of the supervisor's edge lives in `graphs.routing` (pure functions);
+Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
 `agent.fallback` events, so the stream explains every turn.
 
@@ -49,9 +49,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from core.agents import AGENT_TABLE, AGENTS
-from graphs.context import AtelierContext, context_of
-from graphs.limits import TeamLimits, limits_of, resolve_limits
-from graphs.routing import (
+from nodes.supervisor import supervisor
+from studio.common import tool_loop_node
+from studio.context import AtelierContext, context_of
+from studio.limits import TeamLimits, limits_of, resolve_limits
+from studio.routing import (
     SupervisorTarget,
     route_from_supervisor,
     should_continue_image,
@@ -59,10 +61,8 @@ from graphs.routing import (
     should_continue_review,
     should_continue_supervisor,
 )
-from graphs.state import TeamInput, TeamOutput, TeamState
-from nodes.common import tool_loop_node
-from nodes.supervisor import supervisor
-from nodes.tools import generate_image, search_knowledge
+from studio.state import TeamInput, TeamOutput, TeamState
+from studio.tools import generate_image, search_knowledge
 
 
 def agent_node(name: str) -> Any:
@@ -113,7 +113,7 @@ def build_team(
             `recursion_limit` (`team_recursion_limit`); the bounds themselves
             come from the input's `limits` and the run's `AtelierContext`.
         context_schema: What a run's `context` is: `AtelierContext`, or
-            `graphs.context.RunOptions` for LangGraph's own server (`graphs.served`).
+            `studio.context.RunOptions` for LangGraph's own server (`graphs.served`).
 
     Returns:
         The compiled graph: input `TeamInput`, output `TeamOutput`.

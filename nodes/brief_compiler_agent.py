@@ -7,9 +7,8 @@ from typing import Annotated, Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.state import TeamState
-from nodes.common import (
+from prompts import brief_compiler as prompt
+from studio.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -17,7 +16,8 @@ from nodes.common import (
     parse_constraints,
     structured_call,
 )
-from prompts import brief_compiler as prompt
+from studio.context import AtelierContext, context_of
+from studio.state import TeamState
 
 AGENT = "brief_compiler_agent"
 SECTIONS = ("request", "intent", "constraints", "notes", "retry")

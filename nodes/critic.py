@@ -38,7 +38,7 @@ the executor stamped the draft (`draft_source`), `card` when `nodes.redraw_card`
 drew one card again, and `edit` when neither did since the critic last reset
 `draft_source` to None — the draft came in by a state update, a person's edit. A
 revision (`edit`, `card`) is judged like any attempt but never replans, and the
-run then finalizes whatever the verdict (`graphs.pipeline_routing.route_from_critic`):
+run then finalizes whatever the verdict (`studio.pipeline_routing.route_from_critic`):
 a team attempt would rewrite what the person changed. Each record also keeps the
 attempt's image plans, so a card of an earlier attempt that finalize publishes can
 be drawn again.
@@ -72,13 +72,13 @@ from core.events import (
     emit,
     stage_events,
 )
-from graphs.context import AtelierContext, context_of
-from graphs.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
-from graphs.state import PipelineState
 from knowledge.deviation import AlertType, DeviationAlert
 from knowledge.notes import NoteType
 from nodes.brief_compiler_agent import WRITTEN_FIELDS as BRIEF_WRITTEN_FIELDS
-from nodes.checks import (
+from nodes.planner import effective_request
+from prompts import critic as prompt
+from prompts.common import data_block, system_prompt
+from studio.checks import (
     CheckResult,
     answer_checks_as_results,
     check_answer,
@@ -86,11 +86,11 @@ from nodes.checks import (
     check_prose,
     count_chars,
 )
-from nodes.common import QualityDimensions, UnitScore, structured_call
-from nodes.planner import effective_request
-from nodes.tools import image_request
-from prompts import critic as prompt
-from prompts.common import data_block, system_prompt
+from studio.common import QualityDimensions, UnitScore, structured_call
+from studio.context import AtelierContext, context_of
+from studio.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
+from studio.state import PipelineState
+from studio.tools import image_request
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ from langgraph.pregel import Pregel
 from langgraph.runtime import Runtime
 
 from core.events import AttemptStarted, emit, stage_events
-from graphs.context import AtelierContext
-from graphs.state import PipelineState, TeamInput, TeamOutput
 from nodes.planner import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from providers.llm import model_crash
+from studio.context import AtelierContext
+from studio.state import PipelineState, TeamInput, TeamOutput
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def team_input(state: PipelineState) -> TeamInput:
         "image_provider": state.get("image_provider"),
         "knowledge_notes": list(state.get("knowledge_notes") or []),
         "retry_context": state.get("retry_context"),
-        "limits": state.get("team_limits"),  # resolved at the run's start (graphs.run_start)
+        "limits": state.get("team_limits"),  # resolved at the run's start (studio.run_start)
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 

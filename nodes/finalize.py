@@ -70,11 +70,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from core.events import stage_events
-from graphs.context import AtelierContext, context_of
-from graphs.pipeline_routing import NOT_JUDGED, REVISIONS
-from graphs.state import Outcome, PipelineState
 from nodes.critic import best_attempt
 from providers.usage import usage_totals
+from studio.context import AtelierContext, context_of
+from studio.pipeline_routing import NOT_JUDGED, REVISIONS
+from studio.state import Outcome, PipelineState
 
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
@@ -284,5 +284,5 @@ async def finalize(state: PipelineState, runtime: Runtime[AtelierContext]) -> di
     with stage_events(runtime.stream_writer, "finalize", int(state.get("attempt") or 0)):
         result = build_result(state, ctx.critic_pass_threshold)
         # `redraw` cleared: a card redraw runs only when asked for after this (see
-        # graphs.pipeline_routing.route_after_finalize).
+        # studio.pipeline_routing.route_after_finalize).
         return {"result": result, "redraw": None, **published_artefacts(state)}

@@ -5,7 +5,7 @@ One round: the agent asks for `generate_image` calls, the `image_tools` node
 independent — and the agent runs again, folding the tool results into
 `images`. The loop ends when every plan has an image (`images_complete`) or
 after `max_image_tool_rounds` rounds (fewer than 10). `image_tool_rounds` is
-written here and read by `graphs.routing.should_continue_image`.
+written here and read by `studio.routing.should_continue_image`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from graphs.context import AtelierContext, context_of
-from graphs.limits import limits_of
-from graphs.state import TeamState
-from nodes.common import (
+from prompts import image as prompt
+from studio.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -30,8 +28,10 @@ from nodes.common import (
     to_transcript,
     tool_spec,
 )
-from nodes.tools import generate_image
-from prompts import image as prompt
+from studio.context import AtelierContext, context_of
+from studio.limits import limits_of
+from studio.state import TeamState
+from studio.tools import generate_image
 
 AGENT = "image_agent"
 SECTIONS = ("request", "brief", "references", "plans", "content", "review")

@@ -7,9 +7,8 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, BeforeValidator, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.state import TeamState
-from nodes.common import (
+from prompts import image_planner as prompt
+from studio.common import (
     MAX_IMAGE_COUNT,
     agent_error,
     build_messages,
@@ -18,7 +17,8 @@ from nodes.common import (
     structured_call,
     wanted_images,
 )
-from prompts import image_planner as prompt
+from studio.context import AtelierContext, context_of
+from studio.state import TeamState
 
 AGENT = "image_planner_agent"
 SECTIONS = (

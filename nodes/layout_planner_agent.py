@@ -7,9 +7,8 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, BeforeValidator, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.state import TeamState
-from nodes.common import (
+from prompts import layout as prompt
+from studio.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -17,7 +16,8 @@ from nodes.common import (
     structured_call,
     wanted_images,
 )
-from prompts import layout as prompt
+from studio.context import AtelierContext, context_of
+from studio.state import TeamState
 
 AGENT = "layout_planner_agent"
 SECTIONS = ("request", "constraints", "retry", "brief", "evidence", "references", "review")
@@ -56,7 +56,7 @@ async def layout_planner_agent(
     """Write `layout_spec` {blocks[{type, desc}], total_images}.
 
     Two facts are fixed by code, not left to the model: `total_images` is the
-    number of images the request asks for (`nodes.common.wanted_images`), and
+    number of images the request asks for (`studio.common.wanted_images`), and
     the layout opens with a cover block.
     """
     ctx = context_of(runtime)

@@ -16,13 +16,13 @@ One node, three steps:
    on. Action `unknown` → finalize with outcome `needs_clarification`.
 3. **Constraints, by code** (`merge_constraints`): platform rules, then the
    planner's, then the user's `constraints`, then `image_count` — later ones win —
-   validated as `nodes.checks.Constraints`, which the critic checks by code.
+   validated as `studio.checks.Constraints`, which the critic checks by code.
 
 On a replan (the critic found an ignored blocker note) the planner runs again
 with those notes in its prompt and adds them to the intent's `rules`, which
 every agent of the team sees; no question is asked on a replan.
 
-The pipeline enters the planner through `graphs.run_start.starting_run`: a new
+The pipeline enters the planner through `studio.run_start.starting_run`: a new
 run's counters, history, question and budget (fast mode included) are reset
 there, before the planner sees the state.
 
@@ -46,13 +46,13 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from core.events import stage_events
-from graphs.context import AtelierContext, context_of
-from graphs.state import PipelineState
-from nodes.checks import Constraints, count_chars
-from nodes.common import UnitScore, structured_call
 from prompts import planner as prompt
 from prompts.common import data_block, system_prompt
 from providers.llm import model_crash
+from studio.checks import Constraints, count_chars
+from studio.common import UnitScore, structured_call
+from studio.context import AtelierContext, context_of
+from studio.state import PipelineState
 
 log = logging.getLogger(__name__)
 

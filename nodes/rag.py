@@ -24,11 +24,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from core.events import InjectedNote, KnowledgeInjected, emit, stage_events
-from graphs.context import AtelierContext, context_of
-from graphs.state import PipelineState
 from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
 from knowledge.repository import MAX_PAGE
 from nodes.planner import effective_request
+from studio.context import AtelierContext, context_of
+from studio.state import PipelineState
 
 MAX_STYLE_REFERENCES = 2
 #: Feedback added to the query is cut to this many characters: retrieval wants keywords.

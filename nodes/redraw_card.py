@@ -20,7 +20,7 @@ description when given), replaces that one image in `images` and leaves every
 other image — its asset, its bytes, its URL — as it was. Then `redraw_card →
 critic`: the critic judges the post with its new card as an attempt of source
 `card`, and, like a person's edit, sends it to finalize whatever the verdict
-(`graphs.pipeline_routing.route_from_critic`): another team attempt would redraw
+(`studio.pipeline_routing.route_from_critic`): another team attempt would redraw
 every card. Finalize publishes it (`nodes.finalize`).
 
 The card to redraw must be one of the post's images: the state holds the
@@ -39,9 +39,9 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.events import stage_events
-from graphs.context import AtelierContext, context_of
-from graphs.state import PipelineState
-from nodes.tools import draw_card
+from studio.context import AtelierContext, context_of
+from studio.state import PipelineState
+from studio.tools import draw_card
 
 NODE = "redraw_card"
 

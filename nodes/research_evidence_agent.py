@@ -10,7 +10,7 @@ the `EvidencePack`. A model that answers the optional offer in prose is not
 offered it again in this run (`no_optional_tools`).
 
 `research_tool_rounds` counts the rounds the agent asked for; the agent writes
-it and `graphs.routing.should_continue_research` reads it. Both reset when the
+it and `studio.routing.should_continue_research` reads it. Both reset when the
 pack is written, so a later research turn (a quality fallback) searches afresh.
 """
 
@@ -22,10 +22,8 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.limits import limits_of
-from graphs.state import TeamState
-from nodes.common import (
+from prompts import research as prompt
+from studio.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -38,8 +36,10 @@ from nodes.common import (
     to_transcript,
     tool_spec,
 )
-from nodes.tools import search_knowledge
-from prompts import research as prompt
+from studio.context import AtelierContext, context_of
+from studio.limits import limits_of
+from studio.state import TeamState
+from studio.tools import search_knowledge
 
 AGENT = "research_evidence_agent"
 SECTIONS = ("request", "intent", "constraints", "notes", "retry", "brief", "review")

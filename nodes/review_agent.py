@@ -1,7 +1,7 @@
 """The review agent: judges the draft on five quality dimensions before the team may end.
 
 The model's judgement is combined with facts code can check: the draft is
-measured against the planner's constraints (`nodes.checks.check_constraints`),
+measured against the planner's constraints (`studio.checks.check_constraints`),
 the failures are shown to the model and added to the issues, and the review is
 approved only if the model approves, no constraint fails and every dimension
 it scored reaches the quality threshold.
@@ -14,12 +14,10 @@ from typing import Annotated, Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.limits import limits_of
-from graphs.routing import draft_digest, quality_fallback
-from graphs.state import QUALITY_DIMENSIONS, TeamState
-from nodes.checks import CheckResult, check_constraints
-from nodes.common import (
+from prompts import review as prompt
+from prompts.common import data_block
+from studio.checks import CheckResult, check_constraints
+from studio.common import (
     QualityDimensions,
     UnitScore,
     agent_error,
@@ -29,8 +27,10 @@ from nodes.common import (
     parse_constraints,
     structured_call,
 )
-from prompts import review as prompt
-from prompts.common import data_block
+from studio.context import AtelierContext, context_of
+from studio.limits import limits_of
+from studio.routing import draft_digest, quality_fallback
+from studio.state import QUALITY_DIMENSIONS, TeamState
 
 AGENT = "review_agent"
 SECTIONS = (

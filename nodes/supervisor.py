@@ -10,9 +10,20 @@ from pydantic import BaseModel, Field
 
 from core.agents import AGENT_TABLE, AGENTS
 from core.events import AgentFallback, SupervisorRoute, emit
-from graphs.context import AtelierContext, context_of
-from graphs.limits import limits_of
-from graphs.routing import (
+from prompts import supervisor as prompt
+from prompts.common import system_prompt
+from studio.common import (
+    from_transcript,
+    ignores_optional_tools,
+    mark_ignores_optional_tools,
+    parse_tool_call,
+    render_context,
+    to_transcript,
+    tool_spec,
+)
+from studio.context import AtelierContext, context_of
+from studio.limits import limits_of
+from studio.routing import (
     artefact_digest,
     capped,
     check_basic_preconditions,
@@ -23,19 +34,8 @@ from graphs.routing import (
     resolve_route,
     stage_done,
 )
-from graphs.state import TeamLogEntry, TeamState
-from nodes.common import (
-    from_transcript,
-    ignores_optional_tools,
-    mark_ignores_optional_tools,
-    parse_tool_call,
-    render_context,
-    to_transcript,
-    tool_spec,
-)
-from nodes.tools import search_knowledge
-from prompts import supervisor as prompt
-from prompts.common import system_prompt
+from studio.state import TeamLogEntry, TeamState
+from studio.tools import search_knowledge
 
 
 class SupervisorDecision(BaseModel):

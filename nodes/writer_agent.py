@@ -14,11 +14,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from graphs.context import AtelierContext, context_of
-from graphs.state import TeamState
-from nodes.checks import normalize_tags
-from nodes.common import agent_error, build_messages, clear_agent_error, parse_constraints
 from prompts import writer as prompt
+from studio.checks import normalize_tags
+from studio.common import agent_error, build_messages, clear_agent_error, parse_constraints
+from studio.context import AtelierContext, context_of
+from studio.state import TeamState
 
 AGENT = "writer_agent"
 SECTIONS = (

@@ -10,7 +10,7 @@ from core.agents import AGENT_TABLE
 #: The team, one line per agent, in the normal order.
 ROSTER = "\n".join(f"- {agent.name}：{agent.duty}" for agent in AGENT_TABLE.values())
 
-#: The preconditions routing enforces (`graphs.routing.check_basic_preconditions`).
+#: The preconditions routing enforces (`studio.routing.check_basic_preconditions`).
 _NEEDS = [
     f"{agent.name} 需要先有{AGENT_TABLE[agent.needs].output_label}"
     f"（{AGENT_TABLE[agent.needs].done_when}）。"

@@ -17,10 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
 from app.deps import PrincipalDep, RunsDep
-from app.runs.assistants import Assistant
-from app.runs.manager import RunManager
-from app.runs.serde import to_jsonable
 from app.schemas import AssistantCount, AssistantOut, AssistantSearch
+from engine.assistants import Assistant
+from engine.manager import RunManager
+from engine.serde import to_jsonable
 
 router = APIRouter(tags=["assistants"])
 

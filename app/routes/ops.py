@@ -35,9 +35,9 @@ from pydantic import BaseModel, Field
 from app.deps import SettingsDep
 from app.errors import NotReadyError, error_body
 from app.metrics import MetricsDep
-from app.runs.sqlite.database import query_database_file
 from app.security import OPEN_WARNING, auth_mode
 from core.settings import LLM_ROLES, Settings
+from engine.sqlite.database import query_database_file
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ async def _check_database(request: Request, settings: Settings) -> None:
     if notes is None:
         raise RuntimeError("the knowledge vault is not open (lifespan has not run)")
     await notes.count()
-    if settings.database_url is None:  # PostgreSQL has checks of its own (app.db.backend)
+    if settings.database_url is None:  # PostgreSQL has checks of its own (engine.db.backend)
         await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
 
 

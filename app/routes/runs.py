@@ -12,7 +12,7 @@
     POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
 
 Handlers only validate, record and subscribe: the run executes in the run
-manager's task (app/runs/manager.py) and every stream response follows its event
+manager's task (engine/manager.py) and every stream response follows its event
 log (app/sse.py). A request is checked completely — assistant, input, command,
 options, Idempotency-Key — before anything is written, so a refused request
 leaves no thread or run behind.
@@ -30,12 +30,6 @@ from pydantic import Field, StringConstraints, ValidationError
 
 from app.deps import PrincipalDep, RunsDep, SettingsDep
 from app.errors import Conflict, NotFound
-from app.runs.assistants import Assistant
-from app.runs.frames import STREAM_MODES
-from app.runs.manager import RunManager
-from app.runs.preparation import RunRequest, request_fingerprint
-from app.runs.records import CancelAction, RunRecord, RunStatus
-from app.runs.serde import dumps
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -48,6 +42,12 @@ from app.schemas import (
     RunOut,
 )
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
+from engine.assistants import Assistant
+from engine.frames import STREAM_MODES
+from engine.manager import RunManager
+from engine.preparation import RunRequest, request_fingerprint
+from engine.records import CancelAction, RunRecord, RunStatus
+from engine.serde import dumps
 
 router = APIRouter(tags=["runs"])
 

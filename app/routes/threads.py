@@ -29,11 +29,6 @@ from pydantic import Field
 
 from app.deps import PrincipalDep, RunsDep
 from app.errors import Conflict, NotFound
-from app.runs.frames import checkpoint_ref, public_error
-from app.runs.manager import RunManager
-from app.runs.protocols import ThreadExists
-from app.runs.records import ThreadRecord, now
-from app.runs.serde import to_jsonable
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -49,6 +44,11 @@ from app.schemas import (
     ThreadSearch,
     ThreadStateOut,
 )
+from engine.frames import checkpoint_ref, public_error
+from engine.manager import RunManager
+from engine.protocols import ThreadExists
+from engine.records import ThreadRecord, now
+from engine.serde import to_jsonable
 
 router = APIRouter(tags=["threads"])
 

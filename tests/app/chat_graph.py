@@ -23,8 +23,8 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from app.runs.assistants import Assistant
-from graphs.context import AtelierContext, context_of
+from engine.assistants import Assistant
+from studio.context import AtelierContext, context_of
 from tests.app.sample_graphs import sample_assistants, scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply
 

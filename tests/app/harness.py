@@ -29,8 +29,8 @@ import httpx
 import uvicorn
 
 from app.main import create_app
-from app.runs.assistants import AssistantFactory
 from core.settings import Settings
+from engine.assistants import AssistantFactory
 
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -24,10 +24,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from app.runs.assistants import Assistant
 from app.schemas import AtelierInput, check_clarification_answer, writer_tokens_only
 from core.events import AttemptStarted, StageCompleted, StageStarted, SupervisorRoute, emit
-from graphs.context import AtelierContext, context_of
+from engine.assistants import Assistant
+from studio.context import AtelierContext, context_of
 from tests.support.scripted_openai import ChatRequest, Reply
 
 WRITER_TEXT = "Hello from the writer"

@@ -10,11 +10,11 @@ creating the file named by `ATELIER_TEST_MARKER`: a test can SIGKILL the server 
 exactly that moment.
 
 `ATELIER_TEST_CHECKOUT_TIMEOUT=<seconds>` sets how long work outside HTTP requests
-waits for a PostgreSQL connection (`app.db.pool.CHECKOUT_TIMEOUT`, 30 s), so a test
+waits for a PostgreSQL connection (`engine.db.pool.CHECKOUT_TIMEOUT`, 30 s), so a test
 can outlast it without a 30-second outage.
 
 `ATELIER_TEST_ROLE=worker` runs `atelier worker` instead (the scale-out deployment's
-executor process, `app.worker`), with the same graphs and no HTTP port.
+executor process, `cli.worker`), with the same graphs and no HTTP port.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import Any
 
 import uvicorn
 
-from app.cli import KEEP_ALIVE_SECONDS
 from app.main import create_app
+from cli.main import KEEP_ALIVE_SECONDS
 from core.settings import Settings
 
 
 def pause_first_commits(seconds: float, marker: Path) -> None:
     """Hold each run's first event commit open for `seconds`, announcing it in `marker`."""
-    from app.runs.sqlite.event_log import SqliteEventLog
+    from engine.sqlite.event_log import SqliteEventLog
 
     write_items = SqliteEventLog._write_items
 
@@ -55,7 +55,7 @@ def main() -> None:
         pause_first_commits(float(pause), Path(os.environ["ATELIER_TEST_MARKER"]))
     checkout = os.environ.get("ATELIER_TEST_CHECKOUT_TIMEOUT")
     if checkout:
-        from app.db import pool
+        from engine.db import pool
 
         pool.CHECKOUT_TIMEOUT = float(checkout)
     factory = None
@@ -64,8 +64,8 @@ def main() -> None:
 
         factory = sample_assistants
     if os.environ.get("ATELIER_TEST_ROLE") == "worker":
-        from app.runs.assistants import default_assistants
-        from app.worker import serve_worker
+        from cli.worker import serve_worker
+        from engine.assistants import default_assistants
 
         settings = Settings()
         asyncio.run(

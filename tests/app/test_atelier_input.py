@@ -9,7 +9,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.schemas import AtelierInput
 from graphs.pipeline import build_pipeline
-from graphs.state import PipelineInput
+from studio.state import PipelineInput
 
 #: Schema keys that only document a field (the API's additions), not its type or bounds.
 _DOCS = {"title", "description", "examples", "default"}

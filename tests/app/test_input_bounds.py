@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runs.serde import dumps, loads
 from app.schemas import check_json_integers
+from engine.serde import dumps, loads
 from tests.app.harness import LiveServer, service_settings
 from tests.app.sample_graphs import sample_assistants, scripted_reply
 from tests.support.scripted_openai import ScriptedOpenAIServer

@@ -9,13 +9,14 @@ from typing import get_args
 
 from fastapi.testclient import TestClient
 
-from app import cli, names
+from app import names
 from app.main import STATIC_DIR, create_app
+from cli import main as cli
 from core.agents import AGENT_TABLE
 from core.events import FallbackReason, VerdictLabel
 from core.settings import LLM_ROLES
 from graphs.pipeline import build_pipeline
-from graphs.state import QUALITY_DIMENSIONS
+from studio.state import QUALITY_DIMENSIONS
 from tests.app.harness import service_settings
 
 CJK = re.compile(r"[\u3400-\u9fff]")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.runs.hub import Hub, Subscription
-from app.runs.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
-from app.runs.sqlite import SqliteRunStorage
 from app.sse import HEARTBEAT, follow_run, parse_cursor
+from engine.hub import Hub, Subscription
+from engine.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from engine.sqlite import SqliteRunStorage
 from tests.app.harness import read_sse
 
 

@@ -9,7 +9,7 @@ import pytest
 from langgraph.runtime import Runtime
 
 from nodes.redraw_card import card_to_redraw, redraw_card
-from nodes.tools import draw_card
+from studio.tools import draw_card
 from tests.support.fake_models import FakeModels, fake_context
 
 PLANS = [

@@ -38,8 +38,8 @@ from tests.support.servers import NginxProxy, PostgresCluster, RedisServer, ngin
 #: Seconds a worker's lease lasts in these tests (renewed every second).
 LEASE_SECONDS = 3
 
-#: The `atelier` console script's entry point (app.cli has no __main__).
-ATELIER_CLI = ("-c", "from app.cli import main; main()")
+#: The `atelier` console script's entry point (cli.main has no __main__).
+ATELIER_CLI = ("-c", "from cli.main import main; main()")
 
 
 class Child:

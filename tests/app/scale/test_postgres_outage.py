@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runs.group_commit import RETRY_FOR
+from engine.group_commit import RETRY_FOR
 from tests.app.harness import SseFrame, parse_sse, wait_until
 from tests.app.sample_graphs import scripted_reply, slow_run
 from tests.app.scale.cluster import Cluster

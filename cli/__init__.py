@@ -1,0 +1,1 @@
+"""The `atelier` command line (serve, worker, run, notes, db); entry point `cli.main:main`."""

@@ -1,0 +1,882 @@
+"""The `atelier` command line: serve the service, run the pipeline here, move notes.
+
+    atelier serve [--host H] [--port P] [--reload] [--workers N]
+    atelier worker [--concurrency N]
+    atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] [--image-count N] [--platform P]
+    atelier notes import notes.jsonl
+    atelier notes export [notes.jsonl]
+
+`run` builds the pipeline in this process, with the same services the HTTP app
+uses (the SQLite knowledge vault in DATA_DIR, the asset store, the LLM endpoint
+or, without `LLM_BASE_URL`, the embedded model), shows the run's `custom` events
+as they happen and prints the finished post. Exit status: 0 when the run ended
+with a post (outcome completed or exhausted), 1 otherwise.
+
+The notes commands read and write JSON Lines, one `KnowledgeNote` per line, the
+format `export` writes; `import` checks every line first and imports all of them
+or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from langchain_core.callbacks import BaseCallbackHandler
+from pydantic import ValidationError
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.prompt import Prompt
+from rich.table import Table
+from rich.text import Text
+
+from app import names
+from core.settings import Settings
+from knowledge.notes import KnowledgeNote
+from providers.assets import AssetStore, is_valid_asset_id
+from studio.context import AtelierContext
+from studio.services import open_services
+
+cli = typer.Typer(
+    name="atelier",
+    help="Atelier, a multi-agent content studio: serve it, run a request, manage notes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+notes_cli = typer.Typer(
+    help="Import and export the knowledge vault as JSON Lines.", no_args_is_help=True
+)
+cli.add_typer(notes_cli, name="notes")
+
+#: Answer to a clarification when nobody can be asked (no TTY) or nothing was typed.
+DEFAULTS_ANSWER: dict[str, str] = {"action": "defaults"}
+
+EventHandler = Callable[[Mapping[str, Any]], None]
+ClarificationHandler = Callable[[Any], Any]
+
+# What `run` asks and prints follows the request's language: a request with Chinese in
+# it gets Chinese (`request_language`), any other English. What models and people wrote
+# (the post, the planner's question, feedback) is printed as written.
+TEXT: dict[str, dict[str, str]] = {
+    "en": {
+        "status.stage": "{stage} (attempt {n})",
+        "attempt": "── attempt {n}/{max} ──",
+        "knowledge": "  knowledge: {n} note(s) injected",
+        "step": "  → step {n}: ",
+        "fallback": "  ↪ fallback {src} → {dst} ({reason}: {detail})",
+        "ignored": "  ⚠ ignored notes {ids} ({severity}): {reason}",
+        "critic": "  critic: ",
+        "score": " score {score}/{threshold}",
+        "judge.unavailable": " (judge unavailable)",
+        "judge.skipped": " (nothing to judge)",
+        "failed_checks": "  failed checks: {names}",
+        "image": "  image {slot}: {url}",
+        "not_judged": "not judged",
+        "no_title": "(no title)",
+        "images": "images",
+        "col.slot": "slot",
+        "col.file": "file",
+        "col.alt": "alt",
+        "summary": "outcome [bold]{outcome}[/]  verdict {verdict}  score {score}  "
+        "attempts {attempts}",
+        "exhausted": "  (retries exhausted)",
+        "question": "question",
+        "question.fallback": "The planner needs more details.",
+        "not_interactive": "(not interactive: continuing with defaults)",
+        "choose": "Choose an option's number, or type the details",
+        "details": "Details",
+        "finished": "finished in {s:.1f} s with {calls} LLM calls",
+        "usage": "LLM usage by role",
+        "col.role": "role",
+        "col.calls": "calls",
+        "col.prompt": "prompt tokens",
+        "col.completion": "completion tokens",
+        "col.seconds": "seconds",
+        "total": "total",
+        "unknown": "unknown",
+        "cancelled": "cancelled",
+        "failed": "run failed:",
+    },
+    "zh": {
+        "status.stage": "{stage}（第 {n} 次尝试）",
+        "attempt": "── 第 {n}/{max} 次尝试 ──",
+        "knowledge": "  知识库：注入笔记 {n} 条",
+        "step": "  → 第 {n} 步：",
+        "fallback": "  ↪ 改派 {src} → {dst}（{reason}：{detail}）",
+        "ignored": "  ⚠ 忽略了笔记 {ids}（{severity}）：{reason}",
+        "critic": "  评审：",
+        "score": " 得分 {score}/{threshold}",
+        "judge.unavailable": "（评审模型不可用）",
+        "judge.skipped": "（没有可评审的内容）",
+        "failed_checks": "  未通过的检查：{names}",
+        "image": "  图 {slot}：{url}",
+        "not_judged": "未评审",
+        "no_title": "（无标题）",
+        "images": "配图",
+        "col.slot": "序号",
+        "col.file": "文件",
+        "col.alt": "说明",
+        "summary": "结果 [bold]{outcome}[/]  评审 {verdict}  得分 {score}  尝试 {attempts} 次",
+        "exhausted": "  （重试已用尽）",
+        "question": "需要确认",
+        "question.fallback": "规划需要更多信息。",
+        "not_interactive": "（非交互终端：按默认继续）",
+        "choose": "输入选项编号，或直接输入补充细节",
+        "details": "补充细节",
+        "finished": "用时 {s:.1f} 秒，调用模型 {calls} 次",
+        "usage": "各角色的模型用量",
+        "col.role": "角色",
+        "col.calls": "调用",
+        "col.prompt": "输入词元",
+        "col.completion": "输出词元",
+        "col.seconds": "耗时（秒）",
+        "total": "合计",
+        "unknown": "未知",
+        "cancelled": "已取消",
+        "failed": "运行失败：",
+        "outcome.completed": "已完成",
+        "outcome.exhausted": "未达标",
+        "outcome.needs_clarification": "待补充",
+        "outcome.failed": "失败",
+    },
+}
+
+
+def request_language(request: str) -> str:
+    """Return "zh" for a request with Chinese (CJK ideographs) in it, else "en"."""
+    return "zh" if any("\u3400" <= ch <= "\u9fff" for ch in request) else "en"
+
+
+def _t(lang: str, key: str, **values: Any) -> str:
+    """Return the CLI's text `key` in `lang` (English when it has none), filled in."""
+    text = TEXT.get(lang, TEXT["en"]).get(key, TEXT["en"].get(key, key))
+    return text.format(**values) if values else text
+
+
+def _name(lang: str, kind: str, value: Any) -> str:
+    """Return the name of an id (a stage, agent, verdict, outcome, …) in `lang`.
+
+    Stages, agents, verdicts and reasons are named by `app.names` (the console shows
+    the same names); outcomes by `TEXT`. The id itself when it has no name.
+    """
+    if kind in names.CATALOGUES:
+        return names.name(lang, kind, value)
+    return TEXT.get(lang, {}).get(f"{kind}.{value}", str(value))
+
+
+def main() -> None:
+    """Run the `atelier` command line (the console script's entry point)."""
+    cli()
+
+
+def _settings() -> Settings:
+    """Read settings, turning a configuration error into a clear message and exit 2."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        Console(stderr=True).print(f"[red]Invalid configuration:[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
+# --------------------------------------------------------------------------- serve
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+#: Seconds an idle keep-alive connection stays open. Longer than any client or proxy
+#: keeps one for reuse (httpx, which the official SDK uses: 5 s; nginx's upstream
+#: keep-alive: 60 s): at uvicorn's default of 5 s, a request sent on a connection at the
+#: moment it turned 5 s idle was reset unread whenever the server's loop ran late,
+#: and the client saw a `ReadError` with no response and no run
+#: (`bench/bench_scale.py`: one of 300 streams started at once).
+KEEP_ALIVE_SECONDS = 75
+
+
+@cli.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
+    reload: Annotated[bool, typer.Option(help="Restart on code changes (development).")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=16,
+            help="With DATABASE_URL: workers executing runs in this process (RUN_WORKERS, "
+            "default 1); 0 serves the API only and leaves runs to `atelier worker`.",
+        ),
+    ] = None,
+) -> None:
+    """Serve the HTTP API and the console, and print the console's URL once it is up."""
+    import uvicorn
+
+    if workers is not None:
+        os.environ["RUN_WORKERS"] = str(workers)  # read by the app factory's Settings
+
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown_host:
+        shown_host = f"[{shown_host}]"
+    url = f"http://{shown_host}:{port}/"
+    threading.Thread(target=_announce_when_up, args=(url,), daemon=True).start()
+    if not reload:  # with --reload the app runs in a child process
+        from app.heap import SERVER_MODULES, freeze_after_imports
+
+        freeze_after_imports(SERVER_MODULES)
+    # A stream lasts as long as the run it follows: without a bound, a stop would wait
+    # for every watched run to finish. Runs cut short resume at the next start.
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        reload=reload,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
+
+
+def _announce_when_up(url: str, interval: float = 0.25) -> None:
+    """Print the console URL once the service is ready (`/ready` answers 200).
+
+    Start-up has by then opened the database and, without `LLM_BASE_URL`, made the
+    embedded model answer a completion: a model that crashes makes start-up fail
+    with its one-line reason instead, and this never prints.
+    """
+    while True:
+        try:
+            ready = httpx.get(f"{url}ready", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            ready = False
+        if not ready:
+            time.sleep(interval)
+            continue
+        Console(stderr=True).print(
+            Panel.fit(f"Atelier is up — open the console at [bold link={url}]{url}[/]")
+        )
+        return
+
+
+# --------------------------------------------------------------------------- run
+
+
+async def execute(
+    context: AtelierContext,
+    inputs: Mapping[str, Any],
+    *,
+    on_event: EventHandler,
+    clarify: ClarificationHandler,
+    thread_id: str | None = None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
+) -> dict[str, Any]:
+    """Run the pipeline in this process until it ends, and return its result payload.
+
+    Args:
+        context: The services the run uses (models, vault, assets, limits).
+        inputs: The pipeline input (PRODUCT.md §2.6), `request` at least.
+        on_event: Called with every `custom` stream event, in order.
+        clarify: Called with an interrupt's value (the planner's question); what it
+            returns resumes the run.
+        thread_id: The checkpoint thread (a fresh one when None).
+        callbacks: LangChain callback handlers for the run (e.g. `LLMCallCounter`).
+
+    Returns:
+        The `result` the finalize node wrote.
+
+    Raises:
+        RuntimeError: The pipeline ended without a result.
+    """
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from graphs.pipeline import build_pipeline
+
+    graph = build_pipeline(checkpointer=InMemorySaver())
+    config: Any = {
+        "configurable": {"thread_id": thread_id or f"cli-{uuid.uuid4().hex}"},
+        "callbacks": list(callbacks),
+    }
+    payload: Any = dict(inputs)
+    while True:
+        async for _namespace, chunk in graph.astream(
+            payload, config, context=context, stream_mode="custom", subgraphs=True
+        ):
+            if isinstance(chunk, Mapping):
+                on_event(chunk)
+        snapshot = await graph.aget_state(config)
+        if snapshot.interrupts:
+            payload = Command(resume=clarify(snapshot.interrupts[0].value))
+            continue
+        result = snapshot.values.get("result")
+        if not isinstance(result, dict):
+            raise RuntimeError("the pipeline ended without a result")
+        return result
+
+
+async def run_request(
+    settings: Settings,
+    inputs: Mapping[str, Any],
+    *,
+    on_event: EventHandler,
+    clarify: ClarificationHandler,
+    callbacks: Sequence[BaseCallbackHandler] = (),
+) -> dict[str, Any]:
+    """Open the services the app would (vault, models, embedded model) and `execute`."""
+    async with open_services(settings) as context:
+        return await execute(
+            context, inputs, on_event=on_event, clarify=clarify, callbacks=callbacks
+        )
+
+
+class LLMCallCounter(BaseCallbackHandler):
+    """Count the chat model calls of a run (a retry inside the client is not a call)."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        """Count one call."""
+        with self._lock:
+            self.calls += 1
+
+
+class ProgressView:
+    """Render pipeline events as a spinner line plus one printed line per notable event."""
+
+    def __init__(self, console: Console, progress: Progress | None, lang: str = "en") -> None:
+        """Print through `console` in `lang`; `progress` (may be None) shows the current stage."""
+        self.console = console
+        self.lang = lang
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None) if progress else None
+        self.stage = ""
+        self.attempt = 0
+
+    def _status(self, text: str) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=text)
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        """Show one `custom` event."""
+        kind = event.get("type")
+        line = self.describe(event, self.lang)
+        lang = self.lang
+        if kind == "stage.started":
+            self.stage = str(event.get("stage", ""))
+            stage = _name(lang, "stage", self.stage)
+            self._status(_t(lang, "status.stage", stage=stage, n=event.get("attempt", 0)))
+        elif kind == "attempt.started":
+            self.attempt = int(event.get("attempt") or 0)
+        elif kind == "supervisor.route":
+            executor = _name(lang, "stage", "executor")
+            self._status(f"{executor} · {_name(lang, 'agent', event.get('next_agent'))}")
+        if line is not None:
+            self.console.print(line)
+
+    @staticmethod
+    def describe(event: Mapping[str, Any], lang: str = "en") -> Text | None:
+        """Return the printed line for an event in `lang`, or None for status-only events."""
+        kind = event.get("type")
+        get = event.get
+
+        def agent(value: Any) -> str:
+            return _name(lang, "agent", value)
+
+        if kind == "stage.completed":
+            seconds = float(get("duration_ms") or 0) / 1000
+            stage = _name(lang, "stage", get("stage"))
+            return Text.assemble(("✓ ", "green"), stage, (f"  {seconds:.1f} s", "dim"))
+        if kind == "attempt.started":
+            line = _t(lang, "attempt", n=get("attempt"), max=get("max_attempts"))
+            return Text(line, style="bold")
+        if kind == "knowledge.injected":
+            return Text(_t(lang, "knowledge", n=len(get("notes") or [])), style="cyan")
+        if kind == "supervisor.route":
+            guidance = str(get("guidance") or "")
+            short = guidance if len(guidance) <= 60 else guidance[:59] + "…"
+            return Text.assemble(
+                (_t(lang, "step", n=get("step")), "dim"),
+                (agent(get("next_agent")), "bold"),
+                (f"  {short}" if short else "", "dim"),
+            )
+        if kind == "agent.fallback":
+            line = _t(
+                lang,
+                "fallback",
+                src=agent(get("from")),
+                dst=agent(get("to")),
+                reason=_name(lang, "reason", get("reason")),
+                detail=get("detail", ""),
+            )
+            return Text(line, style="yellow")
+        if kind == "knowledge.deviation":
+            line = _t(
+                lang,
+                "ignored",
+                ids=get("ignored_notes"),
+                severity=get("severity"),
+                reason=get("reason", ""),
+            )
+            return Text(line, style="yellow")
+        if kind == "critic.verdict":
+            failed = [c.get("name") for c in get("checks") or [] if not c.get("passed")]
+            style = "green" if get("passed") else "red"
+            judge = get("judge", "ok")
+            judged = _t(lang, f"judge.{judge}") if judge in ("unavailable", "skipped") else ""
+            threshold = f"{float(get('threshold') or 0):.2f}"
+            # A verdict no judge gave has no score to set against the threshold.
+            scored = (
+                _t(lang, "score", score=_score(get("score"), lang), threshold=threshold)
+                if get("score") is not None
+                else ""
+            )
+            text = Text.assemble(
+                (_t(lang, "critic"), "bold"),
+                (_name(lang, "verdict", get("verdict")), style),
+                scored + judged,
+                f" → {_name(lang, 'stage', get('next'))}",
+            )
+            if failed:
+                names = ", ".join(map(str, failed))
+                text.append(_t(lang, "failed_checks", names=names), style="dim")
+            return text
+        if kind == "asset.created":
+            return Text(_t(lang, "image", slot=get("slot"), url=get("url")), style="magenta")
+        return None
+
+
+def _score(score: Any, lang: str = "en") -> str:
+    """Format a judge's score; without one (no judge gave it) say "not judged", not 0.00."""
+    return f"{float(score):.2f}" if score is not None else _t(lang, "not_judged")
+
+
+def render_usage(usage: Mapping[str, Any] | None, lang: str = "en") -> Table | None:
+    """Render `result.usage` (calls, tokens, seconds by role); unknown tokens say so."""
+    roles = (usage or {}).get("roles") or {}
+    if not roles:
+        return None
+
+    def tokens(value: Any) -> str:
+        return _t(lang, "unknown") if value is None else str(value)
+
+    table = Table(
+        *(_t(lang, f"col.{c}") for c in ("role", "calls", "prompt", "completion", "seconds")),
+        box=None,
+        title=_t(lang, "usage"),
+        title_justify="left",
+    )
+    rows = [*((_name(lang, "agent", r), u) for r, u in roles.items())]
+    rows.append((_t(lang, "total"), (usage or {}).get("total") or {}))
+    for name, u in rows:
+        table.add_row(
+            name,
+            str(u.get("calls", 0)),
+            tokens(u.get("prompt_tokens")),
+            tokens(u.get("completion_tokens")),
+            f"{float(u.get('seconds') or 0):.1f}",
+        )
+    return table
+
+
+def render_result(result: Mapping[str, Any], assets_dir: Path, lang: str = "en") -> Group:
+    """Render the result payload as the finished post and its quality report."""
+    post = result.get("post") or {}
+    parts: list[Any] = []
+    body = Text()
+    for block in post.get("blocks") or []:
+        if not isinstance(block, Mapping):
+            body.append(f"{block}\n\n")
+            continue
+        text = block.get("text") or block.get("content") or block.get("desc") or ""
+        if block.get("type") == "image":
+            body.append(f"[image {block.get('slot', '')}] {text}\n\n", style="magenta")
+        elif text:
+            body.append(f"{text}\n\n")
+    tags = " ".join(f"#{t}" for t in post.get("tags") or [])
+    if tags:
+        body.append(tags, style="cyan")
+    title = str(post.get("title") or _t(lang, "no_title"))
+    parts.append(Panel(body, title=Text(title, style="bold"), title_align="left"))
+
+    images = result.get("images") or []
+    if images:
+        store = AssetStore(assets_dir)
+        table = Table(
+            *(_t(lang, f"col.{c}") for c in ("slot", "file", "alt")),
+            box=None,
+            title=_t(lang, "images"),
+            title_justify="left",
+        )
+        for image in images:
+            asset_id = str(image.get("asset_id", ""))
+            path = store.path(asset_id) if is_valid_asset_id(asset_id) else None
+            table.add_row(
+                str(image.get("slot", "")),
+                str(path or image.get("url", "")),
+                str(image.get("alt") or ""),
+            )
+        parts.append(table)
+
+    quality = result.get("quality") or {}
+    summary = _t(
+        lang,
+        "summary",
+        outcome=_name(lang, "outcome", result.get("outcome")),
+        verdict=_name(lang, "verdict", quality.get("verdict")),
+        score=_score(quality.get("score"), lang),
+        attempts=quality.get("attempts"),
+    ) + (_t(lang, "exhausted") if quality.get("exhausted") else "")
+    parts.append(Text.from_markup(summary))
+    usage = render_usage(result.get("usage"), lang)
+    if usage is not None:
+        parts.append(usage)
+    return Group(*parts)
+
+
+def _terminal_clarifier(
+    console: Console, interactive: bool, lang: str = "en"
+) -> ClarificationHandler:
+    """Return a handler that asks the planner's question on the terminal, or answers it.
+
+    Its own words (the panel's title, the prompts) are in `lang`; the question is the
+    planner's, as it wrote it.
+
+    The planner's interrupt value is ``{"question": str, "options": [{"id", "label"}]}``
+    and it resumes with ``{"action": "defaults"}`` or ``{"action": "details",
+    "details": text}`` (see `nodes.planner.parse_resume`).
+    """
+
+    def clarify(value: Any) -> Any:
+        question = value.get("question") if isinstance(value, Mapping) else value
+        options = value.get("options") or [] if isinstance(value, Mapping) else []
+        shown = str(question or _t(lang, "question.fallback"))
+        console.print(Panel(shown, title=_t(lang, "question")))
+        if not interactive:
+            console.print(f"[dim]{escape(_t(lang, 'not_interactive'))}[/dim]")
+            return DEFAULTS_ANSWER
+        for number, option in enumerate(options, 1):
+            label = option.get("label", option) if isinstance(option, Mapping) else option
+            console.print(f"  {number}. {label}")
+        answer = Prompt.ask(_t(lang, "choose"), console=console, default="1").strip()
+        if answer.isdigit() and 1 <= int(answer) <= len(options):
+            option = options[int(answer) - 1]
+            if not isinstance(option, Mapping) or option.get("id") != "details":
+                return DEFAULTS_ANSWER
+            answer = Prompt.ask(_t(lang, "details"), console=console, default="").strip()
+        if not answer:
+            return DEFAULTS_ANSWER
+        return {"action": "details", "details": answer}
+
+    return clarify
+
+
+@cli.command()
+def run(
+    request: Annotated[str, typer.Argument(help="What to write, e.g. 写一篇小红书笔记：…")],
+    auto_confirm: Annotated[
+        bool, typer.Option("--auto-confirm", help="Never stop to ask; use defaults.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print only the result payload as JSON.")
+    ] = False,
+    image_count: Annotated[
+        int | None, typer.Option(min=1, max=9, help="Images to generate (1-9).")
+    ] = None,
+    platform: Annotated[str | None, typer.Option(help="Target platform.")] = None,
+    image_provider: Annotated[
+        str | None, typer.Option(help="Image provider: local or openai.")
+    ] = None,
+    fast: Annotated[bool, typer.Option("--fast", help="Fast mode (fewer steps).")] = False,
+) -> None:
+    """Run one request through the pipeline here, showing its progress, then print the post.
+
+    What it asks and prints is in the request's language (`request_language`).
+    """
+    if not request.strip() or len(request) > 4000:
+        raise typer.BadParameter("must be 1-4000 characters", param_hint="REQUEST")
+    settings = _settings()
+    inputs: dict[str, Any] = {"request": request, "auto_confirm": auto_confirm}
+    optional = {
+        "image_count": image_count,
+        "platform": platform,
+        "image_provider": image_provider,
+        "fast_mode": fast or None,
+    }
+    inputs.update({k: v for k, v in optional.items() if v is not None})
+
+    out = Console()
+    err = Console(stderr=True)
+    shown = err if json_output else out
+    interactive = not auto_confirm and sys.stdin.isatty() and shown.is_terminal
+    lang = request_language(request)
+    ask = _terminal_clarifier(shown, interactive, lang)
+    counter = LLMCallCounter()
+    started = time.monotonic()
+    try:
+        if json_output:
+            result = asyncio.run(
+                run_request(
+                    settings, inputs, on_event=lambda _e: None, clarify=ask, callbacks=[counter]
+                )
+            )
+        else:
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=out,
+                transient=True,
+            ) as progress:
+
+                def clarify(value: Any) -> Any:
+                    progress.stop()  # the question needs the terminal, not a spinner
+                    try:
+                        return ask(value)
+                    finally:
+                        progress.start()
+
+                view = ProgressView(out, progress, lang)
+                result = asyncio.run(
+                    run_request(
+                        settings, inputs, on_event=view, clarify=clarify, callbacks=[counter]
+                    )
+                )
+    except KeyboardInterrupt:
+        err.print(f"[yellow]{_t(lang, 'cancelled')}[/yellow]")
+        raise typer.Exit(130) from None
+    except Exception as exc:  # one readable line, not a traceback, for a failed run
+        failed = _t(lang, "failed")
+        err.print(f"[red]{failed}[/red] {escape(type(exc).__name__)}: {escape(str(exc))}")
+        raise typer.Exit(1) from None
+
+    if json_output:
+        out.print_json(json.dumps(result, ensure_ascii=False, default=str))
+    else:
+        out.print(render_result(result, settings.assets_dir, lang))
+        elapsed = time.monotonic() - started
+        finished = _t(lang, "finished", s=elapsed, calls=counter.calls)
+        out.print(f"[dim]{escape(finished)}[/dim]")
+    raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
+
+
+# --------------------------------------------------------------------------- notes
+
+
+def parse_notes_jsonl(lines: Sequence[str]) -> tuple[list[tuple[int, KnowledgeNote]], list[str]]:
+    """Validate JSONL lines as notes; return (line number, note) pairs and the errors.
+
+    Blank lines are skipped. An id that appears twice in the file is an error on
+    its second line.
+    """
+    notes: list[tuple[int, KnowledgeNote]] = []
+    errors: list[str] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not JSON ({exc.msg})")
+            continue
+        if not isinstance(data, dict):
+            errors.append(f"line {number}: expected a JSON object")
+            continue
+        try:
+            note = KnowledgeNote.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'note'}: {e['msg']}" for e in exc.errors()
+            )
+            errors.append(f"line {number}: {problems}")
+            continue
+        if note.id in first_line:
+            errors.append(f"line {number}: id {note.id!r} repeats line {first_line[note.id]}")
+            continue
+        first_line[note.id] = number
+        notes.append((number, note))
+    return notes, errors
+
+
+async def import_notes(database: str, lines: Sequence[str]) -> tuple[int, list[str]]:
+    """Import JSONL notes into the vault, all or none; return (imported, errors)."""
+    from knowledge.repository import DuplicateNoteError, SqliteNoteRepository
+
+    numbered, errors = parse_notes_jsonl(lines)
+    async with SqliteNoteRepository(database) as repo:
+        for number, note in numbered:
+            if await repo.get(note.id) is not None:
+                errors.append(f"line {number}: id {note.id!r} is already in the vault")
+        if errors:
+            return 0, sorted(errors, key=_line_number)
+        try:
+            await repo.add_many(note for _, note in numbered)
+        except DuplicateNoteError as exc:  # another writer took an id meanwhile
+            return 0, [str(exc)]
+    return len(numbered), []
+
+
+def _line_number(error: str) -> int:
+    head = error.split(":", 1)[0].removeprefix("line ")
+    return int(head) if head.isdigit() else 0
+
+
+async def export_notes(database: str) -> list[str]:
+    """Return every note of the vault (archived ones too) as JSONL lines, oldest first."""
+    from knowledge.repository import MAX_PAGE, SqliteNoteRepository
+
+    lines: list[str] = []
+    async with SqliteNoteRepository(database) as repo:
+        offset = 0
+        while page := await repo.list(limit=MAX_PAGE, offset=offset):
+            lines += [note.model_dump_json() for note in page]
+            offset += len(page)
+    return lines
+
+
+@notes_cli.command("import")
+def notes_import(
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="JSONL file.")
+    ],
+) -> None:
+    """Import notes from a JSONL file: every line is checked first; all or nothing."""
+
+    settings = _settings()
+    err = Console(stderr=True)
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        err.print(f"[red]{escape(str(file))} is not UTF-8 text[/red]")
+        raise typer.Exit(1) from None
+    imported, errors = asyncio.run(import_notes(str(settings.database_path), lines))
+    if errors:
+        err.print(f"[red]Nothing imported: {len(errors)} bad line(s) in {escape(str(file))}[/red]")
+        for error in errors[:50]:
+            err.print(f"  {escape(error)}")
+        if len(errors) > 50:
+            err.print(f"  … and {len(errors) - 50} more")
+        raise typer.Exit(1)
+    Console().print(f"Imported {imported} note(s) into {escape(str(settings.database_path))}")
+
+
+@notes_cli.command("export")
+def notes_export(
+    file: Annotated[
+        Path | None, typer.Argument(dir_okay=False, help="Output file (default: stdout).")
+    ] = None,
+) -> None:
+    """Export every note of the vault as JSONL, to a file or stdout."""
+
+    settings = _settings()
+    lines = asyncio.run(export_notes(str(settings.database_path)))
+    text = "".join(f"{line}\n" for line in lines)
+    if file is None:
+        sys.stdout.write(text)
+        return
+    # Written beside the target and renamed, so a failed export leaves no half file.
+    partial = file.with_name(f".{file.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(file)
+    Console(stderr=True).print(f"Exported {len(lines)} note(s) to {escape(str(file))}")
+
+
+# --------------------------------------------------------------------------- worker
+
+
+@cli.command()
+def worker(
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Runs executed at once (RUN_WORKER_CONCURRENCY, default 64).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve this worker's Prometheus metrics at /metrics on this port "
+            "(WORKER_METRICS_PORT; interface: WORKER_METRICS_HOST, default 127.0.0.1).",
+        ),
+    ] = None,
+) -> None:
+    """Execute runs of the shared queue (DATABASE_URL) until SIGTERM; no HTTP API."""
+    import logging
+
+    if metrics_port is not None:
+        os.environ["WORKER_METRICS_PORT"] = str(metrics_port)  # read by Settings
+    settings = _settings()
+    if settings.database_url is None:
+        Console(stderr=True).print(
+            "[red]DATABASE_URL is not set[/red]: the embedded mode executes runs in "
+            "`atelier serve`; a worker needs the shared PostgreSQL queue"
+        )
+        raise typer.Exit(2)
+    from app.heap import WORKER_MODULES, freeze_after_imports
+    from cli.worker import serve_worker
+
+    freeze_after_imports(WORKER_MODULES)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The event loop `atelier serve` runs on too (uvicorn's "auto" loop picks uvloop,
+    # which `uvicorn[standard]` installs): a worker spends most of its CPU in the loop's
+    # I/O, streaming LLM replies and writing frames. The stdlib loop where it is absent.
+    run = asyncio.run
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        run = uvloop.run
+    run(serve_worker(settings, concurrency or settings.run_worker_concurrency))
+
+
+# --------------------------------------------------------------------------- db
+
+db_cli = typer.Typer(
+    help="The PostgreSQL schema of the scale-out deployment.", no_args_is_help=True
+)
+cli.add_typer(db_cli, name="db")
+
+
+@db_cli.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the schema migrations DATABASE_URL lacks and print its version (idempotent)."""
+    settings = _settings()
+    err = Console(stderr=True)
+    if settings.database_url is None:
+        err.print(
+            "[red]DATABASE_URL is not set[/red]: the embedded SQLite database needs no upgrade"
+        )
+        raise typer.Exit(2)
+    try:
+        from engine.db.migrations import upgrade_url
+    except ImportError:
+        err.print("[red]The scale-out backend is not installed[/red]: pip install 'atelier[scale]'")
+        raise typer.Exit(1) from None
+    try:
+        version = asyncio.run(upgrade_url(settings.database_url.get_secret_value()))
+    except Exception as exc:  # a database that cannot be reached or refuses the schema
+        err.print(
+            f"[red]Schema upgrade failed:[/red] {escape(type(exc).__name__)}: {escape(str(exc))}"
+        )
+        raise typer.Exit(1) from None
+    Console().print(f"Database schema at version {version}")
+
+
+if __name__ == "__main__":  # `python -m cli.main ...`, as the `atelier` script
+    main()

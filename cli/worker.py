@@ -1,0 +1,71 @@
+"""`atelier worker`: a process that executes runs of the shared queue, and nothing else.
+
+It opens the same scale-out engine parts as an API replica (PostgreSQL, Redis, the
+model factory, the graphs; `engine.postgres.engine`) and runs one `RunWorker`
+claiming up to `concurrency` runs at once. SIGTERM or SIGINT stop it gracefully:
+no more claims, the runs in flight are stopped at their last checkpoint and handed
+back to the queue, where another worker resumes them.
+
+A worker has no HTTP API, so its metrics (claim latency, lease losses, resumes, the
+runs and LLM calls it executed) are not in any replica's `/metrics`. With
+WORKER_METRICS_PORT it serves them itself, in the Prometheus text format at
+`http://WORKER_METRICS_HOST:PORT/metrics` (prometheus_client's own server, in a
+thread), for Prometheus to scrape each worker as it scrapes each replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from prometheus_client import start_http_server
+
+from app.metrics import AtelierMetrics
+from core.settings import Settings
+from engine.assistants import AssistantFactory, default_assistants
+
+log = logging.getLogger(__name__)
+
+
+async def serve_worker(
+    settings: Settings,
+    concurrency: int,
+    *,
+    stop: asyncio.Event | None = None,
+    assistant_factory: AssistantFactory = default_assistants,
+) -> None:
+    """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive)."""
+    if settings.database_url is None:
+        raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
+    from engine.postgres.engine import open_engine_parts
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    metrics = AtelierMetrics()
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.worker_metrics_port is not None:
+            server, _thread = start_http_server(
+                settings.worker_metrics_port,
+                addr=settings.worker_metrics_host,
+                registry=metrics.registry,
+            )
+            stack.callback(server.server_close)
+            stack.callback(server.shutdown)
+            log.info(
+                "worker metrics at http://%s:%d/metrics",
+                settings.worker_metrics_host,
+                settings.worker_metrics_port,
+            )
+        parts = await open_engine_parts(
+            assistant_factory, settings, stack, metrics, serves_streams=False
+        )
+        worker = await parts.start_worker(stack, concurrency)
+        log.info("worker %s ready", worker.owner)
+        await stop.wait()
+        log.info("worker %s stopping", worker.owner)

@@ -1,0 +1,95 @@
+"""Open the scale-out backend's shared resources for one process's lifetime.
+
+`open_backend(settings)` is what the application's lifespan (and a worker process) enters
+when `DATABASE_URL` is set: it opens the pools, brings the schema up to date (`upgrade`,
+safe when replicas start together), and builds the PostgreSQL parts that do not depend
+on the run engine — the notes repository, the asset store and LangGraph's checkpointer —
+plus the Redis client when `REDIS_URL` is set, and the readiness checks of both servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import psycopg
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import PoolTimeout
+from redis.asyncio import Redis
+
+from core.settings import Settings
+from engine.db import redis as redis_signals
+from engine.db.migrations import upgrade
+from engine.db.pool import AsyncPool, SyncPool, checkpointer, open_pool, open_sync_pool, ping
+from engine.errors import NotReadyError
+from knowledge.postgres import PostgresNoteRepository
+from providers.pg_assets import PostgresAssetStore
+
+#: Connections of a process's async pool: its runs' checkpoints and frames, its notes and
+#: its HTTP reads share them; a caller waits (up to CHECKOUT_TIMEOUT) when all are busy.
+POOL_SIZE = 10
+#: Connections of the asset store's pool (worker threads serving or storing images).
+ASSET_POOL_SIZE = 4
+
+
+@dataclass
+class PostgresBackend:
+    """The scale-out backend's resources of one process (see the module docstring)."""
+
+    pool: AsyncPool
+    asset_pool: SyncPool
+    schema_version: int
+    notes: PostgresNoteRepository
+    assets: PostgresAssetStore
+    checkpointer: AsyncPostgresSaver
+    redis: Redis | None = None
+    #: Readiness checks by name ("postgres", "redis"): each raises when its server fails.
+    ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+
+
+async def postgres_ready(pool: AsyncPool) -> None:
+    """Readiness: PostgreSQL answers a query (`NotReadyError` saying so when it does not)."""
+    try:
+        await ping(pool)
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise NotReadyError(
+            "PostgreSQL (DATABASE_URL) is unreachable; requests that need it answer 503 "
+            "and runs wait until it is back"
+        ) from exc
+
+
+@contextlib.asynccontextmanager
+async def open_backend(settings: Settings) -> AsyncIterator[PostgresBackend]:
+    """Open pools, upgrade the schema and build the backend; close everything on exit.
+
+    Raises:
+        ValueError: `DATABASE_URL` is not set.
+        psycopg_pool.PoolTimeout: PostgreSQL cannot be reached.
+    """
+    if settings.database_url is None:
+        raise ValueError("DATABASE_URL is not set: the embedded mode needs no backend")
+    url = settings.database_url.get_secret_value()
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await open_pool(url, max_size=POOL_SIZE)
+        stack.push_async_callback(pool.close)
+        version = await upgrade(pool)
+        asset_pool = await asyncio.to_thread(open_sync_pool, url, max_size=ASSET_POOL_SIZE)
+        stack.push_async_callback(asyncio.to_thread, asset_pool.close)  # joins its threads
+
+        backend = PostgresBackend(
+            pool=pool,
+            asset_pool=asset_pool,
+            schema_version=version,
+            notes=PostgresNoteRepository(pool),
+            assets=PostgresAssetStore(asset_pool, settings.assets_dir),
+            checkpointer=checkpointer(pool),
+        )
+        backend.ready_checks["postgres"] = lambda: postgres_ready(pool)
+        if settings.redis_url is not None:
+            client = redis_signals.create_client(settings.redis_url.get_secret_value())
+            stack.push_async_callback(client.aclose)
+            backend.redis = client
+            backend.ready_checks["redis"] = lambda: redis_signals.ping(client)
+        yield backend

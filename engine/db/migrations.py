@@ -1,0 +1,268 @@
+"""The PostgreSQL schema, as numbered migrations applied in order.
+
+`upgrade` brings a database to the newest version: `atelier db upgrade` runs it, and so
+does the service at start. It is safe to run from many processes at once (replicas and
+workers starting together): everything happens under one session-level advisory lock,
+each migration runs in its own transaction together with the insert of its row in
+`schema_version`, so a migration is applied exactly once, wholly or not at all. After
+the migrations, LangGraph's `AsyncPostgresSaver.setup()` creates or upgrades the
+checkpoint tables (it keeps its own `checkpoint_migrations` table), under the same lock
+because its migrations are not safe to race (`CREATE INDEX CONCURRENTLY`).
+
+Rules for a new migration: append it, never edit or reorder a released one, and keep it
+backward compatible with the previous release's code while replicas roll over (add
+columns with defaults; drop only what the previous release no longer reads). Queries
+name their columns, never `SELECT *`: pooled connections prepare statements
+(`prepare_threshold=0`), and a prepared `SELECT *` fails ("cached plan must not change
+result type") once a migration adds a column under a running replica.
+
+A database whose version is newer than this code knows is left alone (logged): an old
+replica keeps serving during a rolling upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
+from engine.db.pool import AsyncPool, open_pool
+
+log = logging.getLogger(__name__)
+
+#: Key of the advisory lock migrations run under ("ATLR" in ASCII).
+MIGRATION_LOCK = 0x41544C52
+#: Seconds between two tries for the migration lock, and before giving up on it.
+LOCK_POLL = 0.2
+LOCK_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema change: its version (1, 2, …), a short name and its SQL."""
+
+    version: int
+    name: str
+    sql: str
+
+
+# Schema version 1. Types follow what each column holds: timestamps are `timestamptz`
+# (the lease expiry is compared with the database clock, never a replica's), metadata is
+# `jsonb` (threads are searched by metadata containment), and payloads written with
+# `engine.serde.dumps` (state, kwargs, errors, frames) are `text`: they are served
+# as written, and jsonb would reorder keys and refuse a `\u0000` that a model produced.
+_V1 = """
+CREATE TABLE threads (
+    thread_id   text PRIMARY KEY,
+    owner       text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    metadata    jsonb NOT NULL DEFAULT '{}',
+    status      text NOT NULL DEFAULT 'idle'
+                CHECK (status IN ('idle', 'busy', 'interrupted', 'error')),
+    state       text,                           -- values after the last run, JSON
+    interrupts  text NOT NULL DEFAULT '{}'      -- pending interrupts by task id, JSON
+);
+CREATE INDEX threads_owner ON threads (owner, created_at);
+CREATE INDEX threads_metadata ON threads USING gin (metadata jsonb_path_ops);
+
+-- The runs table is also the queue: a worker claims the oldest pending run (`seq`
+-- order) of a thread that has no running run, with SELECT ... FOR UPDATE SKIP LOCKED.
+CREATE TABLE runs (
+    run_id              text PRIMARY KEY,
+    seq                 bigint GENERATED ALWAYS AS IDENTITY UNIQUE,  -- enqueue order
+    thread_id           text NOT NULL REFERENCES threads (thread_id) ON DELETE CASCADE,
+    owner               text NOT NULL,
+    assistant_id        text NOT NULL,
+    status              text NOT NULL CHECK (status IN
+                        ('pending', 'running', 'success', 'error', 'timeout', 'interrupted')),
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    finished_at         timestamptz,
+    metadata            jsonb NOT NULL DEFAULT '{}',
+    kwargs              text NOT NULL,      -- input, command, stream options, config (JSON)
+    multitask_strategy  text NOT NULL,
+    attempt             integer NOT NULL DEFAULT 0,
+    cancel_reason       text,
+    error               text,               -- {"error", "message"} of a failed run, JSON
+    idempotency_key     text,
+    request_hash        text,
+    events_pruned       boolean NOT NULL DEFAULT false,
+    -- Leases with fencing: a claim sets the owner, bumps the epoch and sets the expiry
+    -- from the database clock; a write by a worker counts only while owner and epoch
+    -- still match. NULL owner and expiry: nobody holds the run.
+    lease_owner         text,
+    lease_epoch         bigint NOT NULL DEFAULT 0,
+    lease_expires_at    timestamptz,
+    -- A cancel asked from any replica ('interrupt' or 'rollback'): the executing worker
+    -- reads it on every heartbeat, so a Redis signal it missed still stops the run.
+    cancel_requested    text CHECK (cancel_requested IN ('interrupt', 'rollback')),
+    CHECK (status <> 'running' OR (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+CREATE INDEX runs_thread ON runs (thread_id, created_at);
+-- At most one running run per thread, enforced by the database for every process.
+CREATE UNIQUE INDEX runs_one_running_per_thread ON runs (thread_id) WHERE status = 'running';
+CREATE INDEX runs_pending ON runs (seq) WHERE status = 'pending';
+CREATE INDEX runs_pending_thread ON runs (thread_id, seq) WHERE status = 'pending';
+CREATE INDEX runs_lease_expiry ON runs (lease_expires_at) WHERE status = 'running';
+CREATE INDEX runs_finished ON runs (finished_at)
+    WHERE NOT events_pruned AND finished_at IS NOT NULL;
+CREATE UNIQUE INDEX runs_idempotency ON runs (owner, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- The event log: frame ids are `seq`, 1..n per run. No foreign key to runs: a late
+-- frame of a deleted run is harmless, and the run's delete removes its log.
+CREATE TABLE run_events (
+    run_id  text NOT NULL,
+    seq     bigint NOT NULL CHECK (seq > 0),
+    event   text NOT NULL,
+    data    text NOT NULL,     -- compact JSON, one line, served as stored
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE knowledge_notes (
+    id          text PRIMARY KEY,
+    seq         bigint GENERATED ALWAYS AS IDENTITY UNIQUE,  -- insertion (list) order
+    type        text NOT NULL,
+    status      text NOT NULL,
+    content     text NOT NULL,
+    tags        text[] NOT NULL DEFAULT '{}',
+    owner       text NOT NULL,
+    version     integer NOT NULL CHECK (version >= 1),
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+CREATE INDEX knowledge_notes_status ON knowledge_notes (status);
+CREATE INDEX knowledge_notes_type ON knowledge_notes (type);
+
+-- Generated and uploaded images, keyed by content hash (providers/assets.py), so every
+-- replica serves every asset. The bytes are already compressed images: stored
+-- out of line without another round of compression.
+CREATE TABLE assets (
+    asset_id      text PRIMARY KEY CHECK (asset_id ~ '^[0-9a-f]{32}$'),
+    content_type  text NOT NULL,
+    width         integer NOT NULL CHECK (width >= 1),
+    height        integer NOT NULL CHECK (height >= 1),
+    bytes         integer NOT NULL CHECK (bytes >= 1),
+    kind          text NOT NULL CHECK (kind IN ('generated', 'uploaded')),
+    slot          integer,
+    prompt        text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    extra         jsonb NOT NULL DEFAULT '{}',
+    data          bytea NOT NULL
+);
+ALTER TABLE assets ALTER COLUMN data SET STORAGE EXTERNAL;
+"""
+
+# Schema version 2. A lease renewal, the most frequent write of a running run, changes
+# `lease_expires_at` alone: with no index on that column, PostgreSQL writes the new row
+# version in the same page without touching an index (a HOT update), and the pages of
+# `runs` keep a fifth free for such versions. The sweep finds the expired leases among
+# the running runs, which `runs_one_running_per_thread` indexes.
+_V2 = """
+DROP INDEX runs_lease_expiry;
+ALTER TABLE runs SET (fillfactor = 80);
+"""
+
+#: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "threads, runs, events, notes, assets", _V1),
+    Migration(2, "lease renewals update runs in place", _V2),
+)
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def latest_version() -> int:
+    """Return the version the newest migration brings a database to."""
+    return MIGRATIONS[-1].version if MIGRATIONS else 0
+
+
+async def current_version(conn: AsyncConnection[DictRow]) -> int:
+    """Return the schema version of the database (0: never migrated)."""
+    exists = await (await conn.execute("SELECT to_regclass('schema_version') AS t")).fetchone()
+    if exists is None or exists["t"] is None:
+        return 0
+    row = await (
+        await conn.execute("SELECT coalesce(max(version), 0) AS v FROM schema_version")
+    ).fetchone()
+    return int(row["v"]) if row is not None else 0
+
+
+async def upgrade(pool: AsyncPool) -> int:
+    """Apply the migrations the database lacks and set up the checkpoint tables.
+
+    Returns:
+        The schema version the database is at afterwards.
+    """
+    async with pool.connection() as conn:
+        await _lock(conn)
+        try:
+            await conn.execute(_VERSION_TABLE)
+            version = await current_version(conn)
+            if version > latest_version():
+                log.warning(
+                    "database schema is at version %d, newer than this release's %d; "
+                    "leaving it as it is",
+                    version,
+                    latest_version(),
+                )
+            for migration in MIGRATIONS[version:]:
+                async with conn.transaction():
+                    await conn.execute(migration.sql, prepare=False)
+                    await conn.execute(
+                        "INSERT INTO schema_version (version, name) VALUES (%s, %s)",
+                        (migration.version, migration.name),
+                    )
+                log.info("applied schema migration %d (%s)", migration.version, migration.name)
+                version = migration.version
+            await checkpointer_setup(conn)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    return version
+
+
+async def _lock(conn: AsyncConnection[DictRow]) -> None:
+    """Take the migration lock, polling for it rather than waiting in a statement.
+
+    Session-level, so it is held across the migrations' transactions; released by
+    `upgrade` (or by the server if the connection dies). Not `pg_advisory_lock`: a
+    process blocked in that statement is an open transaction, and the holder's
+    `CREATE INDEX CONCURRENTLY` (the checkpointer's setup) waits for every open
+    transaction to end — a deadlock between two replicas starting together.
+    """
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    while True:
+        row = await (
+            await conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (MIGRATION_LOCK,))
+        ).fetchone()
+        if row is not None and row["got"]:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"another process held the migration lock for {LOCK_TIMEOUT:.0f} s")
+        await asyncio.sleep(LOCK_POLL)
+
+
+async def upgrade_url(url: str) -> int:
+    """Upgrade the database at `url` over a one-connection pool (`atelier db upgrade`)."""
+    pool = await open_pool(url, min_size=1, max_size=1, name="atelier-migrate")
+    try:
+        return await upgrade(pool)
+    finally:
+        await pool.close()
+
+
+async def checkpointer_setup(conn: AsyncConnection[DictRow]) -> None:
+    """Create or upgrade LangGraph's checkpoint tables on this (locked) connection."""
+    await AsyncPostgresSaver(conn=conn).setup()

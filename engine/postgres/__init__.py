@@ -1,0 +1,83 @@
+"""The run engine's storage in PostgreSQL: the scale-out backend (`DATABASE_URL`).
+
+    threads.py    PostgresThreadRepository (ThreadRepository)
+    runs.py       PostgresRunRepository (RunRepository), and the runs table as the queue:
+                  claim, renew, hand back, sweep, request a cancel
+    event_log.py  PostgresEventLog (EventLog), group-committed appends fenced by leases
+    live.py       RedisLiveFrames (LiveFrames): committed frames to every process's
+                  followers, falling back to re-reading PostgreSQL when Redis drops
+
+`PostgresRunStorage` puts the three repositories on one connection pool (opened and
+closed by its owner, `engine.db.backend.open_backend`); use it as an async context
+manager to start and stop the event writer. The tables are schema v1's
+(`engine.db.migrations`).
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from engine.db.pool import AsyncPool, ping
+from engine.group_commit import RETRY_FOR
+from engine.postgres.event_log import LEASE_SECONDS, LeaseLost, PostgresEventLog
+from engine.postgres.runs import Claim, Lease, PostgresRunRepository, Sweep
+from engine.postgres.threads import PostgresThreadRepository
+from engine.protocols import Publish
+
+
+class PostgresRunStorage:
+    """Threads, runs and event logs in PostgreSQL (a `RunStorage`)."""
+
+    def __init__(
+        self,
+        pool: AsyncPool,
+        publish: Publish | None = None,
+        *,
+        retry_for: float = RETRY_FOR,
+    ) -> None:
+        """Bind the storage to an open pool on a migrated database; nothing starts yet.
+
+        Args:
+            pool: The process's async pool.
+            publish: Called with every committed batch of a run's frames (the live fan-out).
+            retry_for: Seconds the event writer retries a failing batch before the runs
+                it carries are lost.
+        """
+        self.pool = pool
+        self.threads = PostgresThreadRepository(pool)
+        self.runs = PostgresRunRepository(pool)
+        self.events = PostgresEventLog(pool, publish, retry_for=retry_for)
+        self._started = False
+
+    async def open(self) -> Self:
+        """Start the event writer."""
+        if not self._started:
+            self.events.start()
+            self._started = True
+        return self
+
+    async def close(self) -> None:
+        """Commit what is queued and stop the writer; idempotent (the pool stays open)."""
+        if self._started:
+            await self.events.close()
+            self._started = False
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        """Run a query on a pooled connection (readiness)."""
+        await ping(self.pool)
+
+
+__all__ = [
+    "LEASE_SECONDS",
+    "Claim",
+    "Lease",
+    "LeaseLost",
+    "PostgresRunStorage",
+    "Sweep",
+]

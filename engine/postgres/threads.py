@@ -1,0 +1,165 @@
+"""Threads in the scale-out backend's PostgreSQL database (`ThreadRepository`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from engine.db.pool import AsyncPool
+from engine.protocols import ThreadExists
+from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus
+from engine.serde import dumps, loads
+
+#: A statement and its parameters (positional `%s`, or named `%(name)s`).
+Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
+
+THREAD_COLUMNS = "thread_id, owner, created_at, updated_at, metadata, status, state, interrupts"
+
+
+def stamp(value: datetime | None) -> str | None:
+    """Return a `timestamptz` as the records' ISO 8601 UTC text (sortable as text)."""
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def thread_from_row(row: DictRow) -> ThreadRecord:
+    """Return the thread a `threads` row holds."""
+    return ThreadRecord(
+        thread_id=row["thread_id"],
+        owner=row["owner"],
+        created_at=stamp(row["created_at"]) or "",
+        updated_at=stamp(row["updated_at"]) or "",
+        metadata=row["metadata"] or {},
+        status=row["status"],
+        values=loads(row["state"]),
+        interrupts=loads(row["interrupts"]) or {},
+    )
+
+
+def thread_state_statement(change: ThreadStateChange) -> Statement:
+    """Return the statement that records a thread's status (and state, when given)."""
+    if change.values is None:
+        return (
+            "UPDATE threads SET status = %s, updated_at = now() WHERE thread_id = %s",
+            (change.status, change.thread_id),
+        )
+    return (
+        "UPDATE threads SET status = %s, state = %s, interrupts = %s, updated_at = now() "
+        "WHERE thread_id = %s",
+        (change.status, dumps(change.values), dumps(change.interrupts or {}), change.thread_id),
+    )
+
+
+async def insert_thread(conn: AsyncConnection[DictRow], thread: ThreadRecord) -> None:
+    """Insert a thread inside a transaction; raise `ThreadExists` when the id is taken."""
+    try:
+        async with conn.transaction():  # a savepoint: the caller's transaction survives
+            await conn.execute(
+                f"INSERT INTO threads ({THREAD_COLUMNS}) "
+                "VALUES (%s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s)",
+                (
+                    thread.thread_id,
+                    thread.owner,
+                    thread.created_at,
+                    thread.updated_at,
+                    Jsonb(thread.metadata),
+                    thread.status,
+                    None if thread.values is None else dumps(thread.values),
+                    dumps(thread.interrupts),
+                ),
+            )
+    except psycopg.errors.UniqueViolation:
+        raise ThreadExists(f"thread {thread.thread_id!r} already exists") from None
+
+
+class PostgresThreadRepository:
+    """Threads in PostgreSQL (see `engine.protocols.ThreadRepository`)."""
+
+    def __init__(self, pool: AsyncPool) -> None:
+        """Borrow connections from the process's pool."""
+        self._pool = pool
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[DictRow]:
+        async with self._pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchall()
+
+    async def get(self, owner: str, thread_id: str) -> ThreadRecord | None:
+        """Return the owner's thread, or None (also when another owner has it)."""
+        rows = await self._fetch(
+            f"SELECT {THREAD_COLUMNS} FROM threads WHERE thread_id = %s AND owner = %s",
+            (thread_id, owner),
+        )
+        return thread_from_row(rows[0]) if rows else None
+
+    async def exists(self, thread_id: str) -> bool:
+        """Return whether any owner has a thread with this id."""
+        rows = await self._fetch("SELECT 1 AS one FROM threads WHERE thread_id = %s", (thread_id,))
+        return bool(rows)
+
+    async def insert(self, thread: ThreadRecord) -> None:
+        """Store a new thread (raises `ThreadExists` when the id is taken)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await insert_thread(conn, thread)
+
+    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
+        """Replace a thread's metadata."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE threads SET metadata = %s, updated_at = now() WHERE thread_id = %s",
+                (Jsonb(metadata), thread_id),
+            )
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[ThreadRecord]:
+        """Return the owner's threads matching every given filter (limit -1: all)."""
+        where = ["owner = %s"]
+        params: list[Any] = [owner]
+        for key, value in (metadata or {}).items():
+            if value is None:  # as SQLite's json_extract: a JSON null or no key at all
+                where.append("coalesce(jsonb_typeof(metadata -> %s), 'null') = 'null'")
+                params.append(key)
+            else:
+                where.append("metadata -> %s = %s")
+                params += [key, Jsonb(value)]
+        if status is not None:
+            where.append("status = %s")
+            params.append(status)
+        if ids is not None:
+            where.append("thread_id = ANY(%s)")
+            params.append(list(ids))
+        column = {"thread_id": "thread_id", "status": "status", "updated_at": "updated_at"}.get(
+            sort_by, "created_at"
+        )
+        order = "ASC" if sort_order == "asc" else "DESC"
+        sql = (
+            f"SELECT {THREAD_COLUMNS} FROM threads WHERE {' AND '.join(where)} "
+            f"ORDER BY {column} {order}, thread_id {order} LIMIT %s OFFSET %s"
+        )
+        rows = await self._fetch(sql, [*params, None if limit < 0 else limit, offset])
+        return [thread_from_row(row) for row in rows]
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete a thread with its runs and their event logs (checkpoints are the saver's)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM run_events WHERE run_id IN "
+                "(SELECT run_id FROM runs WHERE thread_id = %s)",
+                (thread_id,),
+            )
+            await conn.execute("DELETE FROM runs WHERE thread_id = %s", (thread_id,))
+            await conn.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))

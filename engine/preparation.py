@@ -1,0 +1,299 @@
+"""Run preparation: everything decided before a run is recorded.
+
+`RunPreparer.prepare` checks a run request against the caller and the thread and
+says what to record: an `Idempotency-Key` repeat answers the run it created; a
+thread the caller does not own is created (`if_not_exists=create`) or refused;
+a busy thread is handled by the multitask strategy (`reject` refuses, `interrupt`
+and `rollback` cancel its runs first, `enqueue` queues after them); a `command`
+(resume, goto, update), a start checkpoint and a run without input are checked
+against the graph's state. Nothing is written here, so a refused request leaves no
+thread or run behind; `RunManager.create` records and starts what it returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Interrupt
+
+from engine.assistants import Assistant
+from engine.errors import Conflict, Invalid, NotFound
+from engine.executor import graph_config
+from engine.protocols import RunExecutor, RunStorage
+from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
+from engine.serde import dumps
+
+_INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def request_fingerprint(thread_id: str | None, body: dict[str, Any]) -> str:
+    """Return a stable hash of a run request (to tell a retried POST from a different one)."""
+    return hashlib.sha256(dumps({"thread_id": thread_id, "body": body}).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A validated request to start a run, as a route hands it to the run manager."""
+
+    #: The caller's owner id.
+    owner: str
+    #: The thread, or None for a thread-less run (a new thread).
+    thread_id: str | None
+    #: The assistant to run.
+    assistant: Assistant
+    #: The run options: `input` (graph input) or `command`, `stream_mode` (list),
+    #: `stream_subgraphs`, `stream_resumable`, `on_disconnect`, `config`, and the
+    #: Platform options (`checkpoint`, `interrupt_before`, `on_completion`, …).
+    kwargs: dict[str, Any]
+    #: Stored with the run.
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: What to do when the thread has a pending or running run.
+    multitask_strategy: MultitaskStrategy = "reject"
+    #: A missing thread: create it, or refuse (404).
+    if_not_exists: IfNotExists = "reject"
+    #: A retried POST with the same key returns the same run.
+    idempotency_key: str | None = None
+    #: Fingerprint of the request (`request_fingerprint`), to refuse a reused key.
+    request_hash: str | None = None
+
+
+@dataclass
+class PreparedRun:
+    """What to record for a run request, once every check passed."""
+
+    #: The new run (status pending), or the run an idempotent repeat names.
+    run: RunRecord
+    #: False for an idempotent repeat: nothing is to be recorded or started.
+    new: bool = True
+    #: A thread to create with the run (a thread-less run, or `if_not_exists=create`).
+    new_thread: ThreadRecord | None = None
+    #: Runs of the thread this process executes that the run waits for (enqueue).
+    after: list[str] = field(default_factory=list)
+
+
+class RunPreparer:
+    """Check run requests and apply multitask strategies (`engine.protocols.RunPreparation`)."""
+
+    def __init__(
+        self, *, storage: RunStorage, executor: RunExecutor, checkpointer: BaseCheckpointSaver
+    ) -> None:
+        """Read threads and runs from `storage`; cancel through `executor`."""
+        self.threads = storage.threads
+        self.runs = storage.runs
+        self.executor = executor
+        self.checkpointer = checkpointer
+
+    async def prepare(self, request: RunRequest) -> PreparedRun:
+        """Check a run request and apply its thread's multitask strategy.
+
+        Call it under the run manager's creation lock: the busy check and the
+        strategy must not interleave with another creation.
+
+        Raises:
+            RunsError: NotFound, Conflict (busy thread, nothing to resume) or Invalid.
+        """
+        owner, thread_id, assistant = request.owner, request.thread_id, request.assistant
+        kwargs, multitask_strategy = request.kwargs, request.multitask_strategy
+        idempotency_key, request_hash = request.idempotency_key, request.request_hash
+        if idempotency_key is not None:
+            existing = await self.runs.find_idempotent(owner, idempotency_key)
+            if existing is not None:
+                if existing.request_hash != request_hash:
+                    raise Invalid(
+                        "Idempotency-Key was already used for a different request",
+                        field="header:Idempotency-Key",
+                    )
+                return PreparedRun(existing, new=False)
+
+        new_thread: ThreadRecord | None = None
+        if thread_id is None or await self.threads.get(owner, thread_id) is None:
+            if thread_id is not None and request.if_not_exists != "create":
+                raise NotFound(f"thread {thread_id!r} not found")
+            if thread_id is not None and await self.threads.exists(thread_id):
+                raise NotFound(f"thread {thread_id!r} not found")  # another owner's
+            stamp = now()
+            new_thread = ThreadRecord(
+                thread_id=thread_id or str(uuid.uuid4()),
+                owner=owner,
+                created_at=stamp,
+                updated_at=stamp,
+                metadata={
+                    "graph_id": assistant.graph_id,
+                    "assistant_id": assistant.assistant_id,
+                },
+            )
+        tid = new_thread.thread_id if new_thread else thread_id
+        assert tid is not None
+
+        after: list[str] = []
+        if new_thread is None:
+            if kwargs.get("checkpoint"):  # before a strategy cancels anything
+                await self.check_checkpoint(tid, kwargs["checkpoint"])
+            busy = await self.runs.active(tid)
+            if busy and multitask_strategy == "reject":
+                raise Conflict(
+                    f"thread {tid!r} is busy with run {busy[0].run_id!r} "
+                    f"({busy[0].status}); multitask_strategy is reject"
+                )
+            if busy and multitask_strategy in ("interrupt", "rollback"):
+                await self.executor.cancel_all([r.run_id for r in busy], multitask_strategy)
+            elif busy:  # enqueue: start after every active run of the thread
+                after = [r.run_id for r in busy if self.executor.is_active(r.run_id)]
+            if kwargs.get("command"):
+                await self.check_command(
+                    assistant, tid, kwargs["command"], kwargs.get("checkpoint")
+                )
+            elif kwargs.get("input") is None:
+                await self.check_continuation(assistant, tid, kwargs.get("checkpoint"))
+        elif (kwargs.get("command") or {}).get("resume") is not None:
+            raise Conflict(f"thread {tid!r} has no pending interrupt to resume")
+        elif kwargs.get("checkpoint"):
+            raise NotFound(f"checkpoint {kwargs['checkpoint']['checkpoint_id']!r} not found")
+        elif kwargs.get("input") is None and not kwargs.get("command"):
+            raise Invalid("a run on a new thread needs input or command", field="input")
+
+        stamp = now()
+        run = RunRecord(
+            run_id=str(uuid.uuid4()),
+            thread_id=tid,
+            owner=owner,
+            assistant_id=assistant.assistant_id,
+            status="pending",
+            created_at=stamp,
+            updated_at=stamp,
+            kwargs=kwargs,
+            multitask_strategy=multitask_strategy,
+            metadata=request.metadata,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
+        return PreparedRun(run, new_thread=new_thread, after=after)
+
+    def at_checkpoint(self, thread_id: str, checkpoint: dict[str, Any] | None) -> RunnableConfig:
+        """Return the config of a thread's head, or of one of its checkpoints."""
+        config = graph_config(thread_id)
+        if checkpoint:
+            config["configurable"].update(checkpoint)
+        return config
+
+    async def check_checkpoint(self, thread_id: str, checkpoint: dict[str, Any]) -> None:
+        """Refuse a start checkpoint the thread does not have."""
+        found = await self.checkpointer.aget_tuple(self.at_checkpoint(thread_id, checkpoint))
+        if found is None:
+            raise NotFound(
+                f"checkpoint {checkpoint['checkpoint_id']!r} not found on thread {thread_id!r}",
+                field="checkpoint",
+            )
+
+    async def check_continuation(
+        self, assistant: Assistant, thread_id: str, checkpoint: dict[str, Any] | None
+    ) -> None:
+        """Refuse a run without input or command unless the thread has nodes left to run."""
+        snapshot = await assistant.graph.aget_state(self.at_checkpoint(thread_id, checkpoint))
+        if not snapshot.next:
+            raise Invalid(
+                "a run needs input or command; without them it continues a thread paused at "
+                "a breakpoint, and this thread has nothing left to run",
+                field="input",
+            )
+
+    async def check_command(
+        self,
+        assistant: Assistant,
+        thread_id: str,
+        command: dict,
+        checkpoint: dict[str, Any] | None = None,
+    ) -> None:
+        """Refuse a resume with nothing to resume, unknown interrupt ids or a wrong answer."""
+        goto = command.get("goto")
+        if goto is not None:
+            targets = {goto} if isinstance(goto, str) else set(goto)
+            unknown = sorted(targets - set(assistant.graph.nodes))
+            if unknown:
+                raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
+        if assistant.check_update is not None and command.get("resume") is None:
+            goto_nodes = [goto] if isinstance(goto, str) else list(goto or [])
+            update = command.get("update")
+            await self.check_update(
+                assistant,
+                thread_id,
+                update if isinstance(update, dict) else {},
+                checkpoint,
+                field="command.update",
+                goto=goto_nodes,
+            )
+        if "resume" not in command or command["resume"] is None:
+            return
+        snapshot = await assistant.graph.aget_state(self.at_checkpoint(thread_id, checkpoint))
+        pending: list[Interrupt] = list(snapshot.interrupts)
+        if not pending:
+            raise Conflict(f"thread {thread_id!r} has no pending interrupt to resume")
+        resume = command["resume"]
+        ids = {i.id for i in pending}
+        if isinstance(resume, dict) and resume and all(_INTERRUPT_ID.match(k) for k in resume):
+            unknown = sorted(set(resume) - ids)
+            if unknown:
+                raise Invalid(
+                    f"command.resume names unknown interrupt ids {unknown}; pending: {sorted(ids)}",
+                    field="command.resume",
+                )
+            answers = [(v, [i for i in pending if i.id == k]) for k, v in resume.items()]
+        elif len(pending) > 1:
+            raise Invalid(
+                f"thread has {len(pending)} pending interrupts; resume with a map of "
+                "interrupt id to answer",
+                field="command.resume",
+            )
+        else:
+            answers = [(resume, pending)]
+        if assistant.check_resume is not None:
+            for value, interrupts in answers:
+                try:
+                    assistant.check_resume(value, interrupts)
+                except ValueError as exc:
+                    raise Invalid(f"command.resume: {exc}", field="command.resume") from None
+
+    async def check_update(
+        self,
+        assistant: Assistant,
+        thread_id: str,
+        update: dict[str, Any],
+        checkpoint: dict[str, Any] | None,
+        *,
+        field: str,
+        goto: list[str],
+    ) -> None:
+        """Refuse a state update the assistant's `check_update` finds wrong for this thread."""
+        assert assistant.check_update is not None
+        snapshot = await assistant.graph.aget_state(self.at_checkpoint(thread_id, checkpoint))
+        try:
+            assistant.check_update(update, snapshot.values or {}, goto)
+        except ValueError as exc:
+            where = str(exc).split(":", 1)[0]
+            raise Invalid(f"{field}.{exc}", field=f"{field}.{where}") from None
+
+    # -- cancel --------------------------------------------------------------------
+
+    @staticmethod
+    def check_state_update(assistant: Assistant, values: Any, as_node: str | None) -> None:
+        """Refuse a state update naming a node or state keys the graph does not have."""
+        graph = assistant.graph
+        if as_node is not None and as_node not in graph.nodes:
+            known = sorted(n for n in graph.nodes if n != "__start__")
+            raise Invalid(
+                f"as_node {as_node!r} is not a node of the graph; nodes: {known}", field="as_node"
+            )
+        if isinstance(values, dict):
+            keys = {c for c in graph.channels if not c.startswith("__") and ":" not in c}
+            unknown = sorted(set(values) - keys)
+            if unknown:
+                raise Invalid(
+                    f"values names keys {unknown} that are not in the state; keys: {sorted(keys)}",
+                    field="values",
+                )

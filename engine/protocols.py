@@ -1,0 +1,342 @@
+"""The seams of the run engine, each a small protocol.
+
+    RunPreparation    checks a run request (ownership, idempotency, multitask
+                      strategy, command) before anything is recorded
+                      (`engine.preparation.RunPreparer`)
+    RunExecutor       executes runs in tasks it owns and writes their frames
+                      (`engine.executor.InProcessExecutor`)
+
+`engine.manager.RunManager` composes them; routes talk to it. Storage is three
+parts, each with one implementation per backend (`engine/sqlite/` today; a
+PostgreSQL one fits the same shapes):
+
+    ThreadRepository  threads: get, search, insert, update metadata, delete
+    RunRepository     runs: insert (with the busy check), get, find, list, delete;
+                      claiming a pending run for execution belongs here as well
+    EventLog          each run's frames: append, read after an id, prune; the
+                      status and thread-state changes that go with them
+
+and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
+which the event log feeds only with frames that are committed.
+
+Invariants every implementation keeps:
+
+- A run's frame ids are its own sequence 1..n with no gap, unique per
+  `(run_id, id)`; a reader never sees a frame that is not durable.
+- An append is a transaction: the frames queued so far, then the record changes
+  queued after them, commit together or not at all (a backend may fence it with
+  the run's owner and lease epoch). When a run's writes are given up the log says
+  so (`is_lost`, `on_lost`, `flush` raising `StoreError`) and the executor ends
+  the run from its first lost id (`reopen`).
+- Committed frames are published to `LiveFrames` after the commit, never before.
+- Routes and the run engine see these protocols and the errors below, never a
+  database driver or its exceptions.
+
+How the PostgreSQL backend (`engine/postgres/`) fits: the event log's table is
+keyed `(run_id, seq)`; the executor holding the run numbers its frames from the
+log's `last_id + 1` (as a resumed execution does) and the key refuses a duplicate.
+Each append's transaction first renews the run's lease where its owner and epoch
+still match (the log is told the lease with `hold`) and writes nothing when they do
+not; it publishes to `LiveFrames` (Redis) after the commit. Claiming a pending run
+for execution (`SELECT … FOR UPDATE SKIP LOCKED`) is an operation of that backend's
+`RunRepository`, used by its workers; the in-process executor needs none, as the
+process that inserts a run starts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.records import (
+    CancelAction,
+    Frame,
+    RecordChange,
+    RunRecord,
+    RunStatus,
+    ThreadRecord,
+    ThreadStatus,
+)
+
+if TYPE_CHECKING:
+    from engine.assistants import Assistant
+    from engine.preparation import PreparedRun, RunRequest
+
+#: Called with a run id and every committed batch of its frames, in id order.
+Publish = Callable[[str, list[Frame]], None]
+
+
+class StoreError(RuntimeError):
+    """The event log could not be written (the run's frames since its last commit are lost)."""
+
+
+class StorageUnavailable(RuntimeError):
+    """The database takes no writes now (locked past its timeout, full); nothing was written."""
+
+
+class ThreadExists(RuntimeError):
+    """A thread with this id exists already (for some owner)."""
+
+
+class ThreadRepository(Protocol):
+    """Threads, each owned by one API key."""
+
+    async def get(self, owner: str, thread_id: str) -> ThreadRecord | None:
+        """Return the owner's thread, or None (also when another owner has it)."""
+        ...
+
+    async def exists(self, thread_id: str) -> bool:
+        """Return whether any owner has a thread with this id."""
+        ...
+
+    async def insert(self, thread: ThreadRecord) -> None:
+        """Store a new thread; raise `ThreadExists` when the id is taken."""
+        ...
+
+    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
+        """Replace a thread's metadata."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[ThreadRecord]:
+        """Return the owner's threads matching every given filter (limit -1: all)."""
+        ...
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete a thread with its runs and their event logs (not its checkpoints)."""
+        ...
+
+
+class RunRepository(Protocol):
+    """Runs, each on one thread; at most the runs of one thread's queue are active."""
+
+    async def insert(
+        self, run: RunRecord, *, new_thread: ThreadRecord | None = None, exclusive: bool
+    ) -> bool:
+        """Store a pending run (and the thread it creates) in one transaction.
+
+        With `exclusive`, store it only if its thread has no pending or running
+        run, checked atomically with the insert; return False when it had one.
+        Raises `StorageUnavailable` when nothing could be written, `ThreadExists`
+        when `new_thread`'s id is taken.
+        """
+        ...
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        """Return a run by id."""
+        ...
+
+    async def find(self, owner: str, thread_id: str, run_id: str) -> RunRecord | None:
+        """Return the owner's run on a thread, or None."""
+        ...
+
+    async def find_idempotent(self, owner: str, key: str) -> RunRecord | None:
+        """Return the owner's run created with an `Idempotency-Key`, or None."""
+        ...
+
+    async def for_thread(
+        self, thread_id: str, *, limit: int = 10, offset: int = 0, status: RunStatus | None = None
+    ) -> list[RunRecord]:
+        """Return a thread's runs, newest first."""
+        ...
+
+    async def active(self, thread_id: str | None = None) -> list[RunRecord]:
+        """Return pending and running runs (of one thread, or all), oldest first."""
+        ...
+
+    async def delete(self, run_id: str) -> None:
+        """Delete a run record and its event log."""
+        ...
+
+
+class EventLog(Protocol):
+    """Each run's frames, appended by the run's executor and read by its followers."""
+
+    #: Called with a run id when the run's queued writes are given up (once per loss).
+    on_lost: Callable[[str], None] | None
+
+    def append(self, run_id: str, frame: Frame) -> None:
+        """Queue a frame of the run; it is committed, then published, shortly."""
+        ...
+
+    def record(self, change: RecordChange, *, run_id: str | None = None) -> None:
+        """Queue a run-status or thread-state change to commit after the frames queued so far.
+
+        Args:
+            change: The change.
+            run_id: The run whose frames it follows (a lost run's changes are dropped
+                with its frames); None for a change of no run.
+        """
+        ...
+
+    async def flush(self, run_id: str | None = None) -> None:
+        """Wait until everything queued so far is committed (or given up).
+
+        Raises:
+            StoreError: `run_id`'s writes were given up (see `reopen`).
+        """
+        ...
+
+    def is_lost(self, run_id: str) -> bool:
+        """Whether the run's queued writes were given up (and it was not reopened since)."""
+        ...
+
+    def reopen(self, run_id: str) -> int | None:
+        """Accept a lost run's writes again; return its first frame id that is not durable.
+
+        What the run queued before is dropped unwritten; None when it was not lost.
+        """
+        ...
+
+    async def read(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        """Return up to `limit` committed frames of a run with ids above `after`, in order."""
+        ...
+
+    async def last_id(self, run_id: str) -> int:
+        """Return the id of the run's last committed frame (0 when none)."""
+        ...
+
+    async def prune(self, finished_before: str) -> int:
+        """Drop the logs of runs finished before a time but their final frames; return how many."""
+        ...
+
+
+class Subscription(Protocol):
+    """One follower's feed of a run's committed frames."""
+
+    run_id: str
+    #: Frames were dropped (a slow follower): re-read the log after the last id sent.
+    lagged: bool
+
+    async def next_batch(self, wait: float) -> list[Frame] | None:
+        """Return the frames fed so far (empty: lagged or poked), or None after `wait` s."""
+        ...
+
+    def caught_up(self) -> None:
+        """Resume live delivery after the follower re-read the log."""
+        ...
+
+
+class LiveFrames(Protocol):
+    """Live fan-out of committed frames, and which runs are being executed."""
+
+    def subscribe(self, run_id: str) -> Subscription:
+        """Start following a run; frames published from now on are fed to the subscription."""
+        ...
+
+    def unsubscribe(self, sub: Any) -> None:
+        """Stop following; idempotent."""
+        ...
+
+    def publish(self, run_id: str, frames: list[Frame]) -> None:
+        """Feed committed frames to every follower of the run."""
+        ...
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether the run is being executed (its followers may wait for more frames)."""
+        ...
+
+    def run_live(self, run_id: str) -> None:
+        """Note that this process executes the run from now on."""
+        ...
+
+    def run_gone(self, run_id: str) -> None:
+        """Note that this process stopped executing the run, and wake its followers."""
+        ...
+
+
+class RunStorage(Protocol):
+    """One backend's three repositories, opened and closed together."""
+
+    @property
+    def threads(self) -> ThreadRepository:
+        """The threads."""
+        ...
+
+    @property
+    def runs(self) -> RunRepository:
+        """The runs."""
+        ...
+
+    @property
+    def events(self) -> EventLog:
+        """The runs' event logs."""
+        ...
+
+    async def ping(self) -> None:
+        """Run a query (readiness); raise when the database cannot answer."""
+        ...
+
+
+class RunExecutor(Protocol):
+    """Executes runs in tasks it owns; the only writer of a run's frames while it runs."""
+
+    def start(self, run: RunRecord, *, after: Sequence[str] = (), next_id: int = 1) -> None:
+        """Start executing a run (after the runs `after`), its first frame numbered `next_id`."""
+        ...
+
+    def is_active(self, run_id: str) -> bool:
+        """Whether this executor is executing the run (or has it queued)."""
+        ...
+
+    def active_on(self, thread_id: str) -> list[str]:
+        """Return the ids of the runs of a thread this executor is executing."""
+        ...
+
+    def cancel(self, run_id: str, reason: CancelAction) -> None:
+        """Ask a run to stop (no-op when this executor does not execute it)."""
+        ...
+
+    async def cancel_all(self, run_ids: Sequence[str], action: CancelAction) -> None:
+        """Cancel runs and wait until each has stopped."""
+        ...
+
+    async def wait(self, run_id: str) -> None:
+        """Wait until the executor stops executing the run (at once if it does not)."""
+        ...
+
+    def ended(self, run_id: str) -> tuple[RunRecord, dict[str, Any]] | None:
+        """Return the record and result of a run deleted as it ended, if still known."""
+        ...
+
+    async def result(self, run: RunRecord) -> dict[str, Any]:
+        """Return the thread's values after the run (or its error), as `/wait` answers."""
+        ...
+
+    async def thread_state(self, assistant_id: str, thread_id: str) -> tuple[dict | None, dict]:
+        """Return a thread's values and pending interrupts, as its graph sees them."""
+        ...
+
+    async def abandon(self, run: RunRecord, next_id: int) -> None:
+        """End a run that used up its attempts with `error` and `end` frames."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop every run in flight without recording an outcome (a restart resumes them)."""
+        ...
+
+
+class RunPreparation(Protocol):
+    """Decides, before anything is written, what a run request records."""
+
+    async def prepare(self, request: RunRequest) -> PreparedRun:
+        """Check the request and apply the thread's multitask strategy; raise `RunsError`."""
+        ...
+
+    async def check_checkpoint(self, thread_id: str, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint the thread does not have."""
+        ...
+
+    def check_state_update(self, assistant: Assistant, values: Any, as_node: str | None) -> None:
+        """Refuse a state update naming nodes or keys the graph does not have."""
+        ...

@@ -1,0 +1,148 @@
+"""Threads in the run engine's SQLite database (`ThreadRepository`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import aiosqlite
+
+from engine.protocols import ThreadExists
+from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, now
+from engine.serde import dumps, loads
+from engine.sqlite.database import SqliteDatabase
+
+Statement = tuple[str, Sequence[Any]]
+
+
+def thread_from_row(row: sqlite3.Row) -> ThreadRecord:
+    """Return the thread a `threads` row holds."""
+    return ThreadRecord(
+        thread_id=row["thread_id"],
+        owner=row["owner"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        metadata=loads(row["metadata"]) or {},
+        status=row["status"],
+        values=loads(row["state"]),
+        interrupts=loads(row["interrupts"]) or {},
+    )
+
+
+def thread_state_statement(change: ThreadStateChange) -> Statement:
+    """Return the statement that records a thread's status (and state, when given)."""
+    if change.values is None:
+        return (
+            "UPDATE threads SET status = ?, updated_at = ? WHERE thread_id = ?",
+            (change.status, now(), change.thread_id),
+        )
+    return (
+        "UPDATE threads SET status = ?, state = ?, interrupts = ?, updated_at = ? "
+        "WHERE thread_id = ?",
+        (
+            change.status,
+            dumps(change.values),
+            dumps(change.interrupts or {}),
+            now(),
+            change.thread_id,
+        ),
+    )
+
+
+async def insert_thread(db: aiosqlite.Connection, thread: ThreadRecord) -> None:
+    """Insert a thread inside a write transaction; raise `ThreadExists` when the id is taken."""
+    try:
+        await db.execute(
+            "INSERT INTO threads (thread_id, owner, created_at, updated_at, metadata, status, "
+            "state, interrupts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                thread.thread_id,
+                thread.owner,
+                thread.created_at,
+                thread.updated_at,
+                dumps(thread.metadata),
+                thread.status,
+                None if thread.values is None else dumps(thread.values),
+                dumps(thread.interrupts),
+            ),
+        )
+    except sqlite3.IntegrityError:
+        raise ThreadExists(f"thread {thread.thread_id!r} already exists") from None
+
+
+class SqliteThreadRepository:
+    """Threads in SQLite (see `engine.protocols.ThreadRepository`)."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        """Use the engine's database."""
+        self._db = db
+
+    async def get(self, owner: str, thread_id: str) -> ThreadRecord | None:
+        """Return the owner's thread, or None (also when another owner has it)."""
+        rows = await self._db.read(
+            "SELECT * FROM threads WHERE thread_id = ? AND owner = ?", (thread_id, owner)
+        )
+        return thread_from_row(rows[0]) if rows else None
+
+    async def exists(self, thread_id: str) -> bool:
+        """Return whether any owner has a thread with this id."""
+        return bool(await self._db.read("SELECT 1 FROM threads WHERE thread_id = ?", (thread_id,)))
+
+    async def insert(self, thread: ThreadRecord) -> None:
+        """Store a new thread (raises `ThreadExists` when the id is taken)."""
+        async with self._db.transaction() as db:
+            await insert_thread(db, thread)
+
+    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
+        """Replace a thread's metadata."""
+        async with self._db.transaction() as db:
+            await db.execute(
+                "UPDATE threads SET metadata = ?, updated_at = ? WHERE thread_id = ?",
+                (dumps(metadata), now(), thread_id),
+            )
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[ThreadRecord]:
+        """Return the owner's threads matching every given filter."""
+        where = ["owner = ?"]
+        params: list[Any] = [owner]
+        for key, value in (metadata or {}).items():
+            where.append("json_extract(metadata, ?) IS json_extract(?, '$')")
+            params += [f'$."{key}"', dumps(value)]
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if ids is not None:
+            where.append(f"thread_id IN ({', '.join('?' for _ in ids)})")
+            params += list(ids)
+        column = {"thread_id": "thread_id", "status": "status", "updated_at": "updated_at"}.get(
+            sort_by, "created_at"
+        )
+        order = "ASC" if sort_order == "asc" else "DESC"
+        sql = (
+            f"SELECT * FROM threads WHERE {' AND '.join(where)} "
+            f"ORDER BY {column} {order}, rowid {order} LIMIT ? OFFSET ?"
+        )
+        return [thread_from_row(row) for row in await self._db.read(sql, [*params, limit, offset])]
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete a thread with its runs and their event logs (checkpoints are the saver's)."""
+        async with self._db.transaction() as db:
+            await db.execute(
+                "DELETE FROM run_events WHERE run_id IN "
+                "(SELECT run_id FROM runs WHERE thread_id = ?)",
+                (thread_id,),
+            )
+            await db.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
+            await db.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))

@@ -1,0 +1,368 @@
+"""Pure routing functions of the executor team (PRODUCT.md §1.2).
+
+Nothing here does I/O or reads settings: every function is a function of the
+state it is given, so each rule is unit-tested table by table. `resolve_route`
+holds all of the supervisor's routing rules and also says *why* a choice was
+corrected; the supervisor node calls it to emit `agent.fallback` events and the
+graph's conditional edge calls it (through `route_from_supervisor`) to route, so
+what the stream explains is exactly what the graph does.
+
+Counters are written by the node that owns the loop and read here under the same
+name: `team_step`/`invalid_decisions`/`team_log`/`given_up`/`capped` (supervisor),
+`research_tool_rounds` (research agent), `image_tool_rounds`/`images_complete`
+(image agent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from langgraph.graph import END
+
+from core.agents import AGENT_TABLE, AGENTS, AgentName
+from core.events import FallbackReason
+from studio.limits import DEFAULT_LIMITS, limits_of
+from studio.state import QUALITY_DIMENSIONS, TeamOutput
+
+#: Where the run may go after a supervisor turn: back to the supervisor, an agent, or END.
+SupervisorTarget = Literal["supervisor", AgentName, "__end__"]
+
+#: LangGraph's END, typed as the literal node name the routers return.
+_END = cast(Literal["__end__"], END)
+
+#: Which agent fixes a failing quality dimension, in priority order (first failing wins).
+QUALITY_FALLBACK: dict[str, AgentName] = {
+    "infoDensity": "research_evidence_agent",
+    "textImageAlignment": "layout_planner_agent",
+    "styleConsistency": "reference_intelligence_agent",
+    "readability": "image_planner_agent",
+    "platformFit": "writer_agent",
+}
+
+#: `TeamOutput` fields that are not artefacts: the images (their asset ids stand for them),
+#: the review's bookkeeping and the team log.
+_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log"})
+#: What the review writes: a draft is every artefact but these.
+_REVIEW_FIELDS = frozenset({"review_feedback", "quality_scores"})
+
+#: The artefact fields; their fingerprint tells whether an agent made progress.
+ARTEFACT_FIELDS: tuple[str, ...] = tuple(
+    name for name in TeamOutput.__annotations__ if name not in _NOT_ARTEFACTS
+)
+DRAFT_FIELDS: tuple[str, ...] = tuple(
+    name for name in ARTEFACT_FIELDS if name not in _REVIEW_FIELDS
+)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the run goes after a supervisor turn, and why if that is not what was asked."""
+
+    target: SupervisorTarget
+    requested: str
+    reason: FallbackReason | None = None
+    detail: str = ""
+    gives_up: AgentName | None = None  # an agent this route stops asking (see `given_up`)
+    caps: AgentName | None = None  # an agent capped by this route (see `capped`)
+
+
+def _body(state: Mapping[str, Any]) -> str:
+    content = state.get("generated_content") or {}
+    return str(content.get("body") or "").strip()
+
+
+def _present(state: Mapping[str, Any], path: str) -> bool:
+    """Return whether the field at a dotted `path` holds something (a blank string does not)."""
+    value: Any = state
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return bool(value.strip() if isinstance(value, str) else value)
+
+
+def stage_done(agent: str, state: Mapping[str, Any]) -> bool:
+    """Return whether `agent`'s artefact is present in `state` (its `done_when` field).
+
+    A review counts only for the draft it judged: once the draft changes, the
+    review is stale and the stage is missing again.
+    """
+    if agent not in AGENT_TABLE:
+        raise ValueError(f"unknown agent {agent!r}")
+    if agent == "review_agent":
+        reviewed = state.get("reviewed_digest")
+        return state.get("review_feedback") is not None and (
+            reviewed is None or reviewed == draft_digest(state)
+        )
+    return _present(state, AGENT_TABLE[cast(AgentName, agent)].done_when)
+
+
+def given_up(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the agents this team run has given up on.
+
+    An agent chosen again and again without progress is capped (`resolve_route`);
+    from then on the team moves on without it: it is no longer the suggested next
+    stage, a way out of a stuck turn or a quality fix, and choosing it again is
+    corrected at once. So one stage that a model cannot do (a small model that
+    never fills the evidence pack) costs `max_same_agent_repeats` + 1 turns once,
+    not the rest of the run's steps.
+    """
+    return frozenset(state.get("given_up") or ())
+
+
+def capped(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the agents routing capped in this team run, their artefact present or not.
+
+    An agent is capped when it is chosen again and again without progress
+    (`max_same_agent_repeats`). After its first cap, an agent whose artefact is
+    present is not run again on the supervisor's say-so: a re-pick is redirected
+    at once (`resolve_route`), so a supervisor stuck on one agent costs
+    `max_same_agent_repeats` + 1 of its calls per team run, not two more for
+    every other stage. Routing itself may
+    still send it work (a failing quality dimension it fixes), and once its
+    artefact is stale or gone (`stage_done`) the supervisor may pick it again.
+    """
+    return frozenset(state.get("capped") or ())
+
+
+def first_missing_stage(state: Mapping[str, Any], exclude: str | None = None) -> AgentName | None:
+    """Return the first agent, in the normal order, whose artefact is missing.
+
+    Agents the run has given up on (`given_up`) are passed over.
+    """
+    skipped = given_up(state)
+    for agent in AGENTS:
+        if agent != exclude and agent not in skipped and not stage_done(agent, state):
+            return agent
+    return None
+
+
+def quality_fallback(
+    scores: Mapping[str, float] | None, threshold: float = DEFAULT_LIMITS["quality_threshold"]
+) -> AgentName | None:
+    """Return the agent that fixes the first failing quality dimension, or None if all pass.
+
+    Dimensions are checked in the fixed order infoDensity, textImageAlignment,
+    styleConsistency, readability, platformFit. A dimension missing from
+    `scores` is not counted as failing: the review did not judge it.
+    """
+    for dimension in QUALITY_DIMENSIONS:
+        value = (scores or {}).get(dimension)
+        if value is not None and float(value) < threshold:
+            return QUALITY_FALLBACK[dimension]
+    return None
+
+
+def review_passes(state: Mapping[str, Any]) -> bool:
+    """Return whether the review approved and every quality score meets the threshold."""
+    review = state.get("review_feedback") or {}
+    threshold = limits_of(state)["quality_threshold"]
+    return bool(review.get("approved")) and (
+        quality_fallback(state.get("quality_scores"), threshold) is None
+    )
+
+
+def end_allowed(state: Mapping[str, Any]) -> bool:
+    """Return whether the team may end: a body exists and any review, of this draft, passed."""
+    if not _body(state):
+        return False
+    if state.get("review_feedback") is None:
+        return True
+    return stage_done("review_agent", state) and review_passes(state)
+
+
+def check_basic_preconditions(target: str, state: Mapping[str, Any]) -> str:
+    """Return where `target` can actually run: itself, or the agent providing what it lacks.
+
+    An agent that `needs` another (`core.agents`) runs only once that one's stage
+    is done: writer_agent needs `creative_brief` (else brief_compiler_agent);
+    review_agent needs `generated_content.body` (else writer_agent); image_agent
+    needs non-empty `image_plans` (else image_planner_agent). Applied transitively,
+    so a review with neither body nor brief goes to brief_compiler_agent.
+    """
+    seen: set[str] = set()
+    while target in AGENT_TABLE and target not in seen:
+        seen.add(target)
+        provider = AGENT_TABLE[cast(AgentName, target)].needs
+        if provider is None or stage_done(provider, state):
+            break
+        target = provider
+    return target
+
+
+def _digest(state: Mapping[str, Any], fields: tuple[str, ...]) -> str:
+    snapshot = {field: state.get(field) for field in fields}
+    raw = json.dumps(snapshot, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(raw.encode("utf-8")).hexdigest()[:16]
+
+
+def artefact_digest(state: Mapping[str, Any]) -> str:
+    """Fingerprint every artefact, so a turn that changed nothing can be recognised."""
+    return _digest(state, ARTEFACT_FIELDS)
+
+
+def draft_digest(state: Mapping[str, Any]) -> str:
+    """Fingerprint what a review judges: every artefact except the review itself."""
+    return _digest(state, DRAFT_FIELDS)
+
+
+def _repeats_without_progress(target: str, state: Mapping[str, Any]) -> int:
+    """Count the latest earlier turns that routed to `target` while nothing changed."""
+    step = int(state.get("team_step") or 0)
+    digest = artefact_digest(state)
+    count = 0
+    for entry in reversed([e for e in state.get("team_log") or [] if e["step"] < step]):
+        if entry["routed"] != target or entry["digest"] != digest:
+            break
+        count += 1
+    return count
+
+
+def _unstick(state: Mapping[str, Any], exclude: str | None = None) -> SupervisorTarget:
+    """Pick where a stuck or capped team goes: a missing stage, a quality fix, or END."""
+    missing = first_missing_stage(state, exclude=exclude)
+    if missing is not None:
+        return cast(SupervisorTarget, check_basic_preconditions(missing, state))
+    if end_allowed(state):
+        return _END
+    fix = quality_fallback(state.get("quality_scores"), limits_of(state)["quality_threshold"])
+    if fix is not None and fix != exclude and fix not in given_up(state):
+        return fix
+    return _END
+
+
+def resolve_route(state: Mapping[str, Any]) -> Route:
+    """Apply every routing rule to the supervisor's latest decision.
+
+    In order: the team step cap; an unparsable or unknown decision (re-ask the
+    supervisor, at most `max_invalid_decisions` times in a row, then go to the
+    first stage whose output is missing); END (allowed only with a body and a
+    passing review, else a failing quality dimension's agent, else back to the
+    supervisor); preconditions; an agent given up on (`given_up`) or capped
+    earlier with its output in place (`capped`), redirected at once; and the
+    same agent chosen again with no progress (`max_same_agent_repeats`).
+    """
+    limits = limits_of(state)
+    decision = state.get("supervisor_decision") or {}
+    requested = str(decision.get("next_agent") or "")
+    step = int(state.get("team_step") or 0)
+
+    if step >= limits["max_team_steps"] and not (requested == "END" and end_allowed(state)):
+        return Route(_END, requested, "cap", f"max_team_steps ({limits['max_team_steps']}) reached")
+
+    if requested != "END" and requested not in AGENTS:
+        what = f"unknown agent {requested!r}" if requested else "no parsable decision"
+        if int(state.get("invalid_decisions") or 0) <= limits["max_invalid_decisions"]:
+            return Route("supervisor", requested, "invalid_decision", f"{what}; asking again")
+        target = _unstick(state)
+        return Route(target, requested, "invalid_decision", f"{what}; re-ask limit reached")
+
+    if requested == "END":
+        if end_allowed(state):
+            return Route(_END, requested)
+        if not _body(state):
+            return Route("supervisor", requested, "precondition", "END refused: no body yet")
+        if not stage_done("review_agent", state):
+            return Route(
+                "supervisor",
+                requested,
+                "precondition",
+                "END refused: the draft changed since its review",
+            )
+        fix = quality_fallback(state.get("quality_scores"), limits["quality_threshold"])
+        if fix is not None:
+            return Route(
+                fix, requested, "quality", "END refused: a quality score is below threshold"
+            )
+        return Route("supervisor", requested, "precondition", "END refused: review not approved")
+
+    target = cast(SupervisorTarget, check_basic_preconditions(requested, state))
+    if target != requested:
+        return Route(
+            target,
+            requested,
+            "precondition",
+            f"{requested} needs {target} first",
+        )
+
+    if target in given_up(state) and not stage_done(target, state):
+        fallback = _unstick(state, exclude=target)
+        detail = f"{target} was given up on earlier in this run (no progress)"
+        return Route(fallback, requested, "cap", detail)
+
+    if target in capped(state) and stage_done(target, state):
+        fallback = _unstick(state, exclude=target)
+        detail = f"{target} was capped earlier in this run and its output is in place"
+        return Route(fallback, requested, "cap", detail)
+
+    if _repeats_without_progress(target, state) >= limits["max_same_agent_repeats"]:
+        fallback = _unstick(state, exclude=target)
+        detail = f"{target} chosen repeatedly without progress"
+        # Given up on only while its artefact is missing: an agent that delivered and is
+        # merely re-picked stays available as a quality fix.
+        agent = cast(AgentName, target)
+        gives_up = None if stage_done(target, state) else agent
+        return Route(fallback, requested, "cap", detail, gives_up=gives_up, caps=agent)
+
+    return Route(cast(SupervisorTarget, target), requested)
+
+
+def route_from_supervisor(state: Mapping[str, Any]) -> SupervisorTarget:
+    """Return the node that runs after the supervisor (see `resolve_route`)."""
+    return resolve_route(state).target
+
+
+def _has_tool_calls(message: Any) -> bool:
+    """Tell whether a message asks for tools: a message object or its `message_to_dict` form."""
+    if isinstance(message, Mapping):
+        data = message.get("data")
+        calls = data.get("tool_calls") if isinstance(data, Mapping) else message.get("tool_calls")
+    else:
+        calls = getattr(message, "tool_calls", None)
+    return bool(calls)
+
+
+def _last_has_tool_calls(state: Mapping[str, Any], key: str) -> bool:
+    messages = state.get(key) or []
+    return bool(messages) and _has_tool_calls(messages[-1])
+
+
+def should_continue_supervisor(state: Mapping[str, Any]) -> Literal["supervisor_tools", "route"]:
+    """Run the supervisor's look-ups if it asked for some (bounded), else route."""
+    rounds = int(state.get("supervisor_tool_rounds") or 0)
+    if _last_has_tool_calls(state, "supervisor_messages") and (
+        rounds <= limits_of(state)["max_supervisor_tool_rounds"]
+    ):
+        return "supervisor_tools"
+    return "route"
+
+
+def should_continue_research(
+    state: Mapping[str, Any],
+) -> Literal["research_evidence_tools", "supervisor"]:
+    """Run the research tools while it asks for them, at most `max_research_tool_rounds`."""
+    rounds = int(state.get("research_tool_rounds") or 0)
+    if _last_has_tool_calls(state, "research_messages") and (
+        rounds <= limits_of(state)["max_research_tool_rounds"]
+    ):
+        return "research_evidence_tools"
+    return "supervisor"
+
+
+def should_continue_image(state: Mapping[str, Any]) -> Literal["image_tools", "supervisor"]:
+    """Draw while images are missing and the agent asks, fewer than 10 rounds in all."""
+    if state.get("images_complete"):
+        return "supervisor"
+    rounds = int(state.get("image_tool_rounds") or 0)
+    if _last_has_tool_calls(state, "image_messages") and (
+        rounds <= limits_of(state)["max_image_tool_rounds"]
+    ):
+        return "image_tools"
+    return "supervisor"
+
+
+def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supervisor"]:
+    """End the team when the review approves and every quality score passes."""
+    return _END if review_passes(state) else "supervisor"
