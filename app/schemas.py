@@ -280,13 +280,13 @@ def check_pipeline_update(
     """Check a state update (a run's `command`, or `POST /threads/{t}/state`) of `atelier`.
 
     Only the card redraw has a rule beyond the state's keys: `redraw` must name a
-    card of the thread's post (`nodes.redraw_card.card_to_redraw`), and a
+    card of the thread's post (`studio.post.card_to_redraw`), and a
     `goto: "redraw_card"` needs one, in the update or already in the state.
 
     Raises:
         ValueError: What is wrong, starting with the key at fault (`redraw`, `redraw.slot`).
     """
-    from nodes.redraw_card import card_to_redraw
+    from studio.post import card_to_redraw
 
     wanted = update.get("redraw") if "redraw" in update else values.get("redraw")
     if wanted is None:

@@ -23,6 +23,8 @@ AGENT = "brief_compiler_agent"
 SECTIONS = ("request", "intent", "constraints", "notes", "retry")
 
 
+# The brief's fields the model writes: the critic's deviation check reads only these
+# of the brief (`studio.post.BRIEF_WRITTEN_FIELDS`, which a test ties to them).
 class CreativeBrief(BaseModel):
     """Return the creative brief of the post."""
 
@@ -43,12 +45,6 @@ class CreativeBrief(BaseModel):
     )
 
 
-#: The brief's fields the model writes (`CreativeBrief`). The critic's deviation
-#: check reads only these of the brief (`nodes.critic.team_actions`); `house_rules`,
-#: which code adds, is not among them.
-WRITTEN_FIELDS: tuple[str, ...] = tuple(CreativeBrief.model_fields)
-
-
 def house_rules(state: TeamState) -> list[str]:
     """Return the rules a brief must carry whatever the model wrote.
 
@@ -60,9 +56,10 @@ def house_rules(state: TeamState) -> list[str]:
     `constraints` the model wrote (a rule the model already wrote is not repeated).
     Every agent that reads the brief sees them in its prompt, but the critic's
     deviation check, which asks whether the team *acted on* each injected note,
-    reads only the brief's `WRITTEN_FIELDS`: a copy made by code would otherwise
-    mark every blocker addressed whatever the agents did, and an ignored blocker
-    could never send the run back to the planner (`nodes.critic.team_actions`).
+    reads only the brief's fields the model writes (`studio.post.BRIEF_WRITTEN_FIELDS`):
+    a copy made by code would otherwise mark every blocker addressed whatever the
+    agents did, and an ignored blocker could never send the run back to the planner
+    (`nodes.critic.team_actions`).
     """
     rules = [
         str(note.get("content", "")).strip()

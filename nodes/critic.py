@@ -74,8 +74,6 @@ from core.events import (
 )
 from knowledge.deviation import AlertType, DeviationAlert
 from knowledge.notes import NoteType
-from nodes.brief_compiler_agent import WRITTEN_FIELDS as BRIEF_WRITTEN_FIELDS
-from nodes.planner import effective_request
 from prompts import critic as prompt
 from prompts.common import data_block, system_prompt
 from studio.checks import (
@@ -89,6 +87,7 @@ from studio.checks import (
 from studio.common import QualityDimensions, UnitScore, structured_call
 from studio.context import AtelierContext, context_of
 from studio.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
+from studio.post import BRIEF_WRITTEN_FIELDS, effective_request, post_platform
 from studio.state import PipelineState
 from studio.tools import image_request
 
@@ -159,8 +158,7 @@ def code_checks(state: Mapping[str, Any], ctx: AtelierContext) -> list[CheckResu
     content = dict(state.get("generated_content") or {})
     body = str(content.get("body") or "")
     results = answer_checks_as_results(check_answer(body), body)
-    platform = (state.get("intent") or {}).get("platform") or state.get("platform")
-    results += check_prose(content, card_texts=card_texts(state), platform=platform)
+    results += check_prose(content, card_texts=card_texts(state), platform=post_platform(state))
     ids = _image_ids(state)
     paths = {str(_asset_path(ctx, asset_id)): asset_id for asset_id in ids}
     layout = state.get("layout_spec") or {}
@@ -194,7 +192,7 @@ def team_actions(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Collect what the team's models did, for the deviation check.
 
     The actions are what an LLM wrote: the supervisor's guidance and focus areas
-    (`team_log`), the brief's `WRITTEN_FIELDS` (topic, audience, goal, the
+    (`team_log`), the brief's `BRIEF_WRITTEN_FIELDS` (topic, audience, goal, the
     constraints the model wrote, keywords), the post (title, body, tags) and the
     image plans' descriptions and prompts.
 
@@ -276,7 +274,7 @@ def judge_messages(
             ],
         )
     )
-    platform = str(intent.get("platform") or state.get("platform") or "xiaohongshu")
+    platform = post_platform(state)
     return [
         SystemMessage(system_prompt(prompt.SYSTEM.format(platform=platform, today=today))),
         HumanMessage(prompt.TASK.format(context="\n\n".join(parts))),
@@ -302,21 +300,6 @@ async def run_judge(ctx: AtelierContext, messages: Sequence[Any]) -> JudgeVerdic
 # ---------------------------------------------------------------------------
 # Decision
 # ---------------------------------------------------------------------------
-
-
-def best_attempt(attempts: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """Return the best judged attempt: fewest failing checks, then highest score, then earliest."""
-    candidates = [a for a in attempts if a.get("post")]
-    if not candidates:
-        return None
-    return min(
-        candidates,
-        key=lambda a: (
-            int(a.get("failing_checks") or 0),
-            -float(a.get("score") or 0.0),
-            a["attempt"],
-        ),
-    )
 
 
 def _summary(content: Mapping[str, Any], images: int, score: float | None) -> str:

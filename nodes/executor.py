@@ -40,9 +40,9 @@ from langgraph.pregel import Pregel
 from langgraph.runtime import Runtime
 
 from core.events import AttemptStarted, emit, stage_events
-from nodes.planner import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from providers.llm import model_crash
 from studio.context import AtelierContext
+from studio.post import MODEL_CRASHED_MESSAGE, effective_request, post_platform
 from studio.state import PipelineState, TeamInput, TeamOutput
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def team_input(state: PipelineState) -> TeamInput:
         image_count = constraints.get("image_max")
     values: dict[str, Any] = {
         "request": effective_request(state),
-        "platform": intent.get("platform") or state.get("platform") or DEFAULT_PLATFORM,
+        "platform": post_platform(state),
         "audience": intent.get("audience") or state.get("audience"),
         "constraints": constraints,
         "intent": intent,

@@ -31,7 +31,7 @@ null — see `nodes.critic`). The message says which; a not-judged post is never
 called passed.
 
 Which attempt is published: completed → the last attempt; exhausted →
-the best one (`nodes.critic.best_attempt`: fewest failing checks, then highest
+the best one (`studio.post.best_attempt`: fewest failing checks, then highest
 score); failed → the best earlier attempt if there was one, else none. A
 revision is the exception: when the last attempt is a person's edit or a redrawn
 card (`source` `edit` / `card`), it is published whatever its score — the person
@@ -70,10 +70,10 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from core.events import stage_events
-from nodes.critic import best_attempt
 from providers.usage import usage_totals
 from studio.context import AtelierContext, context_of
 from studio.pipeline_routing import NOT_JUDGED, REVISIONS
+from studio.post import best_attempt, post_platform
 from studio.state import Outcome, PipelineState
 
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
@@ -217,11 +217,14 @@ def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
 
     ui: list[dict[str, Any]] = []
     if post["title"] or post["blocks"]:
-        platform = (state.get("intent") or {}).get("platform") or state.get("platform")
         ui.append(
             {
                 "component": "PostCard",
-                "props": {**post, "platform": platform, "cover": images[0] if images else None},
+                "props": {
+                    **post,
+                    "platform": post_platform(state),
+                    "cover": images[0] if images else None,
+                },
             }
         )
     if images:

@@ -52,11 +52,10 @@ from providers.llm import model_crash
 from studio.checks import Constraints, count_chars
 from studio.common import UnitScore, structured_call
 from studio.context import AtelierContext, context_of
+from studio.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from studio.state import PipelineState
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PLATFORM = "xiaohongshu"
 
 #: Below this clarity score (0–1) the planner asks before planning.
 CLARITY_THRESHOLD = 0.4
@@ -133,14 +132,6 @@ CLARITY_DIMENSIONS: tuple[ClarityDimension, ...] = (
 # ---------------------------------------------------------------------------
 # Clarity (code)
 # ---------------------------------------------------------------------------
-
-
-def effective_request(state: Mapping[str, Any]) -> str:
-    """Return the request with any details the user added when asked."""
-    request = str(state.get("request") or "").strip()
-    clarification = state.get("clarification") or {}
-    details = str(clarification.get("details") or "").strip()
-    return f"{request}\n\n补充说明：{details}" if details else request
 
 
 def has_just_do_it_phrase(text: str) -> bool:
@@ -295,8 +286,6 @@ FAILED_MESSAGE = (
     "规划这一步没能从语言模型拿到结果（已自动重试）。请确认模型服务可用"
     "（LLM_BASE_URL / LLM_MODEL 或内置模型），稍后再试。"
 )
-#: The run's message when the embedded model crashed: what happened, and the remedy.
-MODEL_CRASHED_MESSAGE = "内置模型崩溃了，这次运行无法继续（{reason}）。"
 UNREADABLE_MESSAGE = (
     "规划模型两次都没有返回可读的结构化结果。"
     "请重试，或为 planner 角色配置更强的模型（LLM_MODELS）。"
@@ -415,6 +404,8 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
         if intent is None:
             return {**update, **_failure(UNREADABLE_MESSAGE)}
 
+        # The intent's platform, which every later stage reads (`studio.post.post_platform`):
+        # the input's wins over the model's guess.
         platform = str(state.get("platform") or intent.platform or DEFAULT_PLATFORM)
         try:
             constraints = merge_constraints(

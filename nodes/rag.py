@@ -26,8 +26,8 @@ from langgraph.runtime import Runtime
 from core.events import InjectedNote, KnowledgeInjected, emit, stage_events
 from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
 from knowledge.repository import MAX_PAGE
-from nodes.planner import effective_request
 from studio.context import AtelierContext, context_of
+from studio.post import effective_request
 from studio.state import PipelineState
 
 MAX_STYLE_REFERENCES = 2

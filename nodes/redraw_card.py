@@ -23,57 +23,27 @@ critic`: the critic judges the post with its new card as an attempt of source
 (`studio.pipeline_routing.route_from_critic`): another team attempt would redraw
 every card. Finalize publishes it (`nodes.finalize`).
 
-The card to redraw must be one of the post's images: the state holds the
-published post's artefacts after finalize, also when an earlier attempt was
-published. A request naming no such card fails the run with a message saying so
+The card to redraw must be one of the post's images (`studio.post.card_to_redraw`):
+the state holds the published post's artefacts after finalize, also when an
+earlier attempt was published. A request naming no such card fails the run with a message saying so
 (the HTTP API refuses it before a run starts: `app.schemas.check_pipeline_command`).
 A provider that cannot draw fails the run the same way; the post stays as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, ConfigDict, Field
 
 from core.events import stage_events
 from studio.context import AtelierContext, context_of
+from studio.post import card_to_redraw
 from studio.state import PipelineState
 from studio.tools import draw_card
 
 NODE = "redraw_card"
-
-
-class CardRedraw(BaseModel):
-    """Which card to draw again (the `redraw` state value a client writes)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    slot: int = Field(ge=1, le=99, description="The card's slot (1 is the cover).", examples=[2])
-    prompt: str = Field(
-        default="",
-        max_length=1000,
-        description="A new visual description for generative providers; empty keeps the plan's.",
-        examples=["同一主题，换成清晨窗边的柔光"],
-    )
-
-
-def card_to_redraw(value: Any, images: Sequence[Mapping[str, Any]]) -> CardRedraw:
-    """Validate a redraw request against the post's images.
-
-    Raises:
-        ValueError: The request is malformed (pydantic's message), or names no card
-            of the post.
-    """
-    request = CardRedraw.model_validate(value if value is not None else {})
-    slots = sorted(int(i["slot"]) for i in images if isinstance(i.get("slot"), int))
-    if not slots:
-        raise ValueError("this thread has no post with cards to redraw")
-    if request.slot not in slots:
-        raise ValueError(f"slot {request.slot} is not a card of this post; its cards: {slots}")
-    return request
 
 
 def _plan_for(state: Mapping[str, Any], image: Mapping[str, Any]) -> dict[str, Any]:

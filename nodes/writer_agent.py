@@ -18,6 +18,7 @@ from prompts import writer as prompt
 from studio.checks import normalize_tags
 from studio.common import agent_error, build_messages, clear_agent_error, parse_constraints
 from studio.context import AtelierContext, context_of
+from studio.post import DEFAULT_PLATFORM
 from studio.state import TeamState
 
 AGENT = "writer_agent"
@@ -142,7 +143,7 @@ def parse_post(text: str) -> Post:
 
 
 def _platform(state: TeamState) -> str:
-    platform = state.get("platform") or "xiaohongshu"
+    platform = state.get("platform") or DEFAULT_PLATFORM
     return PLATFORM_NAMES.get(platform, platform)
 
 

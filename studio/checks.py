@@ -32,6 +32,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from prompts.common import find_data_markup
+from studio.post import DEFAULT_PLATFORM
 
 __all__ = [
     "CODE_SHARE_MAX",
@@ -634,7 +635,7 @@ def check_prose(
     Args:
         content: The post, with ``title``, ``body`` and ``tags``.
         card_texts: The text the image cards draw (headline and body of each).
-        platform: The post's platform (None: xiaohongshu, the default).
+        platform: The post's platform (None: `studio.post.DEFAULT_PLATFORM`).
 
     Returns:
         One `CheckResult` per check that ran.
@@ -669,14 +670,15 @@ def check_prose(
             detail="" if passed else f"{percent}% of the body is code or JSON, not prose",
         )
     )
-    if (platform or "xiaohongshu") in TAGGED_PLATFORMS:
+    platform = platform or DEFAULT_PLATFORM
+    if platform in TAGGED_PLATFORMS:
         results.append(
             CheckResult(
                 name="tags_present",
                 passed=bool(tags),
                 measured=len(tags),
                 expected="≥ 1 tag",
-                detail="" if tags else f"no tags, and {platform or 'xiaohongshu'} posts carry tags",
+                detail="" if tags else f"no tags, and {platform} posts carry tags",
             )
         )
     return results

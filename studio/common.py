@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
 from studio.checks import Constraints
+from studio.post import DEFAULT_PLATFORM
 from studio.state import TeamState
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _section_value(name: str, state: Mapping[str, Any]) -> Any:
         case "request":
             parts = {
                 "request": state.get("request", ""),
-                "platform": state.get("platform") or "xiaohongshu",
+                "platform": state.get("platform") or DEFAULT_PLATFORM,
                 "audience": state.get("audience"),
                 "image_count": state.get("image_count"),
                 "layout_preference": state.get("layout_preference"),

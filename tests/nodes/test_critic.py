@@ -15,7 +15,7 @@ from PIL import Image
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.deviation import AlertSeverity, AlertType, action_text
 from nodes.brief_compiler_agent import brief_compiler_agent
-from nodes.critic import best_attempt, code_checks, critic, team_actions
+from nodes.critic import code_checks, critic, team_actions
 from studio.pipeline_routing import route_from_critic
 from tests.support.fake_models import FakeModels, fake_context, tool_call
 from tests.support.slow_model import SlowChat
@@ -463,18 +463,6 @@ async def test_an_empty_body_fails_without_paying_the_judge(tmp_path: Path) -> N
     state = attempt_state(generated_content={"title": "t", "body": "", "tags": []})
     update, _ = await run_critic(state, ctx)
     assert update["verdict"]["verdict"] == "failed" and models.count("critic") == 0
-
-
-def test_best_attempt_prefers_fewer_failing_checks_then_score_then_earliest() -> None:
-    post = {"title": "t", "body": "b", "tags": []}
-    attempts = [
-        {"attempt": 1, "score": 0.95, "failing_checks": 1, "post": post},
-        {"attempt": 2, "score": 0.8, "failing_checks": 0, "post": post},
-        {"attempt": 3, "score": 0.8, "failing_checks": 0, "post": post},
-        {"attempt": 4, "score": 0.99, "failing_checks": 0, "post": None},
-    ]
-    assert best_attempt(attempts)["attempt"] == 2  # type: ignore[index]
-    assert best_attempt([]) is None
 
 
 async def test_a_persons_edit_is_judged_then_finalized_never_retried_or_replanned(

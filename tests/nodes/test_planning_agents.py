@@ -7,10 +7,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.brief_compiler_agent import brief_compiler_agent
+from nodes.brief_compiler_agent import CreativeBrief, brief_compiler_agent
 from nodes.image_planner_agent import image_planner_agent
 from nodes.layout_planner_agent import layout_planner_agent
 from nodes.research_evidence_agent import research_evidence_agent
+from studio.post import BRIEF_WRITTEN_FIELDS
 from tests.support.fake_models import FakeModels, fake_context, garbage, tool_call
 
 BLOCKER = {"id": "n1", "type": "blocker", "content": "禁止使用绝对化用语（最、第一、顶级）"}
@@ -22,6 +23,10 @@ async def _run(node: Any, role: str, reply: Any, tmp_path: Path, **state: Any) -
         {"request": "写一篇平价护肤笔记", **state}, Runtime(context=fake_context(models, tmp_path))
     )
     return update, models
+
+
+def test_the_critic_reads_exactly_the_brief_fields_the_model_writes() -> None:
+    assert tuple(CreativeBrief.model_fields) == BRIEF_WRITTEN_FIELDS
 
 
 async def test_brief_carries_blocker_notes_and_constraint_terms(tmp_path: Path) -> None:

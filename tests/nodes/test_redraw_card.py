@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from langgraph.runtime import Runtime
 
-from nodes.redraw_card import card_to_redraw, redraw_card
+from nodes.redraw_card import redraw_card
 from studio.tools import draw_card
 from tests.support.fake_models import FakeModels, fake_context
 
@@ -50,20 +49,3 @@ async def test_only_the_named_card_is_drawn_again_as_a_new_variant(tmp_path: Pat
     )
     assert again["images"][1]["variant"] == 2
     assert again["images"][1]["asset_id"] not in (card["asset_id"], state["images"][1]["asset_id"])
-
-
-@pytest.mark.parametrize(
-    ("request_", "images", "message"),
-    [
-        ({"slot": 3}, [{"slot": 1}, {"slot": 2}], "slot 3 is not a card of this post; its cards"),
-        ({"slot": 1}, [], "no post with cards"),
-        ({"slot": 0}, [{"slot": 1}], "greater than or equal to 1"),
-        ({"slot": 1, "colour": "red"}, [{"slot": 1}], "Extra inputs"),
-        (None, [{"slot": 1}], "slot"),
-    ],
-)
-def test_a_redraw_must_name_a_card_of_the_post(
-    request_: Any, images: list[dict[str, Any]], message: str
-) -> None:
-    with pytest.raises(ValueError, match=message):
-        card_to_redraw(request_, images)
