@@ -7,7 +7,8 @@ Everything else that names the agents is derived from this module:
 - `core.settings.LLM_ROLES` (every agent asks an LLM under its own name);
 - `studio.routing.SupervisorTarget`, preconditions and stage checks;
 - `graphs.team`'s wiring: an agent whose turn is one node (`simple`) is wired
-  from here; its node is the function named like the agent in `nodes/<name>.py`;
+  from here; its node is the function named like the agent in `nodes/<name>.py`,
+  imported by name into `graphs.team.AGENT_NODES` (a test ties that list to this one);
 - `nodes.supervisor`'s stage table and `prompts.supervisor`'s roster and
   dependency rules, rendered from `AGENT_TABLE`;
 - `app.names`, the names people read in the console and the CLI (`Agent.names`).
@@ -16,7 +17,8 @@ It lives in `core` (which imports nothing of graphs, nodes or app) because the
 settings need the role names and must not import the graphs.
 
 Adding an agent: its name in `AgentName` and its entry in `AGENT_TABLE` here,
-its node (`nodes/<name>.py`, a function `<name>`), its prompt (`prompts/`) and,
+its node (`nodes/<name>.py`, a function `<name>`, and its entry in
+`graphs.team.AGENT_NODES`), its prompt (`prompts/`) and,
 when it produces a new artefact, that field in `studio.state.TeamOutput`. An
 agent that is not `simple` (its own tool loop, its own exit) is wired by hand
 in `graphs.team`.

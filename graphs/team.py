@@ -11,10 +11,11 @@ review_agent ─┬─ approved and every score passes → END
               └─ otherwise → supervisor
 ```
 
-The agents come from `core.agents`: each `simple` agent is wired here as one node
-(`nodes/<name>.py`'s function `<name>`) that hands straight back to the
-supervisor; the three others (the two tool loops and the review, which may end
-the team) are wired by hand below.
+The agents come from `core.agents`; their nodes are listed here by name
+(`AGENT_NODES`, `nodes/<name>.py`'s function `<name>`, in `AGENTS` order: a test
+ties the two). Each `simple` agent is wired as one node that hands straight back
+to the supervisor; the three others (the two tool loops and the review, which
+may end the team) are wired by hand below.
 
 `enter_team` resolves the run's loop bounds once (`studio.limits`): the input's
 `limits` over the context's over the defaults, written to state `limits`, which
@@ -40,16 +41,23 @@ the parent's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from importlib import import_module
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from core.agents import AGENT_TABLE, AGENTS
+from core.agents import AGENT_TABLE, AGENTS, AgentName
+from nodes.brief_compiler_agent import brief_compiler_agent
+from nodes.image_agent import image_agent
+from nodes.image_planner_agent import image_planner_agent
+from nodes.layout_planner_agent import layout_planner_agent
+from nodes.reference_intelligence_agent import reference_intelligence_agent
+from nodes.research_evidence_agent import research_evidence_agent
+from nodes.review_agent import review_agent
 from nodes.supervisor import supervisor
+from nodes.writer_agent import writer_agent
 from studio.common import tool_loop_node
 from studio.context import AtelierContext, context_of
 from studio.limits import TeamLimits, limits_of, resolve_limits
@@ -64,11 +72,17 @@ from studio.routing import (
 from studio.state import TeamInput, TeamOutput, TeamState
 from studio.tools import generate_image, search_knowledge
 
-
-def agent_node(name: str) -> Any:
-    """Return an agent's node: the function `name` of the module `nodes.<name>`."""
-    return getattr(import_module(f"nodes.{name}"), name)
-
+#: Each agent's node, in `core.agents.AGENTS` order.
+AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "brief_compiler_agent": brief_compiler_agent,
+    "research_evidence_agent": research_evidence_agent,
+    "reference_intelligence_agent": reference_intelligence_agent,
+    "layout_planner_agent": layout_planner_agent,
+    "image_planner_agent": image_planner_agent,
+    "writer_agent": writer_agent,
+    "image_agent": image_agent,
+    "review_agent": review_agent,
+}
 
 #: Agents whose turn is one node that hands straight back to the supervisor.
 SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
@@ -127,8 +141,8 @@ def build_team(
     builder.add_node("enter_team", enter_team)
     builder.add_node("supervisor", supervisor)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
-    for name in AGENTS:
-        builder.add_node(name, agent_node(name))
+    for name, node in AGENT_NODES.items():
+        builder.add_node(name, node)
     builder.add_node(
         "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
     )

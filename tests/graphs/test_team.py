@@ -15,8 +15,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from PIL import Image
 
-from core.agents import AGENTS
-from graphs.team import build_team, team_recursion_limit
+from core.agents import AGENT_TABLE, AGENTS
+from graphs.team import AGENT_NODES, build_team, team_recursion_limit
 from knowledge.notes import KnowledgeNote
 from knowledge.repository import InMemoryNoteRepository
 from providers.images import GeneratedImage, ImageProviderError, ImageRequest, LocalCardProvider
@@ -446,6 +446,12 @@ def test_langgraph_json_loads_the_team_and_every_agent_is_a_node() -> None:
         assert f"\t{node}(" in mermaid or f"\t{node}[" in mermaid, node
     assert "supervisor -.-> writer_agent" in mermaid
     assert "image_tools --> image_agent" in mermaid
+
+
+def test_the_team_names_every_agents_node_in_the_agent_tables_order() -> None:
+    assert tuple(AGENT_NODES) == AGENTS == tuple(AGENT_TABLE)
+    for name, node in AGENT_NODES.items():
+        assert (node.__module__, node.__name__) == (f"nodes.{name}", name)
 
 
 def test_input_and_output_schemas_are_the_team_contract() -> None:
