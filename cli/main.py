@@ -128,7 +128,7 @@ TEXT: dict[str, dict[str, str]] = {
         "cancelled": "cancelled",
         "failed": "run failed:",
         "invalid": "invalid input:",
-        "ids": "run {run} · thread {thread} (if stopped: atelier run --resume {run})",
+        "ids": "run {run} · thread {thread} (should this process die: atelier run --resume {run})",
         "holder": "process {pid} ({what})",
         "in_use": "DATA_DIR {dir} is in use by {holder}: stop it, or run with another "
         "DATA_DIR (DATA_DIR=… atelier run …)",
@@ -171,7 +171,7 @@ TEXT: dict[str, dict[str, str]] = {
         "cancelled": "已取消",
         "failed": "运行失败：",
         "invalid": "输入无效：",
-        "ids": "运行 {run} · 会话 {thread}（中断后可用 atelier run --resume {run} 继续）",
+        "ids": "运行 {run} · 会话 {thread}（进程意外退出后可用 atelier run --resume {run} 继续）",
         "holder": "进程 {pid}（{what}）",
         "in_use": "DATA_DIR {dir} 正被{holder}使用：请先停止它，或换一个 DATA_DIR 运行"
         "（DATA_DIR=… atelier run …）",
@@ -503,10 +503,9 @@ async def execute(
             continue
         result = values.get("result")
         if ended.status != "success" or not isinstance(result, dict):
-            raise RunFailed(
-                "RunInterrupted" if ended.status == "interrupted" else "NoResult",
-                f"run {ended.run_id} ended {ended.status} without a result",
-            )
+            if ended.status == "interrupted":  # no question pending: it was cancelled
+                raise RunFailed("RunCancelled", f"run {ended.run_id} was cancelled")
+            raise RunFailed("NoResult", f"run {ended.run_id} ended {ended.status} without a result")
         return result
 
 

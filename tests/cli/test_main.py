@@ -581,7 +581,7 @@ def test_run_shows_the_custom_frames_the_api_streams_for_the_same_run(
     # The ids of the run and its thread come first, on stderr, as one line.
     ids = result.stderr.splitlines()[0]
     resume = f"atelier run --resume {UUID}"
-    assert re.fullmatch(rf"运行 {UUID} · 会话 {UUID}（中断后可用 {resume} 继续）", ids)
+    assert re.fullmatch(rf"运行 {UUID} · 会话 {UUID}（进程意外退出后可用 {resume} 继续）", ids)
 
 
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
