@@ -3,14 +3,22 @@
     atelier serve [--host H] [--port P] [--reload] [--workers N]
     atelier worker [--concurrency N]
     atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] [--image-count N] [--platform P]
+    atelier run --resume RUN_ID [--auto-confirm] [--json]
     atelier notes import notes.jsonl
     atelier notes export [notes.jsonl]
 
-`run` builds the pipeline in this process, with the same services the HTTP app
-uses (the SQLite knowledge vault in DATA_DIR, the asset store, the LLM endpoint
-or, without `LLM_BASE_URL`, the embedded model), shows the run's `custom` events
-as they happen and prints the finished post. Exit status: 0 when the run ended
-with a post (outcome completed or exhausted), 1 otherwise.
+`run` drives the embedded run engine on DATA_DIR, the one `atelier serve` opens
+(the run store and checkpoints in `DATA_DIR/atelier.db`, the services of
+`studio.services.open_services`): it creates a thread and a run through the run
+manager, follows the run's stream as an API client would (the same frames, replayed
+from the event log, then live), shows its `custom` events as they happen and
+prints the finished post from the run's result. The planner's question is asked on
+the terminal and answered by a resume run on the same thread. A run a killed
+`atelier run` left behind is restarted by the engine's recovery and finished by
+`run --resume RUN_ID`. One process owns a DATA_DIR (`engine.sqlite.ownership`):
+while another holds it, `run` says who and exits with status 2. Exit status
+otherwise: 0 when the run ended with a post (outcome completed or exhausted), 1
+otherwise.
 
 The notes commands read and write JSON Lines, one `KnowledgeNote` per line, the
 format `export` writes; `import` checks every line first and imports all of them
@@ -26,14 +34,15 @@ import os
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import httpx
 import typer
 from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.markup import escape
@@ -44,10 +53,18 @@ from rich.table import Table
 from rich.text import Text
 
 from app import names
+from app.security import ANONYMOUS, owner_id_for
+from app.sse import follow_run
 from core.settings import Settings
+from engine.assistants import default_assistants
+from engine.hub import Hub
+from engine.manager import RunManager
+from engine.preparation import RunRequest
+from engine.records import RunRecord
+from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from engine.sqlite.ownership import DataDirInUse, own_data_dir
 from knowledge.notes import KnowledgeNote
 from providers.assets import AssetStore, is_valid_asset_id
-from studio.context import AtelierContext
 from studio.services import open_services
 
 cli = typer.Typer(
@@ -110,6 +127,11 @@ TEXT: dict[str, dict[str, str]] = {
         "unknown": "unknown",
         "cancelled": "cancelled",
         "failed": "run failed:",
+        "invalid": "invalid input:",
+        "ids": "run {run} · thread {thread} (should this process die: atelier run --resume {run})",
+        "holder": "process {pid} ({what})",
+        "in_use": "DATA_DIR {dir} is in use by {holder}: stop it, or run with another "
+        "DATA_DIR (DATA_DIR=… atelier run …)",
     },
     "zh": {
         "status.stage": "{stage}（第 {n} 次尝试）",
@@ -148,6 +170,11 @@ TEXT: dict[str, dict[str, str]] = {
         "unknown": "未知",
         "cancelled": "已取消",
         "failed": "运行失败：",
+        "invalid": "输入无效：",
+        "ids": "运行 {run} · 会话 {thread}（进程意外退出后可用 atelier run --resume {run} 继续）",
+        "holder": "进程 {pid}（{what}）",
+        "in_use": "DATA_DIR {dir} 正被{holder}使用：请先停止它，或换一个 DATA_DIR 运行"
+        "（DATA_DIR=… atelier run …）",
         "outcome.completed": "已完成",
         "outcome.exhausted": "未达标",
         "outcome.needs_clarification": "待补充",
@@ -270,57 +297,215 @@ def _announce_when_up(url: str, interval: float = 0.25) -> None:
 
 # --------------------------------------------------------------------------- run
 
+#: The assistant `atelier run` runs: the content pipeline.
+ASSISTANT = "atelier"
+#: The stream modes of the runs `atelier run` starts: the pipeline's events and the values.
+RUN_STREAM_MODES = ("custom", "values")
+
+
+class RunFailed(RuntimeError):
+    """A run ended without a post: it failed, timed out, was cancelled, or cannot go on."""
+
+    def __init__(self, error: str, message: str) -> None:
+        """Name the error as the run's `error` frame does (`error`, `message`)."""
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def cli_owner(settings: Settings) -> str:
+    """Return the owner of the threads `atelier run` creates.
+
+    The first API key's owner when AUTH_API_KEYS is set, so the console opened with
+    that key lists them; the open service's `anonymous` otherwise.
+    """
+    keys = settings.auth_api_keys
+    return owner_id_for(keys[0].get_secret_value()) if keys else ANONYMOUS
+
+
+@asynccontextmanager
+async def open_embedded_engine(
+    settings: Settings, *, callbacks: Sequence[BaseCallbackHandler] = ()
+) -> AsyncIterator[RunManager]:
+    """Own DATA_DIR and open the embedded run engine on it, as `atelier serve` does.
+
+    The run store and LangGraph's checkpoints in `DATA_DIR/atelier.db`, the studio's
+    services from `studio.services.open_services`, the `atelier` assistant. Entering
+    the manager restarts the runs a killed process left behind (`RunManager.recover`);
+    leaving it stops the runs in flight without an outcome, for the next start.
+
+    Args:
+        settings: The deployment's settings.
+        callbacks: LangChain callback handlers for every run (e.g. `LLMCallCounter`).
+
+    Raises:
+        DataDirInUse: Another process (`atelier serve`, another `atelier run`) owns
+            DATA_DIR; nothing was opened.
+    """
+    async with AsyncExitStack() as stack:
+        stack.enter_context(own_data_dir(settings.data_dir, "atelier run"))
+        context = await stack.enter_async_context(open_services(settings))
+        db = str(settings.database_path)
+        checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
+        # The rules `atelier serve` gives every writer of atelier.db (app/main.py).
+        await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+        await checkpointer.conn.execute("PRAGMA synchronous=NORMAL")
+        await checkpointer.setup()
+        hub = Hub()
+        storage = await stack.enter_async_context(SqliteRunStorage(db, publish=hub.publish))
+        manager = RunManager(
+            storage=storage,
+            hub=hub,
+            assistants=dict(default_assistants(checkpointer)),
+            context=context,
+            checkpointer=checkpointer,
+            run_timeout=settings.run_timeout,
+            max_attempts=settings.run_max_attempts,
+            event_retention_hours=settings.event_retention_hours,
+            callbacks=callbacks,
+        )
+        yield await stack.enter_async_context(manager)
+
+
+async def follow(manager: RunManager, run: RunRecord) -> AsyncIterator[tuple[str, Any]]:
+    """Yield a run's frames from its first as `(event, data)`, up to its `end` frame.
+
+    The frames are the bytes a client of `GET /threads/{t}/runs/{r}/stream` without a
+    cursor reads (`app.sse.follow_run`: replayed from the run's event log, then live
+    as they are committed), parsed back.
+
+    Raises:
+        RunFailed: The stream closed without an `end` frame (the run stalled, or its
+            log cannot be read now); the run may be resumed later.
+    """
+    closed: dict[str, Any] = {}
+    # An async generator (annotated as an iterator): closed here, not when collected.
+    stream = cast(
+        "AsyncGenerator[bytes, None]",
+        follow_run(manager.events, manager.hub, run.run_id, run.thread_id),
+    )
+    async with contextlib.aclosing(stream):
+        async for chunk in stream:
+            for frame_id, event, data in _sse_frames(chunk):
+                if frame_id is None and event == "error":  # a notice before the stream closes
+                    closed = data if isinstance(data, dict) else {}
+                    continue
+                yield event, data
+                if event == "end":
+                    return
+    raise RunFailed(
+        str(closed.get("error") or "StreamClosed"),
+        str(closed.get("message") or f"the stream of run {run.run_id} closed before its end"),
+    )
+
+
+def _sse_frames(chunk: bytes) -> list[tuple[int | None, str, Any]]:
+    """Return the frames of SSE bytes as `(id, event, data)`; comments are skipped."""
+    frames: list[tuple[int | None, str, Any]] = []
+    for block in chunk.decode().split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":")
+        )
+        if "event" in fields:
+            frame_id = int(fields["id"]) if "id" in fields else None
+            frames.append((frame_id, fields["event"], json.loads(fields.get("data", "null"))))
+    return frames
+
+
+async def start_run(
+    manager: RunManager,
+    owner: str,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    thread_id: str | None = None,
+    command: Mapping[str, Any] | None = None,
+) -> RunRecord:
+    """Create a run of the `atelier` assistant, as `POST /runs` (or `/threads/{t}/runs`) would.
+
+    Args:
+        manager: The run engine.
+        owner: The thread's owner (`cli_owner`).
+        inputs: The pipeline input (PRODUCT.md §2.6), checked by the assistant's input model.
+        thread_id: The thread to run on; None starts a new one.
+        command: A command instead of input, e.g. `{"resume": answer}`.
+
+    Raises:
+        pydantic.ValidationError: The input is not the assistant's.
+        RunsError: The engine refused the run (a busy thread, nothing to resume, …).
+    """
+    assistant = manager.assistant(ASSISTANT)
+    kwargs: dict[str, Any] = {"stream_mode": list(RUN_STREAM_MODES), "config": {}}
+    if inputs is not None:
+        model = assistant.input_model
+        kwargs["input"] = (
+            model.model_validate(dict(inputs)).model_dump(mode="json", exclude_unset=True)
+            if model is not None
+            else dict(inputs)
+        )
+    if command is not None:
+        kwargs["command"] = dict(command)
+    run, _ = await manager.create(
+        RunRequest(owner=owner, thread_id=thread_id, assistant=assistant, kwargs=kwargs)
+    )
+    return run
+
 
 async def execute(
-    context: AtelierContext,
-    inputs: Mapping[str, Any],
+    manager: RunManager,
+    run: RunRecord,
     *,
     on_event: EventHandler,
     clarify: ClarificationHandler,
-    thread_id: str | None = None,
-    callbacks: Sequence[BaseCallbackHandler] = (),
+    on_run: Callable[[RunRecord], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline in this process until it ends, and return its result payload.
+    """Follow a run of the engine to its end and return its result payload.
+
+    A run that ends waiting for the planner's answer (status interrupted, with an
+    interrupt) has `clarify` asked, and the answer resumes the thread by a new run
+    (`command: {"resume": answer}`), followed the same way. A task cancelled while it
+    follows (Ctrl-C) cancels the run it follows (action interrupt) before it stops.
 
     Args:
-        context: The services the run uses (models, vault, assets, limits).
-        inputs: The pipeline input (PRODUCT.md §2.6), `request` at least.
-        on_event: Called with every `custom` stream event, in order.
+        manager: The run engine executing the run.
+        run: The run, as created or found in the store.
+        on_event: Called with every `custom` frame's event, in order.
         clarify: Called with an interrupt's value (the planner's question); what it
             returns resumes the run.
-        thread_id: The checkpoint thread (a fresh one when None).
-        callbacks: LangChain callback handlers for the run (e.g. `LLMCallCounter`).
+        on_run: Called with each run before it is followed (the first, then resumes).
 
     Returns:
-        The `result` the finalize node wrote.
+        The `result` the finalize node wrote, as the engine's run result holds it.
 
     Raises:
-        RuntimeError: The pipeline ended without a result.
+        RunFailed: A run ended with an error, was cancelled, or its stream closed early.
     """
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.types import Command
-
-    from graphs.pipeline import build_pipeline
-
-    graph = build_pipeline(checkpointer=InMemorySaver())
-    config: Any = {
-        "configurable": {"thread_id": thread_id or f"cli-{uuid.uuid4().hex}"},
-        "callbacks": list(callbacks),
-    }
-    payload: Any = dict(inputs)
     while True:
-        async for _namespace, chunk in graph.astream(
-            payload, config, context=context, stream_mode="custom", subgraphs=True
-        ):
-            if isinstance(chunk, Mapping):
-                on_event(chunk)
-        snapshot = await graph.aget_state(config)
-        if snapshot.interrupts:
-            payload = Command(resume=clarify(snapshot.interrupts[0].value))
+        if on_run is not None:
+            on_run(run)
+        try:
+            async for event, data in follow(manager, run):
+                if event.split("|", 1)[0] == "custom" and isinstance(data, Mapping):
+                    on_event(data)
+        except asyncio.CancelledError:
+            manager.cancel_soon(run.run_id)
+            await manager.wait(run.run_id)
+            raise
+        ended = await manager.wait(run.run_id) or run
+        values = await manager.result(ended)
+        error = values.get("__error__")
+        if error:
+            raise RunFailed(str(error.get("error")), str(error.get("message")))
+        pending = values.get("__interrupt__") or []
+        if ended.status == "interrupted" and pending:
+            question = pending[0].get("value") if isinstance(pending[0], Mapping) else pending[0]
+            command = {"resume": clarify(question)}
+            run = await start_run(manager, ended.owner, thread_id=ended.thread_id, command=command)
             continue
-        result = snapshot.values.get("result")
-        if not isinstance(result, dict):
-            raise RuntimeError("the pipeline ended without a result")
+        result = values.get("result")
+        if ended.status != "success" or not isinstance(result, dict):
+            if ended.status == "interrupted":  # no question pending: it was cancelled
+                raise RunFailed("RunCancelled", f"run {ended.run_id} was cancelled")
+            raise RunFailed("NoResult", f"run {ended.run_id} ended {ended.status} without a result")
         return result
 
 
@@ -330,13 +515,49 @@ async def run_request(
     *,
     on_event: EventHandler,
     clarify: ClarificationHandler,
+    on_run: Callable[[RunRecord], None] | None = None,
     callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> dict[str, Any]:
-    """Open the services the app would (vault, models, embedded model) and `execute`."""
-    async with open_services(settings) as context:
-        return await execute(
-            context, inputs, on_event=on_event, clarify=clarify, callbacks=callbacks
-        )
+    """Run one request on the embedded engine, on a new thread, and return its result."""
+    async with open_embedded_engine(settings, callbacks=callbacks) as manager:
+        run = await start_run(manager, cli_owner(settings), inputs=inputs)
+        return await execute(manager, run, on_event=on_event, clarify=clarify, on_run=on_run)
+
+
+async def resume_run(
+    settings: Settings,
+    run_id: str,
+    *,
+    on_found: Callable[[str], None],
+    on_event: EventHandler,
+    clarify: ClarificationHandler,
+    on_run: Callable[[RunRecord], None] | None = None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
+) -> dict[str, Any]:
+    """Follow a run of DATA_DIR from its first frame to its end; return its result.
+
+    Opening the engine restarts the run if a killed process left it pending or
+    running (from its last checkpoint, attempt + 1); a run that already ended is
+    replayed. `on_found` gets its request (for the language) before it is followed.
+
+    Raises:
+        RunFailed: DATA_DIR has no such run, or it ended without a post.
+    """
+    async with open_embedded_engine(settings, callbacks=callbacks) as manager:
+        run = await manager.runs.get(run_id)
+        if run is None:
+            raise RunFailed("NotFound", f"run {run_id} is not in {settings.database_path}")
+        on_found(await _request_of(manager, run))
+        return await execute(manager, run, on_event=on_event, clarify=clarify, on_run=on_run)
+
+
+async def _request_of(manager: RunManager, run: RunRecord) -> str:
+    """Return a run's request: its input's, or (a resume) its thread's."""
+    request = (run.kwargs.get("input") or {}).get("request")
+    if request is None:
+        thread = await manager.threads.get(run.owner, run.thread_id)
+        request = ((thread.values if thread else None) or {}).get("request")
+    return str(request or "")
 
 
 class LLMCallCounter(BaseCallbackHandler):
@@ -585,7 +806,18 @@ def _terminal_clarifier(
 
 @cli.command()
 def run(
-    request: Annotated[str, typer.Argument(help="What to write, e.g. 写一篇小红书笔记：…")],
+    request: Annotated[
+        str | None,
+        typer.Argument(help="What to write, e.g. 写一篇小红书笔记：… (none with --resume)."),
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="RUN_ID",
+            help="Finish a run a killed `atelier run` left behind (or replay an ended one).",
+        ),
+    ] = None,
     auto_confirm: Annotated[
         bool, typer.Option("--auto-confirm", help="Never stop to ask; use defaults.")
     ] = False,
@@ -601,37 +833,68 @@ def run(
     ] = None,
     fast: Annotated[bool, typer.Option("--fast", help="Fast mode (fewer steps).")] = False,
 ) -> None:
-    """Run one request through the pipeline here, showing its progress, then print the post.
+    """Run one request on the run engine here, showing its progress, then print the post.
 
     What it asks and prints is in the request's language (`request_language`).
     """
-    if not request.strip() or len(request) > 4000:
-        raise typer.BadParameter("must be 1-4000 characters", param_hint="REQUEST")
-    settings = _settings()
-    inputs: dict[str, Any] = {"request": request, "auto_confirm": auto_confirm}
     optional = {
         "image_count": image_count,
         "platform": platform,
         "image_provider": image_provider,
         "fast_mode": fast or None,
     }
-    inputs.update({k: v for k, v in optional.items() if v is not None})
+    inputs: dict[str, Any] = {}
+    if resume is not None:
+        if request is not None or any(v is not None for v in optional.values()):
+            raise typer.BadParameter(
+                "takes no request and no input option: the run has its own",
+                param_hint="--resume",
+            )
+    elif request is None:
+        raise typer.BadParameter("missing (or --resume RUN_ID)", param_hint="REQUEST")
+    elif not request.strip() or len(request) > 4000:
+        raise typer.BadParameter("must be 1-4000 characters", param_hint="REQUEST")
+    else:
+        inputs = {"request": request, "auto_confirm": auto_confirm}
+        inputs.update({k: v for k, v in optional.items() if v is not None})
+    settings = _settings()
 
     out = Console()
     err = Console(stderr=True)
     shown = err if json_output else out
     interactive = not auto_confirm and sys.stdin.isatty() and shown.is_terminal
-    lang = request_language(request)
-    ask = _terminal_clarifier(shown, interactive, lang)
+    lang = request_language(request or "")  # --resume: once the run is found
+    views: list[ProgressView] = []
     counter = LLMCallCounter()
+
+    def found(run_request_text: str) -> None:
+        nonlocal lang
+        lang = request_language(run_request_text)
+        for view in views:
+            view.lang = lang
+
+    def announce(started: RunRecord) -> None:
+        line = _t(lang, "ids", run=started.run_id, thread=started.thread_id)
+        err.print(f"[dim]{escape(line)}[/dim]", soft_wrap=True)
+
+    def drive(on_event: EventHandler, clarify: ClarificationHandler) -> dict[str, Any]:
+        handlers: dict[str, Any] = {
+            "on_event": on_event,
+            "clarify": clarify,
+            "on_run": announce,
+            "callbacks": [counter],
+        }
+        if resume is not None:
+            return asyncio.run(resume_run(settings, resume, on_found=found, **handlers))
+        return asyncio.run(run_request(settings, inputs, **handlers))
+
+    def ask(value: Any) -> Any:
+        return _terminal_clarifier(shown, interactive, lang)(value)
+
     started = time.monotonic()
     try:
         if json_output:
-            result = asyncio.run(
-                run_request(
-                    settings, inputs, on_event=lambda _e: None, clarify=ask, callbacks=[counter]
-                )
-            )
+            result = drive(lambda _e: None, ask)
         else:
             with Progress(
                 SpinnerColumn(),
@@ -648,18 +911,24 @@ def run(
                     finally:
                         progress.start()
 
-                view = ProgressView(out, progress, lang)
-                result = asyncio.run(
-                    run_request(
-                        settings, inputs, on_event=view, clarify=clarify, callbacks=[counter]
-                    )
-                )
+                views.append(ProgressView(out, progress, lang))
+                result = drive(views[0], clarify)
     except KeyboardInterrupt:
         err.print(f"[yellow]{_t(lang, 'cancelled')}[/yellow]")
         raise typer.Exit(130) from None
+    except DataDirInUse as exc:
+        err.print(f"[red]{escape(_in_use(exc, lang))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except ValidationError as exc:  # an input option the assistant's input model refuses
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        err.print(f"[red]{_t(lang, 'invalid')}[/red] {escape(problems)}")
+        raise typer.Exit(2) from None
     except Exception as exc:  # one readable line, not a traceback, for a failed run
         failed = _t(lang, "failed")
-        err.print(f"[red]{failed}[/red] {escape(type(exc).__name__)}: {escape(str(exc))}")
+        name = exc.error if isinstance(exc, RunFailed) else type(exc).__name__
+        err.print(f"[red]{failed}[/red] {escape(name)}: {escape(str(exc))}")
         raise typer.Exit(1) from None
 
     if json_output:
@@ -670,6 +939,13 @@ def run(
         finished = _t(lang, "finished", s=elapsed, calls=counter.calls)
         out.print(f"[dim]{escape(finished)}[/dim]")
     raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
+
+
+def _in_use(exc: DataDirInUse, lang: str) -> str:
+    """Return the one line that says who owns DATA_DIR, and the two ways out."""
+    pid = exc.pid if exc.pid is not None else "?"
+    holder = _t(lang, "holder", pid=pid, what=exc.what or "atelier")
+    return _t(lang, "in_use", dir=exc.data_dir, holder=holder)
 
 
 # --------------------------------------------------------------------------- notes

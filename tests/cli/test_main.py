@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -339,50 +344,101 @@ def test_clarification_without_a_terminal_continues_with_defaults() -> None:
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
 
 
-async def test_execute_runs_the_pipeline_and_reports_its_events(tmp_path: Path) -> None:
-    from cli.main import LLMCallCounter, execute
-    from tests.graphs.pipeline_runs import judge_reply, models_for
-    from tests.support.fake_models import fake_context
+def _engine_settings(data_dir: Path, base_url: str) -> Settings:
+    from tests.app.harness import service_settings
 
-    models = models_for(judge_reply(), images=2)
+    return service_settings(data_dir, base_url)
+
+
+async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Path) -> None:
+    from cli.main import LLMCallCounter, cli_owner, execute, open_embedded_engine, start_run
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
     events: list[dict[str, Any]] = []
     asked: list[Any] = []
+    started: list[Any] = []
     counter = LLMCallCounter()
-    result = await execute(
-        fake_context(models, tmp_path),
-        {"request": REQUEST, "auto_confirm": True, "image_count": 2},
-        on_event=events.append,
-        clarify=asked.append,
-        callbacks=[counter],
-    )
+    with ScriptedOpenAIServer(atelier_responder(images=2)) as llm:
+        settings = _engine_settings(tmp_path / "data", llm.base_url)
+        async with open_embedded_engine(settings, callbacks=[counter]) as manager:
+            inputs = {"request": REQUEST, "auto_confirm": True, "image_count": 2}
+            run = await start_run(manager, cli_owner(settings), inputs=inputs)
+            result = await execute(
+                manager, run, on_event=events.append, clarify=asked.append, on_run=started.append
+            )
+            record = await manager.runs.get(run.run_id)
+        calls = llm.call_count
     assert result["outcome"] == "completed" and not asked
     assert len(result["images"]) == 2 and result["post"]["title"]
     kinds = [e["type"] for e in events]
     assert kinds[0] == "stage.started" and kinds.count("asset.created") == 2
     assert {"supervisor.route", "critic.verdict", "stage.completed"} <= set(kinds)
-    assert counter.calls == models.count() > 0
+    assert counter.calls == calls > 0
+    # An engine run like any other: recorded, its thread the anonymous owner's.
+    assert [r.run_id for r in started] == [run.run_id]
+    assert record is not None and record.status == "success" and record.attempt == 1
+    assert record.owner == "anonymous" and record.kwargs["stream_mode"] == ["custom", "values"]
 
 
-async def test_execute_asks_the_clarification_and_resumes(tmp_path: Path) -> None:
-    from cli.main import execute
-    from tests.graphs.pipeline_runs import judge_reply, models_for
-    from tests.support.fake_models import fake_context
+async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: Path) -> None:
+    from cli.main import cli_owner, execute, open_embedded_engine, start_run
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.scripted_openai import ScriptedOpenAIServer
 
     asked: list[Any] = []
+    started: list[Any] = []
 
     def clarify(value: Any) -> Any:
         asked.append(value)
         return {"action": "details", "details": "写给大学生，讲清楚烟酰胺"}
 
-    result = await execute(
-        fake_context(models_for(judge_reply()), tmp_path),
-        {"request": "写一篇笔记"},
-        on_event=lambda _e: None,
-        clarify=clarify,
-    )
+    with ScriptedOpenAIServer(atelier_responder()) as llm:
+        settings = _engine_settings(tmp_path / "data", llm.base_url)
+        async with open_embedded_engine(settings) as manager:
+            run = await start_run(manager, cli_owner(settings), inputs={"request": "写一篇笔记"})
+            result = await execute(
+                manager, run, on_event=lambda _e: None, clarify=clarify, on_run=started.append
+            )
+            first = await manager.runs.get(run.run_id)
     assert [a["type"] for a in asked] == ["clarification"]
     assert asked[0]["question"] and asked[0]["options"]
     assert result["outcome"] == "completed"
+    # The question ended the first run; a resume run on the same thread answered it.
+    assert first is not None and first.status == "interrupted"
+    assert [r.thread_id for r in started] == [run.thread_id] * 2
+    assert started[1].kwargs["command"] == {
+        "resume": {"action": "details", "details": "写给大学生，讲清楚烟酰胺"}
+    }
+
+
+def writer_asked(llm: Any) -> bool:
+    """Whether the scripted model has had the writer's request (the one without tools)."""
+    return any(not r.tools for r in llm.requests)
+
+
+async def test_a_cancelled_execute_cancels_its_run(tmp_path: Path) -> None:
+    """Ctrl-C: the run is cancelled (checkpoints kept), not left for a later recovery."""
+    from cli.main import cli_owner, execute, open_embedded_engine, start_run
+    from tests.app.atelier_llm import atelier_responder
+    from tests.app.harness import wait_until
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(atelier_responder(writer_delay=60)) as llm:
+        settings = _engine_settings(tmp_path / "data", llm.base_url)
+        async with open_embedded_engine(settings) as manager:
+            inputs = {"request": REQUEST, "auto_confirm": True}
+            run = await start_run(manager, cli_owner(settings), inputs=inputs)
+            following = asyncio.create_task(
+                execute(manager, run, on_event=lambda _e: None, clarify=lambda _v: None)
+            )
+            await asyncio.to_thread(wait_until, lambda: writer_asked(llm), 30)
+            following.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await following
+            record = await manager.runs.get(run.run_id)
+    assert record is not None and record.status == "interrupted"
+    assert record.cancel_reason == "interrupt"
 
 
 def _scripted_env(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
@@ -472,3 +528,170 @@ def test_run_failure_is_one_readable_line(data_dir: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 1
     assert "运行失败" in result.output and "LOCAL_MODEL_PATH" in result.output
     assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------- one driver
+
+
+def _sequence(events: list[Any]) -> list[tuple[Any, ...]]:
+    """The pipeline's course in its events: types, stages, routes and verdicts."""
+    keys = ("type", "stage", "next_agent", "verdict", "slot")
+    return [tuple(event.get(key) for key in keys) for event in events]
+
+
+def test_run_shows_the_custom_frames_the_api_streams_for_the_same_run(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from cli import main
+    from tests.app.atelier_llm import atelier_responder
+    from tests.app.harness import LiveServer, read_sse, service_settings
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    shown: list[dict[str, Any]] = []
+
+    class Recording(ProgressView):
+        def __call__(self, event: Any) -> None:
+            shown.append(dict(event))
+            super().__call__(event)
+
+    monkeypatch.setattr(main, "ProgressView", Recording)
+    inputs = {"request": REQUEST, "auto_confirm": True, "image_count": 1}
+    with ScriptedOpenAIServer(atelier_responder(images=1)) as llm:
+        with LiveServer(service_settings(tmp_path / "api", llm.base_url), None) as api:
+            body = {"assistant_id": "atelier", "input": inputs, "stream_mode": ["custom"]}
+            streamed = httpx.post(f"{api.url}/runs/stream", json=body, timeout=60)
+        _scripted_env(monkeypatch, llm.base_url)
+        result = runner.invoke(cli, ["run", REQUEST, "--auto-confirm", "--image-count", "1"])
+    assert result.exit_code == 0, result.output
+    frames = read_sse(streamed.text)
+    assert frames[-1].event == "end" and frames[-1].data["status"] == "success"
+    api_events = [f.data for f in frames if f.event == "custom"]
+    assert {"stage.started", "supervisor.route", "critic.verdict"} <= {e["type"] for e in shown}
+    assert _sequence(shown) == _sequence(api_events)
+    # Every event the view prints is on the terminal, in order.
+    lines = [ProgressView.describe(e, "zh") for e in shown]
+    printed = [line.plain for line in lines if line is not None]
+    at = 0
+    for line in printed:
+        at = result.stdout.find(line, at)
+        assert at >= 0, line
+        at += len(line)
+    # The ids of the run and its thread come first, on stderr, as one line.
+    ids = result.stderr.splitlines()[0]
+    resume = f"atelier run --resume {UUID}"
+    assert re.fullmatch(rf"运行 {UUID} · 会话 {UUID}（进程意外退出后可用 {resume} 继续）", ids)
+
+
+UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def _run_record(data_dir: Path, run_id: str) -> Any:
+    from engine.sqlite import SqliteRunStorage
+
+    async def get() -> Any:
+        async with SqliteRunStorage(str(data_dir / "atelier.db")) as storage:
+            return await storage.runs.get(run_id), await storage.events.read(run_id, 0, 10_000)
+
+    return asyncio.run(get())
+
+
+def test_a_killed_run_is_finished_by_run_resume(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.app.harness import REPO_ROOT, wait_until
+    from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
+
+    happy = atelier_responder(images=1)
+    hold = {"writer": 60.0}
+
+    def responder(req: ChatRequest) -> Reply:
+        reply = happy(req)
+        return Reply.delay(hold["writer"], reply) if not req.tools else reply
+
+    with ScriptedOpenAIServer(responder) as llm:
+        env = {
+            **os.environ,
+            "DATA_DIR": str(data_dir),
+            "LLM_BASE_URL": llm.base_url,
+            "LLM_API_KEY": "test-key",
+            "LLM_MAX_RETRIES": "0",
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        env.pop("PYTEST_CURRENT_TEST", None)
+        err_path = tmp_path / "first.err"
+        command = [sys.executable, "-m", "cli.main", "run", REQUEST, "--auto-confirm", "--json"]
+        with err_path.open("wb") as err:
+            child = subprocess.Popen(
+                command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err
+            )
+        try:
+            wait_until(lambda: writer_asked(llm) or child.poll() is not None, 60, 0.05)
+            assert child.poll() is None, err_path.read_text()
+            run_id = re.findall(UUID, err_path.read_text())[0]
+
+            # While it runs, the DATA_DIR is its own: another run is refused, naming it.
+            _scripted_env(monkeypatch, llm.base_url)
+            refused = runner.invoke(cli, ["run", REQUEST, "--auto-confirm"])
+            assert refused.exit_code == 2, refused.output
+            assert f"进程 {child.pid}（atelier run）" in refused.stderr
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
+
+        left, _ = _run_record(data_dir, run_id)
+        assert left.status == "running" and left.attempt == 1
+        hold["writer"] = 0.0
+        resumed = runner.invoke(cli, ["run", "--resume", run_id, "--json"])
+        planner_calls = [r for r in llm.requests if r.forced_tool == "PlannerIntent"]
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["outcome"] == "completed"
+    assert run_id in resumed.stderr.splitlines()[0]
+    record, frames = _run_record(data_dir, run_id)
+    assert record.status == "success" and record.attempt == 2
+    # Resumed from its last checkpoint (the planner is not asked again), its log continued.
+    assert len(planner_calls) == 1
+    attempts = [json.loads(f.data)["attempt"] for f in frames if f.event == "metadata"]
+    assert attempts == [1, 2] and [f.id for f in frames] == list(range(1, len(frames) + 1))
+
+
+def test_one_process_owns_a_data_dir(tmp_path: Path) -> None:
+    from engine.sqlite.ownership import DataDirInUse, own_data_dir
+
+    with own_data_dir(tmp_path / "data", "atelier serve") as lock:
+        assert lock.read_text() == f"{os.getpid()} atelier serve\n"
+        with pytest.raises(DataDirInUse) as refused, own_data_dir(tmp_path / "data", "atelier run"):
+            pass
+    assert refused.value.pid == os.getpid() and refused.value.what == "atelier serve"
+    assert str(refused.value) == (
+        f"DATA_DIR {tmp_path / 'data'} is in use by process {os.getpid()} (atelier serve)"
+    )
+    with own_data_dir(tmp_path / "data", "atelier run"):  # released when its owner left
+        pass
+
+
+def test_run_is_refused_while_the_server_owns_the_data_dir(data_dir: Path) -> None:
+    from engine.sqlite.ownership import own_data_dir
+
+    english = "Write a post about budget skincare"
+    with own_data_dir(data_dir, "atelier serve"):
+        result = runner.invoke(cli, ["run", english, "--auto-confirm"])
+        resumed = runner.invoke(cli, ["run", "--resume", "a-run-id"])
+    assert result.exit_code == resumed.exit_code == 2
+    assert result.stderr.strip() == (
+        f"DATA_DIR {data_dir} is in use by process {os.getpid()} (atelier serve): stop it, "
+        "or run with another DATA_DIR (DATA_DIR=… atelier run …)"
+    )
+    assert "Traceback" not in result.output and not list(data_dir.glob("atelier.db*"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run"], ["run", REQUEST, "--resume", "r1"], ["run", "--resume", "r1", "--image-count", "2"]],
+)
+def test_run_takes_a_request_or_resume(data_dir: Path, args: list[str]) -> None:
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2
+    assert "REQUEST" in result.output or "--resume" in result.output
