@@ -135,7 +135,8 @@ async def open_services(
 
 
 # Per event loop: whether the services of runs given none are open, and the task
-# that keeps them open until the loop shuts down.
+# that keeps them open until the loop shuts down (held here: a loop keeps only weak
+# references to its tasks).
 _opened: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
 _keepers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
 
@@ -146,7 +147,7 @@ async def ensure_services(runtime: Runtime[Any] | None = None) -> None:
     A no-op for a run given an `AtelierContext` or served with bound services
     (`graphs.served`). Otherwise the first such run on the loop opens the default
     services (see the module docstring for their lifetime); later and concurrent
-    runs wait for that opening. Graph entries call it before `context_of`.
+    runs wait for that opening. The pipeline's nodes and the team's entry call it.
 
     Args:
         runtime: The run's runtime; by default the current run's.
