@@ -52,6 +52,7 @@ from providers.usage import metering
 from studio.context import AtelierContext
 from studio.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
 from studio.run_start import starting_run
+from studio.services import ensure_services
 from studio.state import PipelineInput, PipelineOutput, PipelineState
 
 Node = Callable[..., Awaitable[dict[str, Any]]]
@@ -66,11 +67,13 @@ def metered(node: Node, *, draft_source: str | None = None) -> Node:
     of runtime / config to pass, forwarded here as keywords) and its closure (the
     executor's team, found there as a subgraph), so the wrapper is one level deep.
     A node interrupted (the planner's question) or failing adds nothing: its update
-    is never written.
+    is never written. A run given no services gets the default ones first
+    (`studio.services.ensure_services`), whichever node it starts or resumes at.
     """
 
     @functools.wraps(node)
     async def run(state: Any, **kwargs: Any) -> dict[str, Any]:
+        await ensure_services()
         with metering() as ledger:
             update = await node(state, **kwargs)
         usage = ledger.as_dict()

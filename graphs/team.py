@@ -69,6 +69,7 @@ from studio.routing import (
     should_continue_review,
     should_continue_supervisor,
 )
+from studio.services import ensure_services
 from studio.state import TeamInput, TeamOutput, TeamState
 from studio.tools import generate_image, search_knowledge
 
@@ -89,7 +90,11 @@ SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
 
 
 async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
-    """Resolve the run's loop bounds once: the input's over the context's over the defaults."""
+    """Resolve the run's loop bounds once: the input's over the context's over the defaults.
+
+    A run given no services gets the default ones here (`studio.services.ensure_services`).
+    """
+    await ensure_services(runtime)
     return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
 
 

@@ -12,10 +12,15 @@ it. The graphs it serves (`graphs.served`) are therefore compiled with
 `context_schema=RunOptions`, a serializable model of what a client may set per
 run, and the services are bound once at the server's start-up
 (`bind_services`); `context_of` joins the two.
+
+A run given no context anywhere else (`build_pipeline()` in a notebook) gets the
+services `studio.services.ensure_services` opened from `Settings()` for its event
+loop and bound to it (`bind_loop_services`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -92,6 +97,9 @@ class RunOptions(BaseModel):
 
 # The services of LangGraph's own server, bound at its start-up (graphs.served).
 _bound: AtelierContext | None = None
+# The services opened for runs given none, by the event loop they serve
+# (studio.services.ensure_services).
+_loop_bound: dict[asyncio.AbstractEventLoop, AtelierContext] = {}
 
 
 @contextmanager
@@ -111,12 +119,49 @@ def bind_services(context: AtelierContext) -> Iterator[AtelierContext]:
         _bound = None
 
 
+@contextmanager
+def bind_loop_services(context: AtelierContext) -> Iterator[AtelierContext]:
+    """Serve runs on the running event loop that get no services with `context` inside the block.
+
+    Services bound for the process (`bind_services`) take precedence. The context
+    holds clients tied to this loop, so runs on another loop never see it.
+    """
+    loop = asyncio.get_running_loop()
+    if loop in _loop_bound:
+        raise RuntimeError("services are already bound to this event loop")
+    _loop_bound[loop] = context
+    try:
+        yield context
+    finally:
+        del _loop_bound[loop]
+
+
+def bound_services() -> AtelierContext | None:
+    """Return the services bound for runs without their own: the process's, else this loop's."""
+    if _bound is not None:
+        return _bound
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # called outside any event loop
+        return None
+    return _loop_bound.get(loop)
+
+
+def has_services(runtime: Runtime[Any] | Any) -> bool:
+    """Return whether `context_of(runtime)` finds services (it may still reject bad options)."""
+    return isinstance(getattr(runtime, "context", None), AtelierContext) or (
+        bound_services() is not None
+    )
+
+
 def context_of(runtime: Runtime[Any] | Any) -> AtelierContext:
     """Return the services and settings of a run.
 
     An `AtelierContext` passed with the run (the service, the CLI, tests) is used
-    as it is. Otherwise (LangGraph's own server) the run's options, a `RunOptions`
-    or a mapping of its fields, are applied to the bound services.
+    as it is. Otherwise the run's options, a `RunOptions` or a mapping of its
+    fields (LangGraph's own server), are applied to the bound services: the
+    process's (`bind_services`), else those opened for the running event loop
+    (`bind_loop_services`).
 
     Raises:
         RuntimeError: The run has no `AtelierContext` and no services are bound.
@@ -124,16 +169,18 @@ def context_of(runtime: Runtime[Any] | Any) -> AtelierContext:
     ctx = getattr(runtime, "context", None)
     if isinstance(ctx, AtelierContext):
         return ctx
-    if _bound is None:
+    base = bound_services()
+    if base is None:
         raise RuntimeError(
             "this run has no AtelierContext and no services are bound: pass "
-            "context=AtelierContext(...), or serve the graphs through langgraph.json "
-            "(graphs.served), whose start-up binds them"
+            "context=AtelierContext(...), run graphs.pipeline / graphs.team, whose "
+            "nodes open the services of Settings() (studio.services.ensure_services), "
+            "or serve the graphs through langgraph.json (graphs.served)"
         )
     if ctx is None:
-        return _bound
+        return base
     if isinstance(ctx, Mapping):
         ctx = RunOptions.model_validate(ctx)
     if not isinstance(ctx, RunOptions):
         raise TypeError(f"unexpected run context {type(ctx).__name__}; expected RunOptions")
-    return _bound.with_options(ctx)
+    return base.with_options(ctx)

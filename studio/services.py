@@ -3,20 +3,43 @@
 Every entry point opens the services a run needs here and nowhere else: `atelier
 serve` (embedded and scale-out), `atelier worker`, `atelier run`, `langgraph dev`
 (`graphs.served`) and a notebook that compiles `build_pipeline()` without a context
-(`studio.context.context_of`). What differs between them is passed in, not rebuilt:
-the scale-out deployment hands over its PostgreSQL notes and shared asset store, a
+(`ensure_services`). What differs between them is passed in, not rebuilt: the
+scale-out deployment hands over its PostgreSQL notes and shared asset store, a
 server its metrics observer.
 
-Everything blocking (the embedded model's file lookup, the CJK font, jieba's
-dictionary, building the chat models and their HTTP clients) runs in worker threads,
-so no run pays for it on the event loop.
+Everything blocking (reading `.env`, the embedded model's file lookup, the CJK font,
+jieba's dictionary, building the chat models and their HTTP clients) runs in worker
+threads, so no run pays for it on the event loop.
+
+Runs given no services (`build_pipeline()` or `build_team()` used as a library)
+get the services of `Settings()` (the environment and `.env`), opened by the first
+such run on an event loop and then shared by every run on that loop:
+
+- They live as long as the event loop: a notebook's kernel keeps one loop, so
+  there they are opened once and live for the process; `asyncio.run()` closes
+  them as it finishes (it cancels the task that keeps them open), and the next
+  `asyncio.run()` opens its own. They hold clients tied to their loop (the
+  models' async HTTP connections, the vault's lock, the embedded model's
+  process watcher), so no two loops share them. A loop driven by hand should
+  cancel its remaining tasks before it closes, as `asyncio.run()` does: the
+  vault's SQLite thread otherwise keeps the process from exiting.
+- Concurrent first runs on a loop wait for the same opening, so the services are
+  opened once; if opening fails, every waiting run fails with its reason and the
+  next run tries again.
+- Without `LLM_BASE_URL` they serve the embedded model, as `atelier serve` does;
+  if it cannot start (no model file, no llama-cpp-python) the run fails with the
+  one-line reason, which says to set `LLM_BASE_URL`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from langgraph.runtime import Runtime, get_runtime
 
 from core.settings import Settings
 from knowledge.repository import InMemoryNoteRepository, NoteRepository, SqliteNoteRepository
@@ -25,7 +48,7 @@ from providers.assets import AssetStore
 from providers.images import ImageProvider, build_image_provider
 from providers.llm import AttemptObserver, ModelFactory, OpenAIModelFactory, open_model_factory
 from providers.local_llm import model_path
-from studio.context import AtelierContext
+from studio.context import AtelierContext, bind_loop_services, has_services
 from studio.limits import limits_from_settings
 
 
@@ -109,3 +132,62 @@ async def open_services(
         yield await asyncio.to_thread(
             build_context, settings, models=models, notes=notes, assets=assets
         )
+
+
+# Per event loop: whether the services of runs given none are open, and the task
+# that keeps them open until the loop shuts down (held here: a loop keeps only weak
+# references to its tasks).
+_opened: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
+_keepers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+
+
+async def ensure_services(runtime: Runtime[Any] | None = None) -> None:
+    """Open the services of `Settings()` for this event loop if the run has none.
+
+    A no-op for a run given an `AtelierContext` or served with bound services
+    (`graphs.served`). Otherwise the first such run on the loop opens the default
+    services (see the module docstring for their lifetime); later and concurrent
+    runs wait for that opening. The pipeline's nodes and the team's entry call it.
+
+    Args:
+        runtime: The run's runtime; by default the current run's.
+
+    Raises:
+        Exception: What opening the services raised (`Settings()` rejecting a
+            value, the embedded model failing to start), with its one-line reason.
+    """
+    if has_services(runtime if runtime is not None else get_runtime()):
+        return
+    loop = asyncio.get_running_loop()
+    opened = _opened.get(loop)
+    if opened is None:  # no await since the lookup: concurrent runs share one opening
+        opened = _opened[loop] = loop.create_future()
+        # A context of its own: the keeper outlives the run that started it.
+        keeper = loop.create_task(_keep_default_services(opened), context=contextvars.Context())
+        _keepers[loop] = keeper
+    # A run cancelled while it waits leaves the opening to the others.
+    await asyncio.shield(opened)
+
+
+async def _keep_default_services(opened: asyncio.Future[None]) -> None:
+    """Open the services of `Settings()`, bind them to this loop and keep them until cancelled.
+
+    `asyncio.run()` cancels every task as it finishes, this one too, which closes
+    the services on their own loop. A failure to open is handed to the runs
+    waiting on `opened`, and the loop's next run tries again.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        settings = await asyncio.to_thread(Settings)  # reads `.env`
+        async with open_services(settings) as context:
+            with bind_loop_services(context):
+                opened.set_result(None)
+                await asyncio.Event().wait()  # until cancelled
+    except Exception as exc:
+        if opened.done():  # closing failed: the loop's shutdown reports it
+            raise
+        opened.set_exception(exc)
+    finally:
+        if not opened.done():  # cancelled while opening
+            opened.cancel()
+        del _opened[loop], _keepers[loop]
