@@ -256,7 +256,7 @@ class OpenAIModelFactory:
 
         Building a `ChatOpenAI` creates its HTTP clients, which reads package
         metadata and certificate files: servers call this at start-up, from a
-        worker thread (`AtelierContext.from_settings` does).
+        worker thread (`studio.services.build_context` does).
         """
         for role in LLM_ROLES:
             self(role)
