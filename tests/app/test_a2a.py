@@ -33,10 +33,16 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
+from core.settings import Settings
 from tests.app.atelier_llm import atelier_responder
-from tests.app.harness import LiveServer, service_settings, wait_until
+from tests.app.harness import Served, serve_deployment, service_settings, wait_until
 from tests.app.test_atelier_service import ANSWER_DELAY, REQUEST, Gate, writer_requests
 from tests.support.scripted_openai import ScriptedOpenAIServer, delayed
+from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
+    migrated_postgres_url,
+    postgres_cluster,
+    redis_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -63,11 +69,18 @@ def llm(scripted_llm: ScriptedOpenAIServer, gate: Gate) -> ScriptedOpenAIServer:
     return scripted_llm
 
 
-@pytest.fixture
-def server(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[LiveServer]:
-    settings = service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY, OTHER_KEY])
-    with LiveServer(settings, None) as live:
-        yield live
+@pytest.fixture(params=["embedded", "scale-out"])
+def server(
+    request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
+) -> Iterator[Served]:
+    """The service embedded, and on PostgreSQL + Redis (tasks are read from the run store)."""
+
+    def settings(**scale: Any) -> Settings:
+        keys = [KEY, OTHER_KEY]
+        return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=keys, **scale)
+
+    with serve_deployment(request, settings, None) as served:
+        yield served
 
 
 async def connect(url: str, key: str, *, version: str, streaming: bool = True) -> Client:
@@ -88,7 +101,7 @@ def version(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def client(version: str, server: LiveServer) -> AsyncIterator[Client]:
+async def client(version: str, server: Served) -> AsyncIterator[Client]:
     """A client of the atelier assistant (non-streaming), speaking `version`."""
     client = await connect(f"{server.url}/a2a/atelier", KEY, version=version, streaming=False)
     yield client
@@ -119,7 +132,7 @@ def assert_is_the_post(task: Task, base_url: str) -> None:
     assert got.status_code == 200 and got.headers["content-type"].startswith("image/")
 
 
-def test_the_card_is_public_and_says_where_to_call_and_how(server: LiveServer) -> None:
+def test_the_card_is_public_and_says_where_to_call_and_how(server: Served) -> None:
     response = httpx.get(server.url + CARD, timeout=30)  # no key
 
     assert response.status_code == 200
@@ -134,7 +147,7 @@ def test_the_card_is_public_and_says_where_to_call_and_how(server: LiveServer) -
 
 
 async def test_message_send_answers_the_completed_task_with_the_post(
-    client: Client, server: LiveServer
+    client: Client, server: Served
 ) -> None:
     [response] = await send(client, user_message(REQUEST))
 
@@ -147,7 +160,7 @@ async def test_message_send_answers_the_completed_task_with_the_post(
     assert again.history[0].parts[0].text == REQUEST
 
 
-async def test_message_stream_streams_progress_ending_completed(server: LiveServer) -> None:
+async def test_message_stream_streams_progress_ending_completed(server: Served) -> None:
     client = await connect(f"{server.url}/a2a/atelier", KEY, version="0.3")
     try:
         events = await send(client, user_message(REQUEST))
@@ -195,7 +208,7 @@ async def test_tasks_cancel_cancels_a_slow_run(
 
 
 async def test_a_task_is_not_found_by_another_key(
-    client: Client, version: str, server: LiveServer
+    client: Client, version: str, server: Served
 ) -> None:
     [response] = await send(client, user_message(REQUEST))
     other = await connect(f"{server.url}/a2a/atelier", OTHER_KEY, version=version, streaming=False)
@@ -206,7 +219,7 @@ async def test_a_task_is_not_found_by_another_key(
         await other.close()
 
 
-def test_an_unknown_assistant_is_404(server: LiveServer) -> None:
+def test_an_unknown_assistant_is_404(server: Served) -> None:
     body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}}
     headers = {"X-Api-Key": KEY}
 
@@ -217,7 +230,7 @@ def test_an_unknown_assistant_is_404(server: LiveServer) -> None:
     assert card.status_code == 404
 
 
-async def test_a_call_without_a_key_is_refused(server: LiveServer) -> None:
+async def test_a_call_without_a_key_is_refused(server: Served) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}}
     async with httpx.AsyncClient(timeout=30) as http:
         response = await http.post(f"{server.url}/a2a/atelier", json=body)
@@ -231,7 +244,7 @@ async def test_a_call_without_a_key_is_refused(server: LiveServer) -> None:
         await keyless.close()
 
 
-def test_openapi_documents_the_endpoint_and_the_card(server: LiveServer) -> None:
+def test_openapi_documents_the_endpoint_and_the_card(server: Served) -> None:
     document = httpx.get(server.url + "/openapi.json", timeout=30).json()
 
     rpc = document["paths"]["/a2a/{assistant_id}"]["post"]
