@@ -16,10 +16,14 @@ The mapping:
 * **A task is a thread and its run.** The task id is the thread id. The context id
   is the client's `contextId` when its first message carries one, else the thread
   id; it is kept in the run's metadata (`a2a_context_id`).
-* **A message starts a run**: its text parts, joined, become the run's `request`,
-  with `auto_confirm` (the planner never asks, so a task is never `input-required`).
-  A message naming a task (`taskId`) is refused: Atelier's tasks end in a terminal
-  state, and a new request is a new task (it may carry the same `contextId`).
+* **A message starts a run**: its text parts, joined, become the run's `request`.
+* **The planner's question is `input-required`**: when the request is too vague the
+  task waits with the question as its status message (text, and the interrupt's
+  value as a data part). The next message on the task (`taskId`) answers it: its
+  text resumes the run (`command.resume`; "defaults" goes on with defaults, any
+  other text adds details). A message naming a task in any other state is refused:
+  a finished task takes no more input, and a new request is a new task (it may carry
+  the same `contextId`).
 * **Progress**: the run's `custom` frames (stages, attempts, images) become
   `working` status updates with a short text in `message/stream`.
 * **The post is the artifact**: a `text/markdown` part (title, body, `#tags`, and
@@ -114,6 +118,10 @@ CARD_PATH = RPC_PATH + AGENT_CARD_WELL_KNOWN_PATH
 FRAME_WAIT = 15.0
 #: Run metadata key holding the task's context id.
 CONTEXT_KEY = "a2a_context_id"
+#: The runs of a task its history tells (a request, then each answer to a question).
+MAX_RUNS = 20
+#: How to answer the planner's question, after the question itself.
+ANSWER_HINT = 'Reply with the missing details, or "defaults" to go on with sensible defaults.'
 
 # --------------------------------------------------------------------------- engine calls
 
@@ -122,22 +130,34 @@ async def start_run(
     manager: RunManager,
     owner: str,
     assistant: Assistant,
-    graph_input: dict[str, Any],
     context_id: str,
+    *,
+    graph_input: dict[str, Any] | None = None,
+    resume_on: tuple[str, str] | None = None,
 ) -> RunRecord:
-    """Record and start a run of `assistant` on a new thread; return it.
+    """Record and start a run of `assistant`; return it.
+
+    Args:
+        manager: The run engine.
+        owner: The caller's owner id.
+        assistant: What to run.
+        context_id: The task's context id (kept in the run's metadata).
+        graph_input: The input of a run on a new thread.
+        resume_on: (thread id, answer): resume the thread's pending interrupt instead.
 
     Raises:
-        RunsError: The engine refused it (unavailable database, shutting down).
+        RunsError: The engine refused it (nothing to resume, an invalid answer, an
+            unavailable database, shutting down).
     """
+    thread_id, answer = resume_on if resume_on else (None, None)
     run, _ = await manager.create(
         RunRequest(
             owner=owner,
-            thread_id=None,
+            thread_id=thread_id,
             assistant=assistant,
             kwargs={
                 "input": graph_input,
-                "command": None,
+                "command": {"resume": answer} if resume_on else None,
                 "stream_mode": ["custom"],
                 "stream_subgraphs": True,  # the team's events come from the executor subgraph
                 "stream_resumable": True,
@@ -150,15 +170,14 @@ async def start_run(
     return run
 
 
-async def latest_run(
+async def task_runs(
     manager: RunManager, owner: str, assistant_id: str, thread_id: str
-) -> RunRecord | None:
-    """Return the latest run of an owner's thread served by `assistant_id`, or None."""
+) -> list[RunRecord]:
+    """Return the runs of an owner's thread served by `assistant_id`, oldest first."""
     thread = await manager.threads.get(owner, thread_id)
     if thread is None or thread.metadata.get("assistant_id") != assistant_id:
-        return None
-    runs = await manager.runs.for_thread(thread_id, limit=1)
-    return runs[0] if runs else None
+        return []
+    return list(reversed(await manager.runs.for_thread(thread_id, limit=MAX_RUNS)))
 
 
 async def run_frames(manager: RunManager, run: RunRecord) -> AsyncIterator[Frame]:
@@ -275,7 +294,7 @@ def post_artifact(result: Mapping[str, Any], base_url: str) -> Artifact | None:
 
 
 def task_state(run: RunRecord, values: Mapping[str, Any]) -> tuple[TaskState, str]:
-    """Return the A2A state of a task whose latest run is `run`, and a line saying why."""
+    """Return the A2A state of a task whose latest run is `run`, and what to tell the client."""
     result = values.get("result") or {}
     message = str(result.get("message") or "")
     if run.status == "pending":
@@ -288,34 +307,57 @@ def task_state(run: RunRecord, values: Mapping[str, Any]) -> tuple[TaskState, st
         error = values.get("__error__") or run.error or {}
         return TaskState.TASK_STATE_FAILED, str(error.get("message") or f"the run {run.status}")
     if values.get("__interrupt__"):
-        # auto_confirm keeps the planner from asking; a graph that pauses anyway waits.
-        return TaskState.TASK_STATE_INPUT_REQUIRED, message or "the run paused for input"
+        question = _question(values["__interrupt__"])
+        return TaskState.TASK_STATE_INPUT_REQUIRED, f"{question}\n\n{ANSWER_HINT}"
     post = result.get("post") or {}
     if post.get("title") or post.get("blocks"):
         return TaskState.TASK_STATE_COMPLETED, message or "the post is ready"
     return TaskState.TASK_STATE_FAILED, message or "the run ended without a post"
 
 
-def build_task(call: Call, run: RunRecord, values: Mapping[str, Any]) -> Task:
-    """Return the task a run stands for, with its artifact once it has a post."""
-    state, why = task_state(run, values)
-    context_id = _context_id(run)
-    task = Task(
-        id=run.thread_id,
-        context_id=context_id,
-        status=TaskStatus(state=state, message=_agent_message(why, run.thread_id, context_id)),
-    )
+def _question(interrupts: list[Any]) -> str:
+    """Return the text of the first pending question (the planner's `question`)."""
+    value = interrupts[0].get("value") if isinstance(interrupts[0], Mapping) else None
+    if isinstance(value, Mapping) and value.get("question"):
+        return str(value["question"])
+    return "The run is waiting for your answer."
+
+
+def _said(run: RunRecord) -> str:
+    """Return what the client said to start a run: its request, or its answer."""
     request = (run.kwargs.get("input") or {}).get("request")
     if request:
-        task.history.append(
-            Message(
-                message_id=f"{run.run_id}-request",
-                role=Role.ROLE_USER,
-                parts=[Part(text=str(request))],
-                task_id=run.thread_id,
-                context_id=context_id,
+        return str(request)
+    answer = (run.kwargs.get("command") or {}).get("resume")
+    return answer if isinstance(answer, str) else ""
+
+
+def build_task(
+    call: Call, run: RunRecord, values: Mapping[str, Any], earlier: list[RunRecord] | None = None
+) -> Task:
+    """Return the task whose latest run is `run`, with its artifact once it has a post.
+
+    Its history is what the client said to start each run (`earlier` runs first).
+    """
+    state, why = task_state(run, values)
+    context_id = _context_id(run)
+    status = TaskStatus(state=state, message=_agent_message(why, run.thread_id, context_id))
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED:
+        interrupt = values["__interrupt__"][0]
+        status.message.parts.append(Part(data=ParseDict(dict(interrupt), Value())))
+    task = Task(id=run.thread_id, context_id=context_id, status=status)
+    for said in [*(earlier or []), run]:
+        text = _said(said)
+        if text:
+            task.history.append(
+                Message(
+                    message_id=f"{said.run_id}-user",
+                    role=Role.ROLE_USER,
+                    parts=[Part(text=text)],
+                    task_id=run.thread_id,
+                    context_id=context_id,
+                )
             )
-        )
     if state == TaskState.TASK_STATE_COMPLETED:
         artifact = post_artifact(values.get("result") or {}, call.base_url)
         if artifact is not None:
@@ -339,6 +381,11 @@ def progress_text(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _state_name(state: TaskState) -> str:
+    """Return a state as A2A 0.3 spells it (TASK_STATE_INPUT_REQUIRED → input-required)."""
+    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
 def _engine_error(exc: RunsError) -> Exception:
     """Return the A2A error for an engine refusal (its message is safe to show)."""
     if isinstance(exc, NotFound):
@@ -353,15 +400,46 @@ class AtelierRequestHandler(RequestHandler):
 
     async def _start(self, params: SendMessageRequest, call: Call) -> RunRecord:
         message = params.message
-        if message.task_id:
-            raise InvalidParamsError(
-                message=f"task {message.task_id!r} cannot take another message (Atelier's "
-                "tasks end when their post is done); send a new message without taskId"
-            )
         text = request_text(message)
         if not text:
-            raise InvalidParamsError(message="the message has no text part to write from")
-        graph_input: dict[str, Any] = {"request": text, "auto_confirm": True}
+            raise InvalidParamsError(message="the message has no text part")
+        try:
+            if message.task_id:
+                return await self._answer(call, message.task_id, text)
+            return await start_run(
+                call.manager,
+                call.owner,
+                call.assistant,
+                message.context_id,
+                graph_input=self._input(call, text),
+            )
+        except RunsError as exc:
+            raise _engine_error(exc) from None
+
+    async def _answer(self, call: Call, task_id: str, text: str) -> RunRecord:
+        """Resume a task waiting at the planner's question with the client's answer."""
+        run = await self._latest(call, task_id)
+        state, _ = task_state(run, await call.manager.result(run))
+        if state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            raise InvalidParamsError(
+                message=f"task {task_id!r} is {_state_name(state)}: only a task waiting for "
+                "input takes another message; send a new message without taskId"
+            )
+        return await start_run(
+            call.manager, call.owner, call.assistant, _context_id(run), resume_on=(task_id, text)
+        )
+
+    async def _latest(self, call: Call, task_id: str) -> RunRecord:
+        """Return the latest run of the caller's task, or raise TaskNotFoundError."""
+        runs = await task_runs(call.manager, call.owner, call.assistant.assistant_id, task_id)
+        if not runs:
+            raise TaskNotFoundError()
+        return runs[-1]
+
+    @staticmethod
+    def _input(call: Call, text: str) -> dict[str, Any]:
+        """Return the run input of a request text, checked by the assistant's input model."""
+        graph_input: dict[str, Any] = {"request": text}
         model = call.assistant.input_model
         if model is not None:
             try:
@@ -371,18 +449,16 @@ class AtelierRequestHandler(RequestHandler):
             except ValidationError as exc:
                 problems = "; ".join(str(e["msg"]) for e in exc.errors(include_url=False))
                 raise InvalidParamsError(message=f"the message's text: {problems}") from None
-        try:
-            return await start_run(
-                call.manager, call.owner, call.assistant, graph_input, message.context_id
-            )
-        except RunsError as exc:
-            raise _engine_error(exc) from None
+        return graph_input
 
-    async def _task(self, call: Call, run_id: str) -> Task:
-        found = await run_outcome(call.manager, run_id)
+    async def _task(self, call: Call, run: RunRecord) -> Task:
+        """Return the task whose latest run is `run`, read from the run store."""
+        found = await run_outcome(call.manager, run.run_id)
         if found is None:
             raise TaskNotFoundError()
-        return build_task(call, *found)
+        runs = await task_runs(call.manager, call.owner, call.assistant.assistant_id, run.thread_id)
+        earlier = [r for r in runs if r.run_id != run.run_id]
+        return build_task(call, *found, earlier)
 
     async def _follow(self, call: Call, run: RunRecord) -> AsyncGenerator[Event]:
         """Yield the task, its progress, then its artifact and final status."""
@@ -401,7 +477,7 @@ class AtelierRequestHandler(RequestHandler):
                         message=_agent_message(text, run.thread_id, context_id),
                     ),
                 )
-        task = await self._task(call, run.run_id)
+        task = await self._task(call, run)
         for artifact in task.artifacts:
             yield TaskArtifactUpdateEvent(
                 task_id=task.id, context_id=context_id, artifact=artifact, last_chunk=True
@@ -418,7 +494,7 @@ class AtelierRequestHandler(RequestHandler):
             return build_task(call, run, {})
         async for _frame in run_frames(call.manager, run):
             pass
-        return await self._task(call, run.run_id)
+        return await self._task(call, run)
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -432,36 +508,29 @@ class AtelierRequestHandler(RequestHandler):
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         """Answer the task from its thread's latest run."""
         call = _call(context)
-        run = await latest_run(call.manager, call.owner, call.assistant.assistant_id, params.id)
-        if run is None:
-            raise TaskNotFoundError()
-        return await self._task(call, run.run_id)
+        return await self._task(call, await self._latest(call, params.id))
 
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         """Cancel the task's run and answer the task, now `canceled`."""
         call = _call(context)
-        run = await latest_run(call.manager, call.owner, call.assistant.assistant_id, params.id)
-        if run is None:
-            raise TaskNotFoundError()
+        run = await self._latest(call, params.id)
         try:
             run = await cancel_run(call.manager, run)
         except Conflict:
             state, _ = task_state(run, await call.manager.result(run))
             raise TaskNotCancelableError(
-                message=f"task {params.id!r} has ended ({TaskState.Name(state)})"
+                message=f"task {params.id!r} is not working ({_state_name(state)})"
             ) from None
-        return await self._task(call, run.run_id)
+        return await self._task(call, run)
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         """Stream a task's progress again, from its run's first frame until it ends."""
         call = _call(context)
-        run = await latest_run(call.manager, call.owner, call.assistant.assistant_id, params.id)
-        if run is None:
-            raise TaskNotFoundError()
+        run = await self._latest(call, params.id)
         async for event in self._follow(call, run):
             yield event
 

@@ -31,7 +31,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
 from core.settings import Settings
 from tests.app.atelier_llm import atelier_responder
@@ -160,6 +160,31 @@ async def test_message_send_answers_the_completed_task_with_the_post(
     assert again.history[0].parts[0].text == REQUEST
 
 
+async def test_the_planners_question_is_input_required_and_the_next_message_answers_it(
+    client: Client, server: Served
+) -> None:
+    [asked] = await send(client, user_message("写点东西"))
+
+    task = asked.task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    question, hint = task.status.message.parts
+    assert '"defaults"' in question.text
+    assert get_data_parts([hint])[0]["value"]["type"] == "clarification"
+
+    answer = user_message("defaults")
+    answer.message.task_id = task.id
+    answer.message.context_id = task.context_id
+    [answered] = await send(client, answer)
+
+    assert answered.task.id == task.id
+    assert_is_the_post(answered.task, server.url)
+    assert [m.parts[0].text for m in answered.task.history] == ["写点东西", "defaults"]
+    again = user_message("再写一篇")
+    again.message.task_id = task.id
+    with pytest.raises(InvalidParamsError, match="is completed"):
+        await send(client, again)
+
+
 async def test_message_stream_streams_progress_ending_completed(server: Served) -> None:
     client = await connect(f"{server.url}/a2a/atelier", KEY, version="0.3")
     try:
@@ -203,7 +228,7 @@ async def test_tasks_cancel_cancels_a_slow_run(
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
     task = await client.get_task(GetTaskRequest(id=task_id))
     assert task.status.state == TaskState.TASK_STATE_CANCELED and not task.artifacts
-    with pytest.raises(TaskNotCancelableError, match="has ended"):
+    with pytest.raises(TaskNotCancelableError, match="canceled"):
         await client.cancel_task(CancelTaskRequest(id=task_id))
 
 
