@@ -118,6 +118,8 @@ CARD_PATH = RPC_PATH + AGENT_CARD_WELL_KNOWN_PATH
 FRAME_WAIT = 15.0
 #: Run metadata key holding the task's context id.
 CONTEXT_KEY = "a2a_context_id"
+#: The longest `contextId` a client may give a new task (it is stored with the run).
+MAX_CONTEXT_ID = 256
 #: The runs of a task its history tells (a request, then each answer to a question).
 MAX_RUNS = 20
 #: How to answer the planner's question, after the question itself.
@@ -403,6 +405,10 @@ class AtelierRequestHandler(RequestHandler):
         text = request_text(message)
         if not text:
             raise InvalidParamsError(message="the message has no text part")
+        if len(message.context_id) > MAX_CONTEXT_ID:
+            raise InvalidParamsError(
+                message=f"contextId is longer than {MAX_CONTEXT_ID} characters"
+            )
         try:
             if message.task_id:
                 return await self._answer(call, message.task_id, text)

@@ -33,7 +33,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
+from app.a2a import task_state
 from core.settings import Settings
+from engine.records import RunRecord
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import Served, serve_deployment, service_settings, wait_until
 from tests.app.test_atelier_service import ANSWER_DELAY, REQUEST, Gate, writer_requests
@@ -130,6 +132,56 @@ def assert_is_the_post(task: Task, base_url: str) -> None:
     image_url = markdown.split("](", 1)[1].split(")", 1)[0]
     got = httpx.get(image_url, headers={"X-Api-Key": KEY}, timeout=30)
     assert got.status_code == 200 and got.headers["content-type"].startswith("image/")
+
+
+def run_record(status: str, cancel_reason: str | None = None) -> RunRecord:
+    return RunRecord(
+        run_id="r",
+        thread_id="t",
+        owner="o",
+        assistant_id="atelier",
+        status=status,  # type: ignore[arg-type]
+        created_at="",
+        updated_at="",
+        kwargs={},
+        multitask_strategy="reject",
+        cancel_reason=cancel_reason,
+    )
+
+
+POST = {"result": {"message": "done", "post": {"title": "T", "blocks": [], "tags": []}}}
+QUESTION = {"__interrupt__": [{"value": {"type": "clarification", "question": "Q?"}, "id": "i"}]}
+
+
+@pytest.mark.parametrize(
+    ("run", "values", "state", "says"),
+    [
+        (run_record("pending"), {}, TaskState.TASK_STATE_SUBMITTED, "queued"),
+        (run_record("running"), {}, TaskState.TASK_STATE_WORKING, "working"),
+        (run_record("interrupted", "interrupt"), {}, TaskState.TASK_STATE_CANCELED, "cancelled"),
+        (
+            run_record("error"),
+            {"__error__": {"error": "X", "message": "the model failed"}},
+            TaskState.TASK_STATE_FAILED,
+            "the model failed",
+        ),
+        (run_record("timeout"), {}, TaskState.TASK_STATE_FAILED, "timeout"),
+        (run_record("interrupted"), QUESTION, TaskState.TASK_STATE_INPUT_REQUIRED, "Q?"),
+        (run_record("success"), POST, TaskState.TASK_STATE_COMPLETED, "done"),
+        (
+            run_record("success"),
+            {"result": {"outcome": "failed", "message": "no post: the model is down", "post": {}}},
+            TaskState.TASK_STATE_FAILED,
+            "no post: the model is down",
+        ),
+    ],
+)
+def test_a_task_state_follows_its_latest_run(
+    run: RunRecord, values: dict[str, Any], state: TaskState, says: str
+) -> None:
+    got, message = task_state(run, values)
+
+    assert got == state and says in message
 
 
 def test_the_card_is_public_and_says_where_to_call_and_how(server: Served) -> None:
