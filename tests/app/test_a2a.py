@@ -37,7 +37,14 @@ from app.a2a import task_state
 from core.settings import Settings
 from engine.records import RunRecord
 from tests.app.atelier_llm import atelier_responder
-from tests.app.harness import Served, serve_deployment, service_settings, wait_until
+from tests.app.harness import (
+    DEPLOYMENTS,
+    Served,
+    processes_deployment,
+    serve_deployment,
+    service_settings,
+    wait_until,
+)
 from tests.app.test_atelier_service import ANSWER_DELAY, REQUEST, Gate, writer_requests
 from tests.support.scripted_openai import ScriptedOpenAIServer, delayed
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
@@ -71,17 +78,31 @@ def llm(scripted_llm: ScriptedOpenAIServer, gate: Gate) -> ScriptedOpenAIServer:
     return scripted_llm
 
 
-@pytest.fixture(params=["embedded", "scale-out"])
+@pytest.fixture(scope="module")
+def processes(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    scripted_llm: ScriptedOpenAIServer,
+) -> Iterator[Any]:
+    """`atelier serve --workers 0` twice behind nginx and `atelier worker` twice."""
+    env = {"AUTH_API_KEYS": f"{KEY},{OTHER_KEY}", "LLM_TIMEOUT": "30"}
+    with processes_deployment(
+        request, tmp_path_factory, scripted_llm.base_url, cli=True, env=env
+    ) as deployment:
+        yield deployment
+
+
+@pytest.fixture(params=DEPLOYMENTS)
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
 ) -> Iterator[Served]:
-    """The service embedded, and on PostgreSQL + Redis (tasks are read from the run store)."""
+    """The service in each deployment: tasks are read from the run store, so any replica answers."""
 
     def settings(**scale: Any) -> Settings:
         keys = [KEY, OTHER_KEY]
         return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=keys, **scale)
 
-    with serve_deployment(request, settings, None) as served:
+    with serve_deployment(request, settings, None, {"X-Api-Key": KEY}) as served:
         yield served
 
 
