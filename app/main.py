@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from app import names
+from app import a2a, names
 from app.errors import install_error_handlers
 from app.metrics import install_metrics
 from app.openapi import install_openapi
@@ -196,6 +196,7 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(exports.router)
     app.include_router(runs.router)
+    app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     install_openapi(app)
     mount_console(app)
     return app

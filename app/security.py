@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from typing import Annotated
@@ -64,6 +65,10 @@ PUBLIC_PATHS: frozenset[str] = frozenset(
     {"/", "/ok", "/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 )
 PUBLIC_PREFIXES: tuple[str, ...] = ("/console/",)
+#: Also public: each assistant's A2A agent card (app/a2a.py). A2A clients fetch it before
+#: they call, to learn where to call and which key to present (its security schemes);
+#: it names no thread, run or key.
+PUBLIC_PATTERN = re.compile(r"^/a2a/[^/]+/\.well-known/agent-card\.json$")
 
 #: Routes whose body may be larger than MAX_BODY_BYTES (see `upload_body_limit`).
 UPLOAD_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/assets")})
@@ -145,7 +150,11 @@ def presented_keys(headers: Headers) -> list[str]:
 
 def is_public(path: str) -> bool:
     """Return whether a path is served without an API key."""
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+    return (
+        path in PUBLIC_PATHS
+        or path.startswith(PUBLIC_PREFIXES)
+        or PUBLIC_PATTERN.match(path) is not None
+    )
 
 
 class AuthMiddleware:

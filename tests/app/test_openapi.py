@@ -120,7 +120,13 @@ def test_401_is_documented_on_every_protected_operation_when_keyed(
     document: dict[str, Any], keyed_document: dict[str, Any]
 ) -> None:
     for path, _method, operation in operations(keyed_document):
-        public = path in ("/ok", "/health", "/ready", "/")
+        public = path in (
+            "/ok",
+            "/health",
+            "/ready",
+            "/",
+            "/a2a/{assistant_id}/.well-known/agent-card.json",
+        )
         assert ("401" in operation["responses"]) is not public, path
     assert not any("401" in op["responses"] for _p, _m, op in operations(document))
 
