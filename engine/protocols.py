@@ -10,7 +10,7 @@
 parts, each with one implementation per backend (`engine/sqlite/` today; a
 PostgreSQL one fits the same shapes):
 
-    ThreadRepository  threads: get, search, insert, update metadata, delete
+    ThreadRepository  threads: get, search, count, insert, merge metadata, delete
     RunRepository     runs: insert (with the busy check), get, find, list, delete;
                       claiming a pending run for execution belongs here as well
     EventLog          each run's frames: append, read after an id, prune; the
@@ -93,8 +93,14 @@ class ThreadRepository(Protocol):
         """Store a new thread; raise `ThreadExists` when the id is taken."""
         ...
 
-    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
-        """Replace a thread's metadata."""
+    async def merge_metadata(
+        self, owner: str, thread_id: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge keys into the owner's thread's metadata atomically; return the thread.
+
+        Concurrent merges into one thread all land (one statement, or the read and the
+        write under the database's write lock). None when the owner has no such thread.
+        """
         ...
 
     async def search(
@@ -110,6 +116,16 @@ class ThreadRepository(Protocol):
         sort_order: str = "desc",
     ) -> list[ThreadRecord]:
         """Return the owner's threads matching every given filter (limit -1: all)."""
+        ...
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+    ) -> int:
+        """Return how many of the owner's threads match every given filter (counted in SQL)."""
         ...
 
     async def delete(self, thread_id: str) -> None:

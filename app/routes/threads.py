@@ -107,10 +107,7 @@ async def search_threads(
 @router.post("/threads/count", response_model=int, summary="Count threads")
 async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's threads match every given filter."""
-    found = await manager.threads.search(
-        owner, metadata=body.metadata, status=body.status, limit=-1
-    )
-    return len(found)
+    return await manager.threads.count(owner, metadata=body.metadata, status=body.status)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")
@@ -124,9 +121,10 @@ async def patch_thread(
     thread_id: ThreadId, body: ThreadPatch, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Merge metadata into the thread's."""
-    thread = await _owned_thread(manager, owner, thread_id)
-    await manager.threads.update_metadata(thread_id, {**thread.metadata, **body.metadata})
-    return (await _owned_thread(manager, owner, thread_id)).to_json()
+    thread = await manager.threads.merge_metadata(owner, thread_id, body.metadata)
+    if thread is None:
+        raise NotFound(f"thread {thread_id!r} not found")
+    return thread.to_json()
 
 
 @router.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
