@@ -40,6 +40,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from engine import reads
 from engine.assistants import Assistant
 from engine.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from engine.errors import Conflict, Invalid, NotFound, Unavailable
@@ -173,7 +174,8 @@ class RunManager:
         A failed run answers `{"__error__": {"error", "message"}}`; an interrupted
         one carries its pending interrupts under `__interrupt__`.
         """
-        return await self.executor.result(run)
+        ended = self.executor.ended(run.run_id)
+        return await reads.run_result(run, self.threads.get, ended[1] if ended else None)
 
     def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
         """Return the LangGraph config of a thread (and of a run on it)."""
@@ -279,9 +281,7 @@ class RunManager:
                 written = await graph.aupdate_state(config, values, as_node=as_node)
             except (ValueError, KeyError, TypeError) as exc:
                 raise Invalid(f"values: {public_error(exc)['message']}", field="values") from None
-            values_now, interrupts = await self.executor.thread_state(
-                assistant.assistant_id, thread.thread_id
-            )
+            values_now, interrupts = await reads.thread_values(assistant, thread.thread_id)
             status: ThreadStatus = "interrupted" if interrupts else "idle"
             self.events.record(ThreadStateChange(thread.thread_id, status, values_now, interrupts))
             await self.events.flush()

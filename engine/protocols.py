@@ -325,14 +325,6 @@ class RunExecutor(Protocol):
         """Return the record and result of a run deleted as it ended, if still known."""
         ...
 
-    async def result(self, run: RunRecord) -> dict[str, Any]:
-        """Return the thread's values after the run (or its error), as `/wait` answers."""
-        ...
-
-    async def thread_state(self, assistant_id: str, thread_id: str) -> tuple[dict | None, dict]:
-        """Return a thread's values and pending interrupts, as its graph sees them."""
-        ...
-
     async def abandon(self, run: RunRecord, next_id: int) -> None:
         """End a run that used up its attempts with `error` and `end` frames."""
         ...
