@@ -6,7 +6,8 @@
     RunExecutor       executes runs in tasks it owns and writes their frames
                       (`engine.executor.InProcessExecutor`)
 
-`engine.manager.RunManager` composes them; routes talk to it. Storage is three
+`engine.manager.RunManager` composes them; routes talk to it, and a stream
+response follows a run through it (`RunFrames`). Storage is three
 parts, each with one implementation per backend (`engine/sqlite/` today; a
 PostgreSQL one fits the same shapes):
 
@@ -347,4 +348,35 @@ class RunPreparation(Protocol):
 
     def check_state_update(self, assistant: Assistant, values: Any, as_node: str | None) -> None:
         """Refuse a state update naming nodes or keys the graph does not have."""
+        ...
+
+
+# -- what the run manager offers routes ----------------------------------------------
+
+
+class RunFrames(Protocol):
+    """What a stream response follows: a run's committed frames, from its log and live.
+
+    `engine.manager.RunManager` offers it over its event log and live fan-out, so
+    `app.sse.follow_run` reaches neither.
+    """
+
+    async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        """Return up to `limit` committed frames of a run with ids above `after`, in order."""
+        ...
+
+    async def last_frame_id(self, run_id: str) -> int:
+        """Return the id of the run's last committed frame (0 when none)."""
+        ...
+
+    def subscribe(self, run_id: str) -> Subscription:
+        """Start following a run; frames committed from now on are fed to the subscription."""
+        ...
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop following; idempotent."""
+        ...
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether the run is being executed (its followers may wait for more frames)."""
         ...

@@ -1,11 +1,14 @@
-"""The run engine's read side: what runs left behind, read without writing anything.
+"""The run engine's read side: a run's result, a thread's state, its snapshots and history.
 
-It reads the thread record and the graph's checkpoints. The run manager answers
-routes with it, and the executor reads a thread's values and interrupts with it
-when a run ends.
+Everything here reads what runs left behind — the thread record and the graph's
+checkpoints — and writes nothing. The run manager answers routes with it, and the
+executor reads a thread's values and interrupts with it when a run ends.
 
     run_result      what `/wait` and `/join` answer: the thread's values after a run
     thread_values   a thread's values and pending interrupts, as its graph sees them
+    state           the latest checkpointed state (the Platform's `ThreadState`)
+    state_at        the state at one checkpoint (or a subgraph namespace's head)
+    history         past states, newest first
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
 from engine.assistants import Assistant
+from engine.errors import NotFound
+from engine.frames import checkpoint_ref, public_error
 from engine.records import RunRecord, ThreadRecord
 from engine.serde import to_jsonable
 
@@ -77,4 +82,134 @@ async def thread_values(assistant: Assistant | None, thread_id: str) -> tuple[di
     return (values if isinstance(values, dict) else {"value": values}), interrupts
 
 
-__all__ = ["run_result", "thread_config", "thread_values"]
+def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
+    """Return a checkpointed state in the LangGraph Platform shape."""
+    tasks = []
+    for task in snapshot.tasks:
+        state = task.state
+        tasks.append(
+            {
+                "id": task.id,
+                "name": task.name,
+                "error": public_error(task.error)["message"] if task.error else None,
+                "interrupts": to_jsonable(list(task.interrupts)),
+                "checkpoint": checkpoint_ref(state) if isinstance(state, dict) else None,
+                "state": snapshot_json(state) if isinstance(state, StateSnapshot) else None,
+                "result": to_jsonable(task.result),
+            }
+        )
+    return {
+        "values": to_jsonable(snapshot.values),
+        "next": list(snapshot.next),
+        "tasks": tasks,
+        "checkpoint": checkpoint_ref(snapshot.config),
+        "parent_checkpoint": checkpoint_ref(snapshot.parent_config),
+        "metadata": to_jsonable(snapshot.metadata),
+        "created_at": snapshot.created_at,
+        "interrupts": to_jsonable(list(snapshot.interrupts)),
+    }
+
+
+def _empty_state() -> dict[str, Any]:
+    return {
+        "values": {},
+        "next": [],
+        "tasks": [],
+        "checkpoint": None,
+        "parent_checkpoint": None,
+        "metadata": None,
+        "created_at": None,
+        "interrupts": [],
+    }
+
+
+async def state(graph: Any, thread_id: str, *, subgraphs: bool = False) -> dict[str, Any]:
+    """Return a thread's latest checkpointed state (empty before any graph ran on it).
+
+    Args:
+        graph: The compiled graph that ran on the thread, or None when none has yet.
+        thread_id: The thread.
+        subgraphs: Include the state of subgraphs paused inside a task.
+    """
+    if graph is None:
+        return _empty_state()
+    return snapshot_json(await graph.aget_state(thread_config(thread_id), subgraphs=subgraphs))
+
+
+async def state_at(
+    graph: Any, thread_id: str, checkpoint: dict[str, Any], *, subgraphs: bool = False
+) -> dict[str, Any]:
+    """Return a thread's state at a checkpoint.
+
+    Args:
+        graph: The compiled graph that ran on the thread, or None when none has yet.
+        thread_id: The thread.
+        checkpoint: The LangGraph configurable naming it (`checkpoint_id`,
+            `checkpoint_ns`, `checkpoint_map`); with only a namespace, that
+            namespace's latest state.
+        subgraphs: Include the state of subgraphs paused inside a task.
+
+    Raises:
+        NotFound: The thread has no such checkpoint (or namespace).
+    """
+    wanted = checkpoint.get("checkpoint_id") or checkpoint.get("checkpoint_ns") or "head"
+    if graph is None:
+        raise NotFound(f"checkpoint {wanted!r} not found")
+    config = thread_config(thread_id)
+    config["configurable"].update(checkpoint)
+    try:
+        snapshot = await graph.aget_state(config, subgraphs=subgraphs)
+    except ValueError:  # a namespace that names no subgraph of the graph
+        raise NotFound(
+            f"checkpoint namespace {checkpoint.get('checkpoint_ns')!r} not found"
+        ) from None
+    if snapshot.config is None or not snapshot.created_at:
+        raise NotFound(f"checkpoint {wanted!r} not found")
+    return snapshot_json(snapshot)
+
+
+async def history(
+    graph: Any,
+    thread_id: str,
+    *,
+    limit: int,
+    before: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    checkpoint: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Return a thread's past states, newest first (none before any graph ran on it).
+
+    Args:
+        graph: The compiled graph that ran on the thread, or None when none has yet.
+        thread_id: The thread.
+        limit: At most this many states.
+        before: Only states older than this checkpoint id.
+        metadata: Only states whose checkpoint metadata has every given key and value.
+        checkpoint: Start at this checkpoint (its namespace: a subgraph's history);
+            keys whose value is None are left out.
+    """
+    if graph is None:
+        return []
+    before_config = (
+        {"configurable": {"thread_id": thread_id, "checkpoint_id": before}} if before else None
+    )
+    config = thread_config(thread_id)
+    if checkpoint:
+        config["configurable"].update({k: v for k, v in checkpoint.items() if v is not None})
+    return [
+        snapshot_json(snapshot)
+        async for snapshot in graph.aget_state_history(
+            config, filter=metadata or None, limit=limit, before=before_config
+        )
+    ]
+
+
+__all__ = [
+    "history",
+    "run_result",
+    "snapshot_json",
+    "state",
+    "state_at",
+    "thread_config",
+    "thread_values",
+]

@@ -180,3 +180,18 @@ async def test_concurrent_metadata_merges_into_one_thread_all_land(opened: Opene
     assert await store.threads.get("alice", "t1") == final
     assert await store.threads.merge_metadata("mallory", "t1", {"x": 1}) is None
     assert "x" not in (await store.threads.get("alice", "t1")).metadata
+
+
+async def test_count_counts_in_the_database_without_loading_a_thread(
+    opened: Opened, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = opened.storage
+    for name in ("a", "b", "c"):
+        await store.threads.insert(thread(name))
+
+    def refuse(_row: object) -> None:
+        raise AssertionError("count loaded a thread")
+
+    monkeypatch.setattr("engine.sqlite.threads.thread_from_row", refuse)
+    monkeypatch.setattr("engine.postgres.threads.thread_from_row", refuse)
+    assert await store.threads.count("alice") == 3
