@@ -9,7 +9,8 @@ aliases, so a test can build an app with other services and every route follows.
     app.state.notes      NoteRepository     the knowledge vault (SQLite in DATA_DIR, or PostgreSQL)
     app.state.assets     AssetStore         generated and uploaded images
     app.state.context    AtelierContext     what graph runs get as `context=`
-    app.state.runs       RunManager         threads, runs, event logs (app/runs)
+    app.state.runs       RunManager         the run engine's one door: threads, runs,
+                                            assistants, streams (engine/manager.py)
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ ContextDep = Annotated[AtelierContext, Depends(get_context)]
 
 
 def get_runs(request: Request) -> RunManager:
-    """Return the run manager (threads, runs and their streams)."""
+    """Return the run manager (threads, runs, assistants and streams)."""
     manager: RunManager = request.app.state.runs
     return manager
 

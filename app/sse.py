@@ -1,7 +1,8 @@
 """Server-Sent Events: responses that follow a run's event log, never run the graph.
 
-`follow_run` is the body of every stream response: it subscribes to the run's live
-frames first, then replays the durable log after the client's cursor, then sends
+`follow_run` is the body of every stream response: it follows the run through the
+run manager (`engine.protocols.RunFrames`), subscribing to its live frames first,
+then it replays the durable log after the client's cursor, then sends
 live frames as they are committed (deduplicated by id, so the switch from replay to
 live neither drops nor repeats a frame), with a `: heartbeat` comment whenever the
 stream has been idle for SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame. A
@@ -10,7 +11,7 @@ not continue from the last id sent (a message the live fan-out lost) send the
 stream back to the log, so only a pruned log ever yields a `gap`.
 
 Heartbeats never hide a dead run: a follower sends one only while this process
-executes the run (`Hub.is_live`). When the run is not executed here and its log
+executes the run (`RunFrames.is_live`). When the run is not executed here and its log
 holds no `end` — its storage failed and it waits for the recovery sweep — the
 stream gets a `stalled` `error` frame *without an id* (so the client's
 `Last-Event-ID` still names the last real frame) and is closed; the client may
@@ -40,7 +41,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from engine.frames import CONTROL_EVENTS, graph_mode
-from engine.protocols import EventLog, LiveFrames
+from engine.protocols import RunFrames
 from engine.records import Frame
 from engine.serde import dumps
 
@@ -165,8 +166,7 @@ def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
 
 
 async def follow_run(
-    events: EventLog,
-    hub: LiveFrames,
+    frames: RunFrames,
     run_id: str,
     thread_id: str,
     *,
@@ -179,8 +179,8 @@ async def follow_run(
     """Yield a run's frames after id `after` as SSE bytes, live until its `end` frame.
 
     Args:
-        events: The run's durable log.
-        hub: The live fan-out.
+        frames: The run's committed frames, from its durable log and live (the run
+            manager).
         run_id: The run to follow.
         thread_id: Its thread (named in `gap` frames).
         after: The client's cursor: the id of the last frame it has (0: everything).
@@ -192,14 +192,14 @@ async def follow_run(
     wanted = None if modes is None else {graph_mode(m) for m in modes} | CONTROL_EVENTS
     last = after
     ended = False
-    sub = hub.subscribe(run_id)
+    sub = frames.subscribe(run_id)
     if on_open is not None:
         on_open()
 
-    def render(frames: list[Frame]) -> bytes:
+    def render(batch: list[Frame]) -> bytes:
         nonlocal last, ended
         out: list[bytes] = []
-        for frame in frames:
+        for frame in batch:
             if frame.id <= last or ended:
                 continue
             if frame.id > last + 1:
@@ -211,7 +211,7 @@ async def follow_run(
         return b"".join(out)
 
     async def final_frames() -> list[Frame]:
-        return await events.read(run_id, await events.last_id(run_id) - 1)
+        return await frames.read_frames(run_id, await frames.last_frame_id(run_id) - 1)
 
     failing_since: float | None = None
     try:
@@ -224,11 +224,11 @@ async def follow_run(
         while not ended:
             # A run that stops being executed here commits its `end` first, so a log
             # read after seeing it gone has the `end` if there is one.
-            live = hub.is_live(run_id)
+            live = frames.is_live(run_id)
             # Replay what the log holds after the cursor (first, after lagging, and
             # whenever the run may have stopped).
             while not ended:
-                ok, frames = await _attempt(events.read(run_id, last), run_id)
+                ok, read = await _attempt(frames.read_frames(run_id, last), run_id)
                 if not ok:
                     failing_since = failing_since or time.monotonic()
                     if time.monotonic() - failing_since >= READ_RETRY_FOR:
@@ -238,9 +238,9 @@ async def follow_run(
                     await asyncio.sleep(READ_RETRY_EVERY)
                     continue
                 failing_since = None
-                if not frames:
+                if not read:
                     break
-                if chunk := render(frames):
+                if chunk := render(read):
                     yield chunk
             if ended:
                 break
@@ -251,7 +251,7 @@ async def follow_run(
             while not ended:
                 batch = await sub.next_batch(heartbeat)
                 if batch is None:
-                    if not hub.is_live(run_id):
+                    if not frames.is_live(run_id):
                         break  # quiet because it is dead: re-read the log, then say so
                     yield HEARTBEAT
                     continue
@@ -267,7 +267,7 @@ async def follow_run(
                 if chunk := render(batch):
                     yield chunk
     finally:
-        hub.unsubscribe(sub)
+        frames.unsubscribe(sub)
         if on_close is not None:
             on_close()
 

@@ -43,12 +43,13 @@ from typing import Any, Literal, Protocol, cast
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.types import Command, StateSnapshot
+from langgraph.types import Command
 
 from engine.assistants import Assistant
 from engine.checkpoints import delete_run_checkpoints, delete_thread_checkpoints, settle
 from engine.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
 from engine.protocols import LiveFrames, RunStorage, StoreError
+from engine.reads import run_result, thread_values
 from engine.records import (
     CancelAction,
     Frame,
@@ -58,7 +59,7 @@ from engine.records import (
     ThreadStateChange,
     ThreadStatus,
 )
-from engine.serde import dumps, to_jsonable
+from engine.serde import dumps
 from studio.context import AtelierContext
 
 log = logging.getLogger(__name__)
@@ -191,25 +192,6 @@ class InProcessExecutor:
     def ended(self, run_id: str) -> tuple[RunRecord, dict[str, Any]] | None:
         """Return the record and result of a run deleted as it ended, if still known."""
         return self._ended.get(run_id)
-
-    async def result(self, run: RunRecord) -> dict[str, Any]:
-        """Return what `/wait` and `/join` answer: the thread's values after the run.
-
-        A failed run answers `{"__error__": {"error", "message"}}`; an interrupted
-        one carries its pending interrupts under `__interrupt__`.
-        """
-        if run.status in ("error", "timeout"):
-            return {"__error__": run.error or {"error": run.status, "message": run.status}}
-        if run.run_id in self._ended:
-            return self._ended[run.run_id][1]
-        thread = await self.threads.get(run.owner, run.thread_id)
-        if thread is None:
-            return {}
-        values = dict(thread.values or {})
-        pending = [i for group in thread.interrupts.values() for i in group]
-        if pending:
-            values["__interrupt__"] = pending
-        return values
 
     def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
         """Return the LangGraph config of a thread (and of a run on it, with callbacks)."""
@@ -496,7 +478,8 @@ class InProcessExecutor:
             log.info("run %s: committed a checkpoint write its cancellation left open", run.run_id)
         if active.next_id == 1:  # cancelled before it started: the stream still opens with this
             self._emit(active, "metadata", self._metadata(run))
-        values, interrupts = await self.thread_state(run.assistant_id, run.thread_id)
+        assistant = self.assistants.get(run.assistant_id)
+        values, interrupts = await thread_values(assistant, run.thread_id)
         others = any(
             a.run.thread_id == run.thread_id and a is not active for a in self._active.values()
         )
@@ -541,7 +524,7 @@ class InProcessExecutor:
             return
         record = await self.runs.get(run.run_id)
         if record is not None:
-            self._ended[run.run_id] = (record, await self.result(record))
+            self._ended[run.run_id] = (record, await run_result(record, self.threads.get))
             while len(self._ended) > 256:
                 self._ended.pop(next(iter(self._ended)))
         if delete_thread:
@@ -552,24 +535,6 @@ class InProcessExecutor:
             )
         else:
             await self.runs.delete(run.run_id)
-
-    async def thread_state(self, assistant_id: str, thread_id: str) -> tuple[dict | None, dict]:
-        """Return a thread's values and pending interrupts (by task id), as its graph sees them."""
-        assistant = self.assistants.get(assistant_id)
-        if assistant is None:
-            return None, {}
-        try:
-            snapshot: StateSnapshot = await assistant.graph.aget_state(self.graph_config(thread_id))
-        except Exception:
-            log.exception("could not read the state of thread %s", thread_id)
-            return None, {}
-        interrupts = {
-            task.id: to_jsonable(list(task.interrupts))
-            for task in snapshot.tasks
-            if task.interrupts
-        }
-        values = to_jsonable(snapshot.values)
-        return (values if isinstance(values, dict) else {"value": values}), interrupts
 
     async def abandon(self, run: RunRecord, next_id: int) -> None:
         """End a run that used up its attempts: `error` (RunAbandoned) and `end` frames.

@@ -5,10 +5,14 @@
     storage      RunStorage           threads, runs and event logs (engine/sqlite/)
 
 `create` prepares a run under one lock (the busy check and the strategy must not
-interleave with another creation), records it and hands it to the executor;
-`cancel`, `wait`, `result`, `update_state`, `copy_thread` and `delete_thread` are
-the other things routes ask of runs and threads. Routes reach storage only through
-the repository protocols the manager exposes (`threads`, `runs`, `events`).
+interleave with another creation), records it and hands it to the executor.
+
+The manager is the routes' only door to the engine: threads (create, get, merge
+metadata, search, count, state, history, update state, copy, delete), runs (get,
+list, delete, cancel, wait, join), assistants, and what a stream response follows
+(`engine.protocols.RunFrames`). Its repositories, live fan-out, graphs and
+checkpointer are its own (private); a thread's state and a run's result are read
+by `engine.reads`.
 
 Restart recovery: runs a previous process left pending or running are started
 again under the same run id, a running one from its thread's last checkpoint
@@ -37,19 +41,28 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from engine import reads
 from engine.assistants import Assistant
 from engine.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from engine.errors import Conflict, Invalid, NotFound, Unavailable
 from engine.executor import InProcessExecutor, RunMetrics
 from engine.frames import public_error
 from engine.preparation import RunPreparer, RunRequest
-from engine.protocols import LiveFrames, RunStorage, StorageUnavailable, StoreError
+from engine.protocols import (
+    LiveFrames,
+    RunStorage,
+    StorageUnavailable,
+    StoreError,
+    Subscription,
+    ThreadExists,
+)
 from engine.records import (
     CancelAction,
+    Frame,
     RunRecord,
+    RunStatus,
     ThreadRecord,
     ThreadStateChange,
     ThreadStatus,
@@ -92,13 +105,12 @@ class RunManager:
         `executor` replaces the in-process one (the scale-out deployment's
         `engine.worker.QueueExecutor`, which leaves execution to workers).
         """
-        self.storage = storage
-        self.threads = storage.threads
-        self.runs = storage.runs
-        self.events = storage.events
-        self.hub = hub
-        self.assistants = assistants
-        self.checkpointer = checkpointer
+        self._threads = storage.threads
+        self._runs = storage.runs
+        self._events = storage.events
+        self._hub = hub
+        self._assistants = assistants
+        self._checkpointer = checkpointer
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
         self.recovery_interval = recovery_interval
@@ -146,9 +158,9 @@ class RunManager:
     def assistant(self, assistant_id: str) -> Assistant:
         """Return an assistant, or raise NotFound naming the known ones."""
         try:
-            return self.assistants[assistant_id]
+            return self._assistants[assistant_id]
         except KeyError:
-            known = ", ".join(sorted(self.assistants)) or "none"
+            known = ", ".join(sorted(self._assistants)) or "none"
             raise NotFound(
                 f"assistant {assistant_id!r} not found; this server has: {known}",
                 field="assistant_id",
@@ -161,7 +173,7 @@ class RunManager:
     async def wait(self, run_id: str) -> RunRecord | None:
         """Wait until the run is no longer pending or running; return its record."""
         await self.executor.wait(run_id)
-        stored = await self.runs.get(run_id)
+        stored = await self._runs.get(run_id)
         ended = self.executor.ended(run_id)
         if stored is None and ended is not None:
             return ended[0]  # deleted as it ended (rollback, on_completion)
@@ -173,11 +185,8 @@ class RunManager:
         A failed run answers `{"__error__": {"error", "message"}}`; an interrupted
         one carries its pending interrupts under `__interrupt__`.
         """
-        return await self.executor.result(run)
-
-    def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
-        """Return the LangGraph config of a thread (and of a run on it)."""
-        return self.executor.graph_config(thread_id, run)
+        ended = self.executor.ended(run.run_id)
+        return await reads.run_result(run, self._threads.get, ended[1] if ended else None)
 
     # -- create --------------------------------------------------------------------
 
@@ -199,7 +208,7 @@ class RunManager:
             if not prepared.new:
                 return run, False
             try:
-                stored = await self.runs.insert(
+                stored = await self._runs.insert(
                     run, new_thread=prepared.new_thread, exclusive=not prepared.after
                 )
             except StorageUnavailable:  # nothing was written: the client may retry
@@ -207,7 +216,7 @@ class RunManager:
                     "the database cannot record runs right now (nothing was written); retry later"
                 ) from None
             if not stored:  # another process took the thread in between
-                busy = await self.runs.active(run.thread_id)
+                busy = await self._runs.active(run.thread_id)
                 other = busy[0].run_id if busy else "?"
                 raise Conflict(f"thread {run.thread_id!r} is busy with run {other!r}")
             self.executor.start(run, after=prepared.after, next_id=1)
@@ -223,7 +232,7 @@ class RunManager:
         if wait:
             await self.executor.wait(run.run_id)
         ended = self.executor.ended(run.run_id)
-        return await self.runs.get(run.run_id) or (ended[0] if ended else run)
+        return await self._runs.get(run.run_id) or (ended[0] if ended else run)
 
     def cancel_soon(self, run_id: str, action: CancelAction = "interrupt") -> None:
         """Cancel a run if it is still executing (a disconnected `on_disconnect=cancel`)."""
@@ -231,21 +240,19 @@ class RunManager:
 
     async def delete_thread(self, owner: str, thread_id: str) -> None:
         """Cancel a thread's runs, then delete it with its runs, logs and checkpoints."""
-        thread = await self.threads.get(owner, thread_id)
-        if thread is None:
-            raise NotFound(f"thread {thread_id!r} not found")
-        busy = await self.runs.active(thread_id)
+        await self.get_thread(owner, thread_id)
+        busy = await self._runs.active(thread_id)
         await self.executor.cancel_all([r.run_id for r in busy], "interrupt")
-        await self.events.flush()
-        await self.threads.delete(thread_id)
-        await delete_thread_checkpoints(self.checkpointer, thread_id)
+        await self._events.flush()
+        await self._threads.delete(thread_id)
+        await delete_thread_checkpoints(self._checkpointer, thread_id)
 
     # -- thread state --------------------------------------------------------------
 
     async def update_state(
         self,
-        thread: ThreadRecord,
-        assistant: Assistant,
+        owner: str,
+        thread_id: str,
         values: Any,
         *,
         as_node: str | None,
@@ -257,55 +264,248 @@ class RunManager:
         update). The thread record's values and status follow the new head.
 
         Raises:
-            RunsError: Conflict (busy thread), NotFound (checkpoint) or Invalid (update).
+            RunsError: NotFound (thread, checkpoint), Conflict (no graph ran on the
+                thread yet, busy thread) or Invalid (update).
         """
+        thread = await self.get_thread(owner, thread_id)
+        assistant = self._assistant_of(thread)
+        if assistant is None:
+            raise Conflict(f"thread {thread_id!r} has no graph yet; start a run on it first")
         graph = assistant.graph
         self.preparation.check_state_update(assistant, values, as_node)
         async with self._lock:
-            busy = await self.runs.active(thread.thread_id)
+            busy = await self._runs.active(thread_id)
             if busy:
                 raise Conflict(
-                    f"thread {thread.thread_id!r} is busy with run {busy[0].run_id!r}; "
+                    f"thread {thread_id!r} is busy with run {busy[0].run_id!r}; "
                     "update its state once the run ended"
                 )
             if checkpoint:
-                await self.preparation.check_checkpoint(thread.thread_id, checkpoint)
+                await self.preparation.check_checkpoint(thread_id, checkpoint)
             if assistant.check_update is not None and isinstance(values, dict):
                 await self.preparation.check_update(
-                    assistant, thread.thread_id, values, checkpoint, field="values", goto=[]
+                    assistant, thread_id, values, checkpoint, field="values", goto=[]
                 )
-            config = self.preparation.at_checkpoint(thread.thread_id, checkpoint)
+            config = self.preparation.at_checkpoint(thread_id, checkpoint)
             try:
                 written = await graph.aupdate_state(config, values, as_node=as_node)
             except (ValueError, KeyError, TypeError) as exc:
                 raise Invalid(f"values: {public_error(exc)['message']}", field="values") from None
-            values_now, interrupts = await self.executor.thread_state(
-                assistant.assistant_id, thread.thread_id
-            )
+            values_now, interrupts = await reads.thread_values(assistant, thread_id)
             status: ThreadStatus = "interrupted" if interrupts else "idle"
-            self.events.record(ThreadStateChange(thread.thread_id, status, values_now, interrupts))
-            await self.events.flush()
+            self._events.record(ThreadStateChange(thread_id, status, values_now, interrupts))
+            await self._events.flush()
         configurable = dict(written.get("configurable") or {})
         return {
-            "thread_id": thread.thread_id,
+            "thread_id": thread_id,
             "checkpoint_ns": configurable.get("checkpoint_ns", ""),
             "checkpoint_id": configurable.get("checkpoint_id"),
             "checkpoint_map": configurable.get("checkpoint_map"),
         }
 
-    async def copy_thread(self, thread: ThreadRecord) -> ThreadRecord:
+    async def copy_thread(self, owner: str, thread_id: str) -> ThreadRecord:
         """Copy a thread with every checkpoint (subgraphs' too) under a new id; return it.
 
         The runs and their event logs stay with the original (as on the Platform).
         """
+        thread = await self.get_thread(owner, thread_id)
         copy = dataclasses.replace(
             thread, thread_id=str(uuid.uuid4()), created_at=now(), updated_at=now()
         )
         if copy.status == "busy":
             copy.status = "idle"
-        await self.threads.insert(copy)
-        await copy_thread_checkpoints(self.checkpointer, thread.thread_id, copy.thread_id)
+        await self._threads.insert(copy)
+        await copy_thread_checkpoints(self._checkpointer, thread.thread_id, copy.thread_id)
         return copy
+
+    # -- threads, runs, assistants and streams, as routes ask for them -------------
+
+    def _assistant_of(self, thread: ThreadRecord) -> Assistant | None:
+        """Return the assistant whose graph ran on the thread, or None when none has yet."""
+        return self._assistants.get(str(thread.metadata.get("graph_id", "")))
+
+    def _graph_of(self, thread: ThreadRecord) -> Any:
+        """Return the graph that ran on the thread, or None when none has yet."""
+        assistant = self._assistant_of(thread)
+        return assistant.graph if assistant is not None else None
+
+    async def create_thread(
+        self,
+        owner: str,
+        thread_id: str | None,
+        metadata: dict[str, Any],
+        *,
+        if_exists: str = "raise",
+    ) -> ThreadRecord:
+        """Create a thread (a UUID unless `thread_id` is given); return it.
+
+        Args:
+            owner: The caller.
+            thread_id: The id asked for, or None.
+            metadata: Its metadata.
+            if_exists: `do_nothing` returns the caller's thread that has the id already.
+
+        Raises:
+            Conflict: The id is taken (by another owner, or with `raise`).
+        """
+        thread_id = thread_id or str(uuid.uuid4())
+        existing = await self._threads.get(owner, thread_id)
+        if existing is not None and if_exists == "do_nothing":
+            return existing
+        stamp = now()
+        thread = ThreadRecord(
+            thread_id=thread_id, owner=owner, created_at=stamp, updated_at=stamp, metadata=metadata
+        )
+        try:
+            await self._threads.insert(thread)
+        except ThreadExists:
+            raise Conflict(f"thread {thread_id!r} already exists") from None
+        return thread
+
+    async def get_thread(self, owner: str, thread_id: str) -> ThreadRecord:
+        """Return the owner's thread; raise NotFound (also when another owner has it)."""
+        thread = await self._threads.get(owner, thread_id)
+        if thread is None:
+            raise NotFound(f"thread {thread_id!r} not found")
+        return thread
+
+    async def patch_thread(
+        self, owner: str, thread_id: str, metadata: dict[str, Any]
+    ) -> ThreadRecord:
+        """Merge keys into a thread's metadata (atomically: concurrent patches all land)."""
+        thread = await self._threads.merge_metadata(owner, thread_id, metadata)
+        if thread is None:
+            raise NotFound(f"thread {thread_id!r} not found")
+        return thread
+
+    async def search_threads(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[ThreadRecord]:
+        """Return the owner's threads matching every given filter."""
+        return await self._threads.search(
+            owner,
+            metadata=metadata,
+            status=status,
+            ids=ids,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+
+    async def count_threads(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+    ) -> int:
+        """Return how many of the owner's threads match every given filter."""
+        return await self._threads.count(owner, metadata=metadata, status=status)
+
+    async def thread_state(
+        self, owner: str, thread_id: str, *, subgraphs: bool = False
+    ) -> dict[str, Any]:
+        """Return a thread's latest checkpointed state (empty before its first run)."""
+        thread = await self.get_thread(owner, thread_id)
+        return await reads.state(self._graph_of(thread), thread_id, subgraphs=subgraphs)
+
+    async def thread_state_at(
+        self, owner: str, thread_id: str, checkpoint: dict[str, Any], *, subgraphs: bool = False
+    ) -> dict[str, Any]:
+        """Return a thread's state at a checkpoint (see `engine.reads.state_at`)."""
+        thread = await self.get_thread(owner, thread_id)
+        return await reads.state_at(
+            self._graph_of(thread), thread_id, checkpoint, subgraphs=subgraphs
+        )
+
+    async def thread_history(
+        self,
+        owner: str,
+        thread_id: str,
+        *,
+        limit: int,
+        before: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        checkpoint: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return a thread's past states, newest first (see `engine.reads.history`)."""
+        thread = await self.get_thread(owner, thread_id)
+        return await reads.history(
+            self._graph_of(thread),
+            thread_id,
+            limit=limit,
+            before=before,
+            metadata=metadata,
+            checkpoint=checkpoint,
+        )
+
+    async def get_run(self, owner: str, thread_id: str, run_id: str) -> RunRecord:
+        """Return the owner's run on a thread; raise NotFound."""
+        run = await self._runs.find(owner, thread_id, run_id)
+        if run is None:
+            raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
+        return run
+
+    async def list_runs(
+        self,
+        owner: str,
+        thread_id: str,
+        *,
+        limit: int = 10,
+        offset: int = 0,
+        status: RunStatus | None = None,
+    ) -> list[RunRecord]:
+        """Return a thread's runs, newest first; raise NotFound for another's thread."""
+        await self.get_thread(owner, thread_id)
+        return await self._runs.for_thread(thread_id, limit=limit, offset=offset, status=status)
+
+    async def delete_run(self, owner: str, thread_id: str, run_id: str) -> None:
+        """Delete a finished run and its event log; an active one is a Conflict."""
+        run = await self.get_run(owner, thread_id, run_id)
+        if run.active:
+            raise Conflict(f"run {run_id!r} is {run.status}; cancel it first")
+        await self._runs.delete(run_id)
+
+    async def join(self, run_id: str) -> dict[str, Any]:
+        """Wait until the run ended; return its result (`{}` when it is gone)."""
+        run = await self.wait(run_id)
+        return await self.result(run) if run else {}
+
+    def list_assistants(self) -> list[Assistant]:
+        """Return the assistants this server runs."""
+        return list(self._assistants.values())
+
+    # `engine.protocols.RunFrames`: what a stream response follows.
+
+    async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        """Return up to `limit` committed frames of a run with ids above `after`, in order."""
+        return await self._events.read(run_id, after, limit)
+
+    async def last_frame_id(self, run_id: str) -> int:
+        """Return the id of the run's last committed frame (0 when none)."""
+        return await self._events.last_id(run_id)
+
+    def subscribe(self, run_id: str) -> Subscription:
+        """Start following a run's live frames."""
+        return self._hub.subscribe(run_id)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop following; idempotent."""
+        self._hub.unsubscribe(sub)
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether the run is being executed (by any process: its followers may wait)."""
+        return self._hub.is_live(run_id)
 
     # -- recovery and retention ----------------------------------------------------
 
@@ -321,11 +521,11 @@ class RunManager:
             if self._closing:
                 return 0
             tails: dict[str, str] = {}  # thread → last run started, to keep threads in order
-            for run in await self.runs.active():
+            for run in await self._runs.active():
                 if self.executor.is_active(run.run_id):
                     continue
-                self.events.reopen(run.run_id)  # what it queued before is void: start afresh
-                next_id = await self.events.last_id(run.run_id) + 1
+                self._events.reopen(run.run_id)  # what it queued before is void: start afresh
+                next_id = await self._events.last_id(run.run_id) + 1
                 if run.status == "running" and run.attempt >= self.max_attempts:
                     try:
                         await self.executor.abandon(run, next_id)
@@ -354,7 +554,7 @@ class RunManager:
         if self.event_retention_hours <= 0:
             return 0
         cutoff = datetime.now(UTC) - timedelta(hours=self.event_retention_hours)
-        return await self.events.prune(cutoff.isoformat())
+        return await self._events.prune(cutoff.isoformat())
 
 
 __all__ = ["RunManager"]

@@ -6,11 +6,12 @@
     RunExecutor       executes runs in tasks it owns and writes their frames
                       (`engine.executor.InProcessExecutor`)
 
-`engine.manager.RunManager` composes them; routes talk to it. Storage is three
+`engine.manager.RunManager` composes them; routes talk to it, and a stream
+response follows a run through it (`RunFrames`). Storage is three
 parts, each with one implementation per backend (`engine/sqlite/` today; a
 PostgreSQL one fits the same shapes):
 
-    ThreadRepository  threads: get, search, insert, update metadata, delete
+    ThreadRepository  threads: get, search, count, insert, merge metadata, delete
     RunRepository     runs: insert (with the busy check), get, find, list, delete;
                       claiming a pending run for execution belongs here as well
     EventLog          each run's frames: append, read after an id, prune; the
@@ -93,8 +94,14 @@ class ThreadRepository(Protocol):
         """Store a new thread; raise `ThreadExists` when the id is taken."""
         ...
 
-    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
-        """Replace a thread's metadata."""
+    async def merge_metadata(
+        self, owner: str, thread_id: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge keys into the owner's thread's metadata atomically; return the thread.
+
+        Concurrent merges into one thread all land (one statement, or the read and the
+        write under the database's write lock). None when the owner has no such thread.
+        """
         ...
 
     async def search(
@@ -110,6 +117,16 @@ class ThreadRepository(Protocol):
         sort_order: str = "desc",
     ) -> list[ThreadRecord]:
         """Return the owner's threads matching every given filter (limit -1: all)."""
+        ...
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+    ) -> int:
+        """Return how many of the owner's threads match every given filter (counted in SQL)."""
         ...
 
     async def delete(self, thread_id: str) -> None:
@@ -309,14 +326,6 @@ class RunExecutor(Protocol):
         """Return the record and result of a run deleted as it ended, if still known."""
         ...
 
-    async def result(self, run: RunRecord) -> dict[str, Any]:
-        """Return the thread's values after the run (or its error), as `/wait` answers."""
-        ...
-
-    async def thread_state(self, assistant_id: str, thread_id: str) -> tuple[dict | None, dict]:
-        """Return a thread's values and pending interrupts, as its graph sees them."""
-        ...
-
     async def abandon(self, run: RunRecord, next_id: int) -> None:
         """End a run that used up its attempts with `error` and `end` frames."""
         ...
@@ -339,4 +348,35 @@ class RunPreparation(Protocol):
 
     def check_state_update(self, assistant: Assistant, values: Any, as_node: str | None) -> None:
         """Refuse a state update naming nodes or keys the graph does not have."""
+        ...
+
+
+# -- what the run manager offers routes ----------------------------------------------
+
+
+class RunFrames(Protocol):
+    """What a stream response follows: a run's committed frames, from its log and live.
+
+    `engine.manager.RunManager` offers it over its event log and live fan-out, so
+    `app.sse.follow_run` reaches neither.
+    """
+
+    async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        """Return up to `limit` committed frames of a run with ids above `after`, in order."""
+        ...
+
+    async def last_frame_id(self, run_id: str) -> int:
+        """Return the id of the run's last committed frame (0 when none)."""
+        ...
+
+    def subscribe(self, run_id: str) -> Subscription:
+        """Start following a run; frames committed from now on are fed to the subscription."""
+        ...
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop following; idempotent."""
+        ...
+
+    def is_live(self, run_id: str) -> bool:
+        """Whether the run is being executed (its followers may wait for more frames)."""
         ...

@@ -39,7 +39,7 @@ async def search_assistants(
     """List the assistants matching every given filter."""
     found = [
         a.to_json()
-        for a in manager.assistants.values()
+        for a in manager.list_assistants()
         if (body.graph_id is None or a.graph_id == body.graph_id)
         and (body.name is None or a.name == body.name)
         and not body.metadata  # assistants carry no metadata: any filter excludes them
@@ -55,7 +55,7 @@ async def count_assistants(body: AssistantCount, manager: RunsDep, _owner: Princ
     """Return how many assistants match every given filter."""
     return sum(
         1
-        for a in manager.assistants.values()
+        for a in manager.list_assistants()
         if (body.graph_id is None or a.graph_id == body.graph_id)
         and (body.name is None or a.name == body.name)
         and not body.metadata  # assistants carry no metadata: any filter excludes them

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import AssetsDep, PrincipalDep, RunsDep
-from app.errors import Conflict, NotFound
+from app.errors import Conflict
 from app.schemas import ID_PATTERN
 from providers.assets import AssetStore, is_valid_asset_id
 
@@ -68,9 +68,7 @@ async def export_thread(
     thread_id: ThreadId, manager: RunsDep, assets: AssetsDep, owner: PrincipalDep
 ) -> Response:
     """Answer a zip of `post.md` and the post's cards (see the module docstring)."""
-    thread = await manager.threads.get(owner, thread_id)
-    if thread is None:
-        raise NotFound(f"thread {thread_id!r} not found")
+    thread = await manager.get_thread(owner, thread_id)
     result = (thread.values or {}).get("result") or {}
     post = result.get("post") or {}
     if not (post.get("title") or post.get("blocks")):

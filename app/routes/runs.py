@@ -29,7 +29,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field, StringConstraints, ValidationError
 
 from app.deps import PrincipalDep, RunsDep, SettingsDep
-from app.errors import Conflict, NotFound
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -268,8 +267,7 @@ def _stream_response(
 ) -> DisconnectAwareResponse:
     metrics = getattr(request.app.state, "metrics", None)
     body = follow_run(
-        manager.events,
-        manager.hub,
+        manager,
         run.run_id,
         run.thread_id,
         after=after,
@@ -292,17 +290,16 @@ def _stream_response(
 
 async def _result_body(manager: RunManager, run_id: str, heartbeat: float) -> AsyncIterator[bytes]:
     """Yield blank lines while the run goes on, then its result as JSON."""
-    waiting = asyncio.ensure_future(manager.wait(run_id))
+    joining = asyncio.ensure_future(manager.join(run_id))
     try:
         while True:
-            done, _ = await asyncio.wait({waiting}, timeout=heartbeat)
+            done, _ = await asyncio.wait({joining}, timeout=heartbeat)
             if done:
                 break
             yield b"\n"  # JSON allows leading whitespace; keeps proxies from timing out
-        run = waiting.result()
-        yield dumps(await manager.result(run) if run else {}).encode()
+        yield dumps(joining.result()).encode()
     finally:
-        waiting.cancel()
+        joining.cancel()
 
 
 def _wait_response(
@@ -315,13 +312,6 @@ def _wait_response(
         headers=_run_headers(run, resumable=False),
         on_disconnect=(lambda: manager.cancel_soon(run_id)) if cancel_on_disconnect else None,
     )
-
-
-async def _owned_run(manager: RunManager, owner: str, thread_id: str, run_id: str) -> RunRecord:
-    run = await manager.runs.find(owner, thread_id, run_id)
-    if run is None:
-        raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
-    return run
 
 
 # --------------------------------------------------------------------------- create
@@ -485,9 +475,7 @@ async def list_runs(
     status: RunStatus | None = None,
 ) -> list[dict[str, Any]]:
     """List a thread's runs, newest first."""
-    if await manager.threads.get(owner, thread_id) is None:
-        raise NotFound(f"thread {thread_id!r} not found")
-    runs = await manager.runs.for_thread(thread_id, limit=limit, offset=offset, status=status)
+    runs = await manager.list_runs(owner, thread_id, limit=limit, offset=offset, status=status)
     return [run.to_json() for run in runs]
 
 
@@ -496,7 +484,7 @@ async def get_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Return one run record."""
-    return (await _owned_run(manager, owner, thread_id, run_id)).to_json()
+    return (await manager.get_run(owner, thread_id, run_id)).to_json()
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")
@@ -504,10 +492,7 @@ async def delete_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> Response:
     """Delete a finished run and its event log (cancel an active one first)."""
-    run = await _owned_run(manager, owner, thread_id, run_id)
-    if run.active:
-        raise Conflict(f"run {run_id!r} is {run.status}; cancel it first")
-    await manager.runs.delete(run_id)
+    await manager.delete_run(owner, thread_id, run_id)
     return Response(status_code=204)
 
 
@@ -548,7 +533,7 @@ async def join_stream(
         after = parse_cursor(last_event_id_header, last_event_id)
     except ValueError as exc:
         raise _header_error("Last-Event-ID", str(exc)) from None
-    run = await _owned_run(manager, owner, thread_id, run_id)
+    run = await manager.get_run(owner, thread_id, run_id)
     modes = [m for m in (stream_mode or []) if m]
     run_modes = run.kwargs.get("stream_mode") or []
     for mode in modes:
@@ -587,7 +572,7 @@ async def join_run(
     owner: PrincipalDep,
 ) -> DisconnectAwareResponse:
     """Wait until the run ends and answer the thread's values (or its error)."""
-    run = await _owned_run(manager, owner, thread_id, run_id)
+    run = await manager.get_run(owner, thread_id, run_id)
     return _wait_response(manager, run, settings.sse_heartbeat_interval, cancel_on_disconnect=False)
 
 
@@ -612,7 +597,7 @@ async def cancel_run(
     also deletes the checkpoints it wrote. With `wait=1` the answer comes once the
     run has stopped.
     """
-    run = await _owned_run(manager, owner, thread_id, run_id)
+    run = await manager.get_run(owner, thread_id, run_id)
     run = await manager.cancel(run, action, wait=wait)
     response.status_code = 200 if wait else 202
     return run.to_json()

@@ -14,21 +14,19 @@
                                             with checkpoint and metadata filters)
     POST   /threads/{t}/copy                a new thread with the same checkpoints
 
-A thread belongs to the API key that created it; another key gets 404.
+A thread belongs to the API key that created it; another key gets 404. Every handler
+asks the run manager (`engine.manager.RunManager`); the states are read by `engine.reads`.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
-from langgraph.types import StateSnapshot
 from pydantic import Field
 
 from app.deps import PrincipalDep, RunsDep
-from app.errors import Conflict, NotFound
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -44,22 +42,10 @@ from app.schemas import (
     ThreadSearch,
     ThreadStateOut,
 )
-from engine.frames import checkpoint_ref, public_error
-from engine.manager import RunManager
-from engine.protocols import ThreadExists
-from engine.records import ThreadRecord, now
-from engine.serde import to_jsonable
 
 router = APIRouter(tags=["threads"])
 
 ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
-
-
-async def _owned_thread(manager: RunManager, owner: str, thread_id: str) -> ThreadRecord:
-    thread = await manager.threads.get(owner, thread_id)
-    if thread is None:
-        raise NotFound(f"thread {thread_id!r} not found")
-    return thread
 
 
 @router.post("/threads", response_model=ThreadOut, summary="Create a thread")
@@ -67,22 +53,9 @@ async def create_thread(
     body: ThreadCreate, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Create a thread (a UUID unless `thread_id` is given)."""
-    thread_id = body.thread_id or str(uuid.uuid4())
-    existing = await manager.threads.get(owner, thread_id)
-    if existing is not None and body.if_exists == "do_nothing":
-        return existing.to_json()
-    stamp = now()
-    thread = ThreadRecord(
-        thread_id=thread_id,
-        owner=owner,
-        created_at=stamp,
-        updated_at=stamp,
-        metadata=body.metadata or {},
+    thread = await manager.create_thread(
+        owner, body.thread_id, body.metadata or {}, if_exists=body.if_exists
     )
-    try:
-        await manager.threads.insert(thread)
-    except ThreadExists:
-        raise Conflict(f"thread {thread_id!r} already exists") from None
     return thread.to_json()
 
 
@@ -91,7 +64,7 @@ async def search_threads(
     body: ThreadSearch, manager: RunsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the caller's threads matching every given filter."""
-    threads = await manager.threads.search(
+    threads = await manager.search_threads(
         owner,
         metadata=body.metadata,
         status=body.status,
@@ -107,16 +80,13 @@ async def search_threads(
 @router.post("/threads/count", response_model=int, summary="Count threads")
 async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's threads match every given filter."""
-    found = await manager.threads.search(
-        owner, metadata=body.metadata, status=body.status, limit=-1
-    )
-    return len(found)
+    return await manager.count_threads(owner, metadata=body.metadata, status=body.status)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")
 async def get_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Return one thread."""
-    return (await _owned_thread(manager, owner, thread_id)).to_json()
+    return (await manager.get_thread(owner, thread_id)).to_json()
 
 
 @router.patch("/threads/{thread_id}", response_model=ThreadOut, summary="Update a thread")
@@ -124,9 +94,7 @@ async def patch_thread(
     thread_id: ThreadId, body: ThreadPatch, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Merge metadata into the thread's."""
-    thread = await _owned_thread(manager, owner, thread_id)
-    await manager.threads.update_metadata(thread_id, {**thread.metadata, **body.metadata})
-    return (await _owned_thread(manager, owner, thread_id)).to_json()
+    return (await manager.patch_thread(owner, thread_id, body.metadata)).to_json()
 
 
 @router.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
@@ -139,64 +107,12 @@ async def delete_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalD
 # --------------------------------------------------------------------------- state
 
 
-def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
-    """Return a checkpointed state in the LangGraph Platform shape."""
-    tasks = []
-    for task in snapshot.tasks:
-        state = task.state
-        tasks.append(
-            {
-                "id": task.id,
-                "name": task.name,
-                "error": public_error(task.error)["message"] if task.error else None,
-                "interrupts": to_jsonable(list(task.interrupts)),
-                "checkpoint": checkpoint_ref(state) if isinstance(state, dict) else None,
-                "state": snapshot_json(state) if isinstance(state, StateSnapshot) else None,
-                "result": to_jsonable(task.result),
-            }
-        )
-    return {
-        "values": to_jsonable(snapshot.values),
-        "next": list(snapshot.next),
-        "tasks": tasks,
-        "checkpoint": checkpoint_ref(snapshot.config),
-        "parent_checkpoint": checkpoint_ref(snapshot.parent_config),
-        "metadata": to_jsonable(snapshot.metadata),
-        "created_at": snapshot.created_at,
-        "interrupts": to_jsonable(list(snapshot.interrupts)),
-    }
-
-
-def _empty_state() -> dict[str, Any]:
-    return {
-        "values": {},
-        "next": [],
-        "tasks": [],
-        "checkpoint": None,
-        "parent_checkpoint": None,
-        "metadata": None,
-        "created_at": None,
-        "interrupts": [],
-    }
-
-
-def _graph_of(manager: RunManager, thread: ThreadRecord) -> Any:
-    """Return the graph that ran on the thread, or None when none has yet."""
-    assistant = manager.assistants.get(str(thread.metadata.get("graph_id", "")))
-    return assistant.graph if assistant else None
-
-
 @router.get("/threads/{thread_id}/state", response_model=ThreadStateOut, summary="Thread state")
 async def get_state(
     thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: QueryBool = False
 ) -> dict[str, Any]:
     """Return the thread's latest checkpointed state."""
-    thread = await _owned_thread(manager, owner, thread_id)
-    graph = _graph_of(manager, thread)
-    if graph is None:
-        return _empty_state()
-    snapshot = await graph.aget_state(manager.graph_config(thread_id), subgraphs=subgraphs)
-    return snapshot_json(snapshot)
+    return await manager.thread_state(owner, thread_id, subgraphs=subgraphs)
 
 
 @router.get(
@@ -212,44 +128,9 @@ async def get_state_at(
     subgraphs: QueryBool = False,
 ) -> dict[str, Any]:
     """Return the thread's state at one checkpoint."""
-    thread = await _owned_thread(manager, owner, thread_id)
-    graph = _graph_of(manager, thread)
-    if graph is None:
-        raise NotFound(f"checkpoint {checkpoint_id!r} not found")
-    config = manager.graph_config(thread_id)
-    config["configurable"]["checkpoint_id"] = checkpoint_id
-    snapshot = await graph.aget_state(config, subgraphs=subgraphs)
-    if snapshot.config is None or not snapshot.created_at:
-        raise NotFound(f"checkpoint {checkpoint_id!r} not found")
-    return snapshot_json(snapshot)
-
-
-async def _history(
-    manager: RunManager,
-    owner: str,
-    thread_id: str,
-    limit: int,
-    before: str | None,
-    *,
-    metadata: dict[str, Any] | None = None,
-    checkpoint: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    thread = await _owned_thread(manager, owner, thread_id)
-    graph = _graph_of(manager, thread)
-    if graph is None:
-        return []
-    before_config = (
-        {"configurable": {"thread_id": thread_id, "checkpoint_id": before}} if before else None
+    return await manager.thread_state_at(
+        owner, thread_id, {"checkpoint_id": checkpoint_id}, subgraphs=subgraphs
     )
-    config = manager.graph_config(thread_id)
-    if checkpoint:
-        config["configurable"].update({k: v for k, v in checkpoint.items() if v is not None})
-    return [
-        snapshot_json(snapshot)
-        async for snapshot in graph.aget_state_history(
-            config, filter=metadata or None, limit=limit, before=before_config
-        )
-    ]
 
 
 @router.get(
@@ -263,7 +144,7 @@ async def get_history(
     before: Annotated[str | None, Query(max_length=64, description="A checkpoint id.")] = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first."""
-    return await _history(manager, owner, thread_id, limit, before)
+    return await manager.thread_history(owner, thread_id, limit=limit, before=before)
 
 
 @router.post(
@@ -285,12 +166,11 @@ async def post_history(
             [{"type": "value_error", "loc": ("body", "before"), "msg": str(exc)}]
         ) from None
     checkpoint = body.checkpoint.model_dump(exclude={"thread_id"}) if body.checkpoint else None
-    return await _history(
-        manager,
+    return await manager.thread_history(
         owner,
         thread_id,
-        body.limit,
-        before,
+        limit=body.limit,
+        before=before,
         metadata=body.metadata,
         checkpoint=checkpoint,
     )
@@ -314,22 +194,9 @@ async def get_state_at_checkpoint(
 
     With only `checkpoint_ns` (no id) it is the latest state of that namespace.
     """
-    thread = await _owned_thread(manager, owner, thread_id)
-    graph = _graph_of(manager, thread)
-    wanted = body.checkpoint.checkpoint_id or body.checkpoint.checkpoint_ns or "head"
-    if graph is None:
-        raise NotFound(f"checkpoint {wanted!r} not found")
-    config = manager.graph_config(thread_id)
-    config["configurable"].update(_checkpoint_config(body.checkpoint))
-    try:
-        snapshot = await graph.aget_state(config, subgraphs=body.subgraphs)
-    except ValueError:  # a namespace that names no subgraph of the graph
-        raise NotFound(
-            f"checkpoint namespace {body.checkpoint.checkpoint_ns!r} not found"
-        ) from None
-    if snapshot.config is None or not snapshot.created_at:
-        raise NotFound(f"checkpoint {wanted!r} not found")
-    return snapshot_json(snapshot)
+    return await manager.thread_state_at(
+        owner, thread_id, _checkpoint_config(body.checkpoint), subgraphs=body.subgraphs
+    )
 
 
 @router.post(
@@ -344,17 +211,13 @@ async def update_state(
     `checkpoint`/`checkpoint_id`, a fork from that checkpoint): how an edited post is
     checked again by the same critic. Answers the new checkpoint.
     """
-    thread = await _owned_thread(manager, owner, thread_id)
-    assistant = manager.assistants.get(str(thread.metadata.get("graph_id", "")))
-    if assistant is None:
-        raise Conflict(f"thread {thread_id!r} has no graph yet; start a run on it first")
     checkpoint = _checkpoint_config(body.checkpoint) if body.checkpoint else {}
     if body.checkpoint_id:
         checkpoint["checkpoint_id"] = body.checkpoint_id
     if checkpoint and "checkpoint_id" not in checkpoint:
         checkpoint = {}
     written = await manager.update_state(
-        thread, assistant, body.values, as_node=body.as_node, checkpoint=checkpoint or None
+        owner, thread_id, body.values, as_node=body.as_node, checkpoint=checkpoint or None
     )
     return {"checkpoint": written}
 
@@ -362,5 +225,4 @@ async def update_state(
 @router.post("/threads/{thread_id}/copy", response_model=ThreadOut, summary="Copy a thread")
 async def copy_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Copy the thread with its whole checkpoint history under a new id (runs stay)."""
-    thread = await _owned_thread(manager, owner, thread_id)
-    return (await manager.copy_thread(thread)).to_json()
+    return (await manager.copy_thread(owner, thread_id)).to_json()

@@ -5,8 +5,8 @@
 `start` only wakes the workers (`RunSignals.wake`), and whichever worker claims the
 run executes it (`engine.postgres.worker`). Cancels are recorded in the run's row
 and signalled (`RunSignals.cancel`); waiting for a run follows its record and its
-live frames, wherever it executes. Reading a thread's state and a run's result are
-the in-process executor's own (they read checkpoints and records, shared by all).
+live frames, wherever it executes. A thread's state and a run's result are read by
+`engine.reads` (from checkpoints and records, shared by all), not by an executor.
 """
 
 from __future__ import annotations

@@ -77,6 +77,31 @@ async def insert_thread(conn: AsyncConnection[DictRow], thread: ThreadRecord) ->
         raise ThreadExists(f"thread {thread.thread_id!r} already exists") from None
 
 
+def _filters(
+    owner: str,
+    metadata: dict[str, Any] | None,
+    status: ThreadStatus | None,
+    ids: Sequence[str] | None,
+) -> tuple[str, list[Any]]:
+    """Return the WHERE clause (and its parameters) of a thread search."""
+    where = ["owner = %s"]
+    params: list[Any] = [owner]
+    for key, value in (metadata or {}).items():
+        if value is None:  # as SQLite's json_extract: a JSON null or no key at all
+            where.append("coalesce(jsonb_typeof(metadata -> %s), 'null') = 'null'")
+            params.append(key)
+        else:
+            where.append("metadata -> %s = %s")
+            params += [key, Jsonb(value)]
+    if status is not None:
+        where.append("status = %s")
+        params.append(status)
+    if ids is not None:
+        where.append("thread_id = ANY(%s)")
+        params.append(list(ids))
+    return " AND ".join(where), params
+
+
 class PostgresThreadRepository:
     """Threads in PostgreSQL (see `engine.protocols.ThreadRepository`)."""
 
@@ -106,13 +131,20 @@ class PostgresThreadRepository:
         async with self._pool.connection() as conn, conn.transaction():
             await insert_thread(conn, thread)
 
-    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
-        """Replace a thread's metadata."""
-        async with self._pool.connection() as conn:
-            await conn.execute(
-                "UPDATE threads SET metadata = %s, updated_at = now() WHERE thread_id = %s",
-                (Jsonb(metadata), thread_id),
-            )
+    async def merge_metadata(
+        self, owner: str, thread_id: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge keys into the owner's thread's metadata; return the thread, or None.
+
+        One statement (`jsonb ||` merges the top-level keys), so concurrent merges into
+        one thread all land.
+        """
+        rows = await self._fetch(
+            "UPDATE threads SET metadata = metadata || %s, updated_at = now() "
+            f"WHERE thread_id = %s AND owner = %s RETURNING {THREAD_COLUMNS}",
+            (Jsonb(metadata), thread_id, owner),
+        )
+        return thread_from_row(rows[0]) if rows else None
 
     async def search(
         self,
@@ -127,31 +159,29 @@ class PostgresThreadRepository:
         sort_order: str = "desc",
     ) -> list[ThreadRecord]:
         """Return the owner's threads matching every given filter (limit -1: all)."""
-        where = ["owner = %s"]
-        params: list[Any] = [owner]
-        for key, value in (metadata or {}).items():
-            if value is None:  # as SQLite's json_extract: a JSON null or no key at all
-                where.append("coalesce(jsonb_typeof(metadata -> %s), 'null') = 'null'")
-                params.append(key)
-            else:
-                where.append("metadata -> %s = %s")
-                params += [key, Jsonb(value)]
-        if status is not None:
-            where.append("status = %s")
-            params.append(status)
-        if ids is not None:
-            where.append("thread_id = ANY(%s)")
-            params.append(list(ids))
+        where, params = _filters(owner, metadata, status, ids)
         column = {"thread_id": "thread_id", "status": "status", "updated_at": "updated_at"}.get(
             sort_by, "created_at"
         )
         order = "ASC" if sort_order == "asc" else "DESC"
         sql = (
-            f"SELECT {THREAD_COLUMNS} FROM threads WHERE {' AND '.join(where)} "
+            f"SELECT {THREAD_COLUMNS} FROM threads WHERE {where} "
             f"ORDER BY {column} {order}, thread_id {order} LIMIT %s OFFSET %s"
         )
         rows = await self._fetch(sql, [*params, None if limit < 0 else limit, offset])
         return [thread_from_row(row) for row in rows]
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+    ) -> int:
+        """Return how many of the owner's threads match every given filter."""
+        where, params = _filters(owner, metadata, status, None)
+        rows = await self._fetch(f"SELECT count(*) AS n FROM threads WHERE {where}", params)
+        return int(rows[0]["n"])
 
     async def delete(self, thread_id: str) -> None:
         """Delete a thread with its runs and their event logs (checkpoints are the saver's)."""

@@ -71,6 +71,27 @@ async def insert_thread(db: aiosqlite.Connection, thread: ThreadRecord) -> None:
         raise ThreadExists(f"thread {thread.thread_id!r} already exists") from None
 
 
+def _filters(
+    owner: str,
+    metadata: dict[str, Any] | None,
+    status: ThreadStatus | None,
+    ids: Sequence[str] | None,
+) -> tuple[str, list[Any]]:
+    """Return the WHERE clause (and its parameters) of a thread search."""
+    where = ["owner = ?"]
+    params: list[Any] = [owner]
+    for key, value in (metadata or {}).items():
+        where.append("json_extract(metadata, ?) IS json_extract(?, '$')")
+        params += [f'$."{key}"', dumps(value)]
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if ids is not None:
+        where.append(f"thread_id IN ({', '.join('?' for _ in ids)})")
+        params += list(ids)
+    return " AND ".join(where), params
+
+
 class SqliteThreadRepository:
     """Threads in SQLite (see `engine.protocols.ThreadRepository`)."""
 
@@ -94,13 +115,30 @@ class SqliteThreadRepository:
         async with self._db.transaction() as db:
             await insert_thread(db, thread)
 
-    async def update_metadata(self, thread_id: str, metadata: dict[str, Any]) -> None:
-        """Replace a thread's metadata."""
+    async def merge_metadata(
+        self, owner: str, thread_id: str, metadata: dict[str, Any]
+    ) -> ThreadRecord | None:
+        """Merge keys into the owner's thread's metadata; return the thread, or None.
+
+        The read and the write share one write transaction (the database's write lock),
+        so concurrent merges into one thread all land.
+        """
         async with self._db.transaction() as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT * FROM threads WHERE thread_id = ? AND owner = ?", (thread_id, owner)
+                )
+            )
+            if not rows:
+                return None
+            thread = thread_from_row(rows[0])
+            thread.metadata = {**thread.metadata, **metadata}
+            thread.updated_at = now()
             await db.execute(
                 "UPDATE threads SET metadata = ?, updated_at = ? WHERE thread_id = ?",
-                (dumps(metadata), now(), thread_id),
+                (dumps(thread.metadata), thread.updated_at, thread_id),
             )
+        return thread
 
     async def search(
         self,
@@ -114,27 +152,29 @@ class SqliteThreadRepository:
         sort_by: str = "created_at",
         sort_order: str = "desc",
     ) -> list[ThreadRecord]:
-        """Return the owner's threads matching every given filter."""
-        where = ["owner = ?"]
-        params: list[Any] = [owner]
-        for key, value in (metadata or {}).items():
-            where.append("json_extract(metadata, ?) IS json_extract(?, '$')")
-            params += [f'$."{key}"', dumps(value)]
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if ids is not None:
-            where.append(f"thread_id IN ({', '.join('?' for _ in ids)})")
-            params += list(ids)
+        """Return the owner's threads matching every given filter (limit -1: all)."""
+        where, params = _filters(owner, metadata, status, ids)
         column = {"thread_id": "thread_id", "status": "status", "updated_at": "updated_at"}.get(
             sort_by, "created_at"
         )
         order = "ASC" if sort_order == "asc" else "DESC"
         sql = (
-            f"SELECT * FROM threads WHERE {' AND '.join(where)} "
+            f"SELECT * FROM threads WHERE {where} "
             f"ORDER BY {column} {order}, rowid {order} LIMIT ? OFFSET ?"
         )
         return [thread_from_row(row) for row in await self._db.read(sql, [*params, limit, offset])]
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: ThreadStatus | None = None,
+    ) -> int:
+        """Return how many of the owner's threads match every given filter."""
+        where, params = _filters(owner, metadata, status, None)
+        rows = await self._db.read(f"SELECT count(*) FROM threads WHERE {where}", params)
+        return int(rows[0][0])
 
     async def delete(self, thread_id: str) -> None:
         """Delete a thread with its runs and their event logs (checkpoints are the saver's)."""

@@ -455,6 +455,22 @@ async def test_thread_state_history_and_delete(server: Served) -> None:
         await client.threads.get(tid)
 
 
+async def test_concurrent_metadata_patches_all_land(server: Served) -> None:
+    # Regression: PATCH read the thread's metadata, merged it and wrote it back, so of
+    # two concurrent PATCHes one was lost.
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        created = await http.post("/threads", json={"metadata": {"user": "u1"}})
+        tid = created.json()["thread_id"]
+        patches = [
+            http.patch(f"/threads/{tid}", json={"metadata": {f"k{i}": i}}) for i in range(10)
+        ]
+        assert [answer.status_code for answer in await asyncio.gather(*patches)] == [200] * 10
+        metadata = (await http.get(f"/threads/{tid}")).json()["metadata"]
+        assert metadata == {"user": "u1", **{f"k{i}": i for i in range(10)}}
+        counted = await http.post("/threads/count", json={"metadata": {"user": "u1", "k3": 3}})
+        assert counted.json() == 1
+
+
 async def test_assistants_are_listed_and_drawable(server: Served) -> None:
     client = get_client(url=server.url, api_key=None)
     found = await client.assistants.search()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.sse import HEARTBEAT, follow_run, parse_cursor
 from engine.hub import Hub, Subscription
+from engine.protocols import EventLog
 from engine.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
 from engine.sqlite import SqliteRunStorage
 from tests.app.harness import read_sse
@@ -28,6 +31,36 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[SqliteRunStorage, Hub]]:
         yield store, hub
 
 
+@dataclass
+class Frames:
+    """`RunFrames` over an event log and a hub, as the run manager offers it."""
+
+    events: EventLog
+    hub: Hub
+
+    async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:
+        return await self.events.read(run_id, after, limit)
+
+    async def last_frame_id(self, run_id: str) -> int:
+        return await self.events.last_id(run_id)
+
+    def subscribe(self, run_id: str) -> Subscription:
+        return self.hub.subscribe(run_id)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.hub.unsubscribe(sub)
+
+    def is_live(self, run_id: str) -> bool:
+        return self.hub.is_live(run_id)
+
+
+def follow(
+    events: Any, hub: Hub, run_id: str, thread_id: str, **options: Any
+) -> AsyncIterator[bytes]:
+    """Follow a run through a log and a hub, as a stream response follows the run manager."""
+    return follow_run(Frames(events, hub), run_id, thread_id, **options)
+
+
 def frame(i: int, event: str = "custom") -> Frame:
     return Frame(i, event, json.dumps({"n": i}))
 
@@ -42,7 +75,7 @@ async def test_replay_then_live_gives_each_frame_once(store: tuple[SqliteRunStor
     for i in range(1, 4):
         runs.append("r", frame(i))
     await runs.flush()
-    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t", after=1)))
+    follower = asyncio.ensure_future(collect(follow(runs, hub, "r", "t", after=1)))
     await asyncio.sleep(0.05)
     for i in range(4, 8):
         runs.append("r", frame(i))
@@ -63,7 +96,7 @@ async def test_a_cursor_before_the_kept_log_gets_a_gap_frame(
     runs.record(RunStatusChange("r", "success"))
     await runs.flush()
     await runs.prune(finished_before="9999")
-    frames = read_sse(await collect(follow_run(runs, hub, "r", "t", after=1)))
+    frames = read_sse(await collect(follow(runs, hub, "r", "t", after=1)))
     assert [(f.id, f.event) for f in frames] == [(4, "gap"), (5, "end")]
     assert frames[0].data["first_missing"] == 2 and frames[0].data["last_missing"] == 4
     assert "/threads/t/state" in frames[0].data["message"]
@@ -78,9 +111,9 @@ async def test_a_cursor_at_or_past_the_end_frame_closes_at_once(
         runs.append("r", frame(i, event))
     await runs.flush()
     for cursor in (3, 9):  # the client has every frame: nothing is left to wait for
-        body = await asyncio.wait_for(collect(follow_run(runs, hub, "r", "t", after=cursor)), 2)
+        body = await asyncio.wait_for(collect(follow(runs, hub, "r", "t", after=cursor)), 2)
         assert body == ""
-    frames = read_sse(await collect(follow_run(runs, hub, "r", "t", after=2)))
+    frames = read_sse(await collect(follow(runs, hub, "r", "t", after=2)))
     assert [f.event for f in frames] == ["end"]
     assert hub.subscriber_count == 0
 
@@ -93,7 +126,7 @@ async def test_a_lagging_subscriber_catches_up_from_the_log(
     hub = Hub(subscriber_buffer=3)
     runs._publish = hub.publish  # this test's hub, with a tiny buffer
     hub.run_live("r")
-    stream = follow_run(runs, hub, "r", "t")
+    stream = follow(runs, hub, "r", "t")
     first = asyncio.ensure_future(stream.__anext__())
     await asyncio.sleep(0.05)
     for i in range(1, 21):  # far more than the subscriber's buffer, in one batch
@@ -117,7 +150,7 @@ async def test_a_subscription_over_its_buffer_is_marked_lagged() -> None:
 async def test_idle_streams_send_heartbeats(store: tuple[SqliteRunStorage, Hub]) -> None:
     storage, hub = store
     runs = storage.events
-    stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
+    stream = follow(runs, hub, "r", "t", heartbeat=0.05)
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT
     runs.append("r", frame(1, "end"))
     rest = [chunk async for chunk in stream]
@@ -133,7 +166,7 @@ async def test_only_the_wanted_modes_pass_but_control_frames_always_do(
     for i, event in enumerate(["metadata", "updates", "custom|executor:1", "values", "end"], 1):
         runs.append("r", frame(i, event))
     await runs.flush()
-    body = await collect(follow_run(runs, hub, "r", "t", modes=["custom"]))
+    body = await collect(follow(runs, hub, "r", "t", modes=["custom"]))
     assert [f.event for f in read_sse(body)] == ["metadata", "custom|executor:1", "end"]
 
 
@@ -167,7 +200,7 @@ async def test_a_stream_of_a_run_no_longer_executed_is_told_it_stalled_and_close
     runs = storage.events
     runs.append("r", frame(1, "metadata"))
     await runs.flush()
-    stream = follow_run(runs, hub, "r", "t", heartbeat=0.05)
+    stream = follow(runs, hub, "r", "t", heartbeat=0.05)
     assert (await asyncio.wait_for(stream.__anext__(), 2)).startswith(b"id: 1\n")
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT  # alive, quiet
     hub.run_gone("r")  # the run manager stopped executing it without an end
@@ -183,7 +216,7 @@ async def test_a_run_that_ends_as_it_stops_being_executed_delivers_its_end(
 ) -> None:
     storage, hub = store
     runs = storage.events
-    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t", heartbeat=5)))
+    follower = asyncio.ensure_future(collect(follow(runs, hub, "r", "t", heartbeat=5)))
     await asyncio.sleep(0.05)
     runs.append("r", frame(1, "metadata"))
     runs.append("r", frame(2, "end"))
@@ -203,7 +236,7 @@ async def test_live_frames_that_skip_ids_send_the_follower_back_to_the_log(
     hub = Hub()
     runs._publish = lambda _run, _frames: None  # nothing reaches the hub by itself
     hub.run_live("r")
-    follower = asyncio.ensure_future(collect(follow_run(runs, hub, "r", "t")))
+    follower = asyncio.ensure_future(collect(follow(runs, hub, "r", "t")))
     await asyncio.sleep(0.05)
     for i in range(1, 4):
         runs.append("r", frame(i, "end" if i == 3 else "custom"))
@@ -239,7 +272,7 @@ async def test_a_log_read_that_fails_for_a_while_keeps_the_stream_with_heartbeat
     storage.events.append("r", frame(1, "metadata"))
     await storage.events.flush()
     flaky = FlakyLog(storage.events)
-    stream = follow_run(flaky, hub, "r", "t", heartbeat=5)  # type: ignore[arg-type]
+    stream = follow(flaky, hub, "r", "t", heartbeat=5)
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT  # waiting, not broken
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT
     flaky.down = False  # the database is back
@@ -258,7 +291,7 @@ async def test_a_log_that_stays_unreadable_gets_a_notice_without_an_id_and_close
     storage, hub = store
     flaky = FlakyLog(storage.events)
     body = await asyncio.wait_for(
-        collect(follow_run(flaky, hub, "r", "t", after=3, heartbeat=5)),  # type: ignore[arg-type]
+        collect(follow(flaky, hub, "r", "t", after=3, heartbeat=5)),
         5,
     )
     notice = body.split(HEARTBEAT.decode())[-1]

@@ -2,7 +2,8 @@
 
 Group-committed event logs published only once committed, an atomic busy check, a
 run and its new thread written together, pruning that keeps the final frames,
-threads visible to their owner only, metadata search.
+threads visible to their owner only, metadata search and count, metadata merged
+atomically.
 """
 
 from __future__ import annotations
@@ -145,8 +146,52 @@ async def test_search_filters_threads_by_metadata(opened: Opened) -> None:
     found = await store.threads.search("alice", ids=["b", "c"], sort_by="thread_id")
     assert [t.thread_id for t in found] == ["c", "b"]
     assert len(await store.threads.search("alice", limit=-1)) == 3
-    await store.threads.update_metadata("b", {"user": "u1"})
+    assert await store.threads.count("alice", metadata={"user": "u1"}) == 2
+    assert await store.threads.count("alice", metadata={"user": "u1"}, status="busy") == 0
+    assert await store.threads.count("alice") == 3 and await store.threads.count("bob") == 0
+    merged = await store.threads.merge_metadata("alice", "b", {"user": "u1"})
+    assert merged is not None and merged.metadata == {"user": "u1"}
     found = await store.threads.search("alice", metadata={"user": "u1"}, limit=2, offset=1)
     assert len(found) == 2
     await store.threads.delete("a")
     assert await store.threads.get("alice", "a") is None
+
+
+async def test_concurrent_metadata_merges_into_one_thread_all_land(opened: Opened) -> None:
+    # Regression: PATCH read the metadata, merged it and wrote it back: of two
+    # concurrent PATCHes, one was lost.
+    store = opened.storage
+    record = thread("t1")
+    record.metadata = {"kept": True, "n": 0}
+    await store.threads.insert(record)
+    merged = await asyncio.gather(
+        *(store.threads.merge_metadata("alice", "t1", {f"k{i}": i, "n": i}) for i in range(20))
+    )
+    assert all(m is not None for m in merged)
+    final = await store.threads.get("alice", "t1")
+    assert final is not None
+    assert {f"k{i}" for i in range(20)} | {"kept", "n"} == set(final.metadata)
+    assert final.metadata["kept"] is True
+    # A key set to null stays, with a null value (a merge, not a JSON merge patch).
+    final = await store.threads.merge_metadata("alice", "t1", {"kept": None, "deep": {"a": 1}})
+    assert final is not None and final.metadata["kept"] is None
+    final = await store.threads.merge_metadata("alice", "t1", {"deep": {"b": 2}})
+    assert final is not None and final.metadata["deep"] == {"b": 2}  # top-level keys only
+    assert await store.threads.get("alice", "t1") == final
+    assert await store.threads.merge_metadata("mallory", "t1", {"x": 1}) is None
+    assert "x" not in (await store.threads.get("alice", "t1")).metadata
+
+
+async def test_count_counts_in_the_database_without_loading_a_thread(
+    opened: Opened, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = opened.storage
+    for name in ("a", "b", "c"):
+        await store.threads.insert(thread(name))
+
+    def refuse(_row: object) -> None:
+        raise AssertionError("count loaded a thread")
+
+    monkeypatch.setattr("engine.sqlite.threads.thread_from_row", refuse)
+    monkeypatch.setattr("engine.postgres.threads.thread_from_row", refuse)
+    assert await store.threads.count("alice") == 3

@@ -67,7 +67,10 @@ def llm() -> Any:
 
 
 @asynccontextmanager
-async def open_manager(tmp_path: Path, llm_url: str, counts: Counts) -> AsyncIterator[RunManager]:
+async def open_manager(
+    tmp_path: Path, llm_url: str, counts: Counts
+) -> AsyncIterator[tuple[RunManager, SqliteRunStorage]]:
+    """Open a run manager and its storage (which the tests make fail)."""
     settings = service_settings(tmp_path, llm_url)
     db = str(tmp_path / "atelier.db")
     context = build_context(settings, models=OpenAIModelFactory(settings))
@@ -90,11 +93,11 @@ async def open_manager(tmp_path: Path, llm_url: str, counts: Counts) -> AsyncIte
                 recovery_interval=0.3,
             )
             async with manager:
-                yield manager
+                yield manager, storage
 
 
 async def log_of(manager: RunManager, run_id: str) -> list[tuple[int, str, Any]]:
-    frames = await manager.events.read(run_id, 0)
+    frames = await manager.read_frames(run_id, 0)
     return [(f.id, f.event, json.loads(f.data)) for f in frames]
 
 
@@ -103,8 +106,8 @@ async def test_a_run_whose_frames_cannot_be_written_ends_with_error_and_end(
 ) -> None:
     # Regression: a failed commit was only logged; the run never ended.
     counts = Counts()
-    async with open_manager(tmp_path, llm.base_url, counts) as manager:
-        await manager.storage.database.execute(
+    async with open_manager(tmp_path, llm.base_url, counts) as (manager, storage):
+        await storage.database.execute(
             [
                 (
                     "CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.event = 'updates' "
@@ -132,7 +135,7 @@ async def test_a_run_whose_frames_cannot_be_written_ends_with_error_and_end(
         # The run writing beside it in the same batches is untouched.
         assert other is not None and other.status == "success"
         assert (await log_of(manager, beside.run_id))[-1][1] == "end"
-        thread = await manager.threads.get("anonymous", failing.thread_id)
+        thread = await manager.get_thread("anonymous", failing.thread_id)
         assert thread is not None and thread.status == "error"
         assert counts.active == 0 and sorted(counts.finished) == ["error", "success"]
 
@@ -141,19 +144,19 @@ async def test_a_run_that_cannot_even_record_its_end_is_resumed_when_writes_retu
     tmp_path: Path, llm: Any
 ) -> None:
     counts = Counts()
-    async with open_manager(tmp_path, llm.base_url, counts) as manager:
+    async with open_manager(tmp_path, llm.base_url, counts) as (manager, storage):
         run = await start(manager, "studio", input={"request": "hi", "auto_confirm": True})
         # Another connection takes the write lock before the run's first commit and
         # keeps it far past the busy timeout (0.2 s) and the retries (0.5 s).
-        blocker = sqlite3.connect(manager.storage.path, isolation_level=None)
+        blocker = sqlite3.connect(storage.path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        follower = follow_run(manager.events, manager.hub, run.run_id, run.thread_id, heartbeat=0.1)
+        follower = follow_run(manager, run.run_id, run.thread_id, heartbeat=0.1)
         seen = await asyncio.wait_for(
             asyncio.ensure_future(_collect(follower)), 15
         )  # a stream of the stuck run is told so and closed, not fed heartbeats forever
         assert seen.endswith(b"\n\n") and b"RunStalled" in seen.split(b"event: error\n")[-1]
         assert not manager.is_active(run.run_id)
-        record = await manager.runs.get(run.run_id)
+        record = await manager.get_run("anonymous", run.thread_id, run.run_id)
         assert record is not None and record.status == "pending"  # still recoverable
         assert counts.active == 0  # this process is not executing it
 
@@ -163,9 +166,7 @@ async def test_a_run_that_cannot_even_record_its_end_is_resumed_when_writes_retu
         done = await asyncio.wait_for(manager.wait(run.run_id), 20)
         assert done is not None and done.status == "success"
         frames = read_sse(
-            b"".join(
-                [c async for c in follow_run(manager.events, manager.hub, run.run_id, "t")]
-            ).decode()
+            b"".join([c async for c in follow_run(manager, run.run_id, "t")]).decode()
         )
         assert [f.id for f in frames] == list(range(1, len(frames) + 1))
         assert [f.event for f in frames].count("metadata") == 1  # nothing of the lost try
