@@ -42,6 +42,7 @@ engine's door is made here in one place.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ from app.deps import PrincipalDep, RunsDep
 from app.routes.exports import post_markdown
 from engine.assistants import Assistant
 from engine.errors import Conflict, Invalid, NotFound, RunsError
+from engine.follow import Stopped, follow_frames
 from engine.manager import RunManager
 from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
@@ -114,7 +116,7 @@ from engine.serde import loads
 #: Where the JSON-RPC endpoint and the agent card are served.
 RPC_PATH = "/a2a/{assistant_id}"
 CARD_PATH = RPC_PATH + AGENT_CARD_WELL_KNOWN_PATH
-#: Seconds a stream waits for a frame before it checks that its run is still going.
+#: Seconds a task's stream waits for a frame before it checks that its run is still going.
 FRAME_WAIT = 15.0
 #: Run metadata key holding the task's context id.
 CONTEXT_KEY = "a2a_context_id"
@@ -176,48 +178,39 @@ async def task_runs(
     manager: RunManager, owner: str, assistant_id: str, thread_id: str
 ) -> list[RunRecord]:
     """Return the runs of an owner's thread served by `assistant_id`, oldest first."""
-    thread = await manager.threads.get(owner, thread_id)
-    if thread is None or thread.metadata.get("assistant_id") != assistant_id:
+    try:
+        thread = await manager.get_thread(owner, thread_id)
+    except NotFound:
         return []
-    return list(reversed(await manager.runs.for_thread(thread_id, limit=MAX_RUNS)))
+    if thread.metadata.get("assistant_id") != assistant_id:
+        return []
+    return list(reversed(await manager.list_runs(owner, thread_id, limit=MAX_RUNS)))
 
 
 async def run_frames(manager: RunManager, run: RunRecord) -> AsyncIterator[Frame]:
-    """Yield a run's frames from its durable log, from the first, until its `end` frame.
+    """Yield a run's frames from the first until its `end` frame (`engine.follow`).
 
-    The live fan-out only wakes the reader; frames are always read from the log, so
-    nothing is lost between the two. A run no longer active whose log has no more
-    frames ends the iteration too (its storage failed before it could write `end`).
+    A run that stops without `end` (it stalled: its storage failed and it waits for
+    recovery) ends the iteration too; the task's state is then read again.
     """
-    sub = manager.hub.subscribe(run.run_id)
-    last = 0
-    try:
-        while True:
-            frames = await manager.events.read(run.run_id, last)
-            for frame in frames:
-                last = frame.id
-                yield frame
-                if frame.event == "end":
+    followed = follow_frames(manager, run.run_id, run.thread_id, idle=FRAME_WAIT)
+    async with contextlib.aclosing(followed):
+        async for item in followed:
+            if isinstance(item, Stopped):
+                return
+            if isinstance(item, Frame):
+                yield item
+                if item.event == "end":
                     return
-            if frames:
-                continue
-            batch = await sub.next_batch(FRAME_WAIT)
-            if sub.lagged:
-                sub.caught_up()
-            if batch is None:
-                stored = await manager.runs.get(run.run_id)
-                if (stored is None or not stored.active) and not await manager.events.read(
-                    run.run_id, last
-                ):
-                    return
-    finally:
-        manager.hub.unsubscribe(sub)
 
 
-async def run_outcome(manager: RunManager, run_id: str) -> tuple[RunRecord, dict[str, Any]] | None:
+async def run_outcome(
+    manager: RunManager, owner: str, thread_id: str, run_id: str
+) -> tuple[RunRecord, dict[str, Any]] | None:
     """Return a run's record and what it left (the thread's values), or None when gone."""
-    run = await manager.runs.get(run_id)
-    if run is None:
+    try:
+        run = await manager.get_run(owner, thread_id, run_id)
+    except NotFound:
         return None
     return run, await manager.result(run)
 
@@ -459,7 +452,7 @@ class AtelierRequestHandler(RequestHandler):
 
     async def _task(self, call: Call, run: RunRecord) -> Task:
         """Return the task whose latest run is `run`, read from the run store."""
-        found = await run_outcome(call.manager, run.run_id)
+        found = await run_outcome(call.manager, call.owner, run.thread_id, run.run_id)
         if found is None:
             raise TaskNotFoundError()
         runs = await task_runs(call.manager, call.owner, call.assistant.assistant_id, run.thread_id)

@@ -1,26 +1,19 @@
 """Server-Sent Events: responses that follow a run's event log, never run the graph.
 
-`follow_run` is the body of every stream response: it follows the run through the
-run manager (`engine.protocols.RunFrames`), subscribing to its live frames first,
-then it replays the durable log after the client's cursor, then sends
-live frames as they are committed (deduplicated by id, so the switch from replay to
-live neither drops nor repeats a frame), with a `: heartbeat` comment whenever the
-stream has been idle for SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame. A
-cursor older than what the log keeps gets a `gap` frame first. Live frames that do
-not continue from the last id sent (a message the live fan-out lost) send the
-stream back to the log, so only a pruned log ever yields a `gap`.
+`follow_run` is the body of every stream response. It renders what
+`engine.follow.follow_frames` yields (the run's durable log after the client's
+cursor, then live frames as they are committed, deduplicated by id, with a `gap`
+frame for frames the log no longer keeps) as SSE bytes, keeping the client's stream
+modes, with a `: heartbeat` comment whenever the stream has been idle for
+SSE_HEARTBEAT_INTERVAL. It ends after the `end` frame.
 
-Heartbeats never hide a dead run: a follower sends one only while this process
-executes the run (`RunFrames.is_live`). When the run is not executed here and its log
-holds no `end` — its storage failed and it waits for the recovery sweep — the
-stream gets a `stalled` `error` frame *without an id* (so the client's
-`Last-Event-ID` still names the last real frame) and is closed; the client may
-rejoin later and continue where it was.
-
-A read of the log that fails (the database is briefly unreachable) does not break the
-stream: the follower heartbeats and reads again every `READ_RETRY_EVERY` seconds, for
-up to `READ_RETRY_FOR` seconds; only then does it send an `unreadable` `error` frame
-without an id (rejoin later with `Last-Event-ID`) and close.
+Heartbeats never hide a dead run: a follower sends one only while the run is
+executed. When the run is not executed and its log holds no `end` — its storage
+failed and it waits for the recovery sweep — the stream gets a `stalled` `error`
+frame *without an id* (so the client's `Last-Event-ID` still names the last real
+frame) and is closed; the client may rejoin later and continue where it was. A log
+that cannot be read for `engine.follow.READ_RETRY_FOR` seconds (heartbeats meanwhile)
+ends the stream the same way, with an `unreadable` `error` frame.
 
 `DisconnectAwareResponse` streams a body while listening for the client's
 disconnect, and calls a callback when the client went away (not when the server is
@@ -29,20 +22,18 @@ shutting down), which is how `on_disconnect=cancel` cancels a run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any, TypeVar
 
 import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from engine.follow import Idle, Stopped, follow_frames
 from engine.frames import CONTROL_EVENTS, graph_mode
 from engine.protocols import RunFrames
-from engine.records import Frame
 from engine.serde import dumps
 
 log = logging.getLogger(__name__)
@@ -50,10 +41,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HEARTBEAT = b": heartbeat\n\n"
-#: Seconds a follower keeps retrying a log read that fails before it gives up.
-READ_RETRY_FOR = 30.0
-#: Seconds between two tries of a log read that failed.
-READ_RETRY_EVERY = 1.0
 SSE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
@@ -145,26 +132,6 @@ def unreadable_notice(run_id: str, thread_id: str, last: int) -> bytes:
     return f"event: error\ndata: {dumps(data)}\n\n".encode()
 
 
-async def _attempt(read: Awaitable[T], run_id: str) -> tuple[bool, T | None]:
-    """Await a log read; (False, None) when it failed (logged), else (True, its value)."""
-    try:
-        return True, await read
-    except Exception as exc:  # the driver's error: the database is away, try again later
-        log.warning("reading the log of run %s failed: %s", run_id, type(exc).__name__)
-        return False, None
-
-
-def gap_frame(first_missing: int, last_missing: int, thread_id: str) -> Frame:
-    """Return the frame standing for log frames that are no longer kept."""
-    data = {
-        "first_missing": first_missing,
-        "last_missing": last_missing,
-        "message": f"frames {first_missing}-{last_missing} of this run are no longer kept; "
-        f"re-read the thread state at /threads/{thread_id}/state",
-    }
-    return Frame(last_missing, "gap", dumps(data))
-
-
 async def follow_run(
     frames: RunFrames,
     run_id: str,
@@ -190,84 +157,20 @@ async def follow_run(
         on_close: Called once when following stops, however it stops (metrics).
     """
     wanted = None if modes is None else {graph_mode(m) for m in modes} | CONTROL_EVENTS
-    last = after
-    ended = False
-    sub = frames.subscribe(run_id)
+    followed = follow_frames(frames, run_id, thread_id, after=after, idle=heartbeat)
     if on_open is not None:
         on_open()
-
-    def render(batch: list[Frame]) -> bytes:
-        nonlocal last, ended
-        out: list[bytes] = []
-        for frame in batch:
-            if frame.id <= last or ended:
-                continue
-            if frame.id > last + 1:
-                out.append(gap_frame(last + 1, frame.id - 1, thread_id).encode())
-            last = frame.id
-            if wanted is None or frame.mode in wanted:
-                out.append(frame.encode())
-            ended = frame.event == "end"
-        return b"".join(out)
-
-    async def final_frames() -> list[Frame]:
-        return await frames.read_frames(run_id, await frames.last_frame_id(run_id) - 1)
-
-    failing_since: float | None = None
     try:
-        if after > 0:
-            # A client that already has the run's `end` frame gets nothing more: close
-            # now rather than heartbeat forever for frames that will never come. (When
-            # the log cannot be read now, the replay below finds out instead.)
-            _ok, final = await _attempt(final_frames(), run_id)
-            ended = bool(final and final[-1].event == "end" and final[-1].id <= after)
-        while not ended:
-            # A run that stops being executed here commits its `end` first, so a log
-            # read after seeing it gone has the `end` if there is one.
-            live = frames.is_live(run_id)
-            # Replay what the log holds after the cursor (first, after lagging, and
-            # whenever the run may have stopped).
-            while not ended:
-                ok, read = await _attempt(frames.read_frames(run_id, last), run_id)
-                if not ok:
-                    failing_since = failing_since or time.monotonic()
-                    if time.monotonic() - failing_since >= READ_RETRY_FOR:
-                        yield unreadable_notice(run_id, thread_id, last)
-                        return
+        async with contextlib.aclosing(followed):
+            async for item in followed:
+                if isinstance(item, Idle):
                     yield HEARTBEAT
-                    await asyncio.sleep(READ_RETRY_EVERY)
-                    continue
-                failing_since = None
-                if not read:
-                    break
-                if chunk := render(read):
-                    yield chunk
-            if ended:
-                break
-            if not live:
-                yield stalled_notice(run_id, thread_id, last)
-                return
-            # Then live frames, as they are committed.
-            while not ended:
-                batch = await sub.next_batch(heartbeat)
-                if batch is None:
-                    if not frames.is_live(run_id):
-                        break  # quiet because it is dead: re-read the log, then say so
-                    yield HEARTBEAT
-                    continue
-                if sub.lagged:
-                    sub.caught_up()
-                    break  # back to the log for what was dropped
-                if not batch:
-                    break  # woken without frames: the run stopped here, or live frames
-                    # may be missing (Redis dropped): re-check it in the log
-                fresh = [frame for frame in batch if frame.id > last]
-                if fresh and fresh[0].id > last + 1:
-                    break  # live frames skipped some (a lost message): the log has them
-                if chunk := render(batch):
-                    yield chunk
+                elif isinstance(item, Stopped):
+                    notice = stalled_notice if item.reason == "stalled" else unreadable_notice
+                    yield notice(run_id, thread_id, item.last)
+                elif wanted is None or item.mode in wanted:
+                    yield item.encode()
     finally:
-        frames.unsubscribe(sub)
         if on_close is not None:
             on_close()
 

@@ -34,10 +34,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -54,13 +54,13 @@ from rich.text import Text
 
 from app import names
 from app.security import ANONYMOUS, owner_id_for
-from app.sse import follow_run
 from core.settings import Settings
 from engine.assistants import default_assistants
+from engine.follow import Stopped, follow_frames
 from engine.hub import Hub
 from engine.manager import RunManager
 from engine.preparation import RunRequest
-from engine.records import RunRecord
+from engine.records import Frame, RunRecord
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.ownership import DataDirInUse, own_data_dir
 from knowledge.notes import KnowledgeNote
@@ -370,46 +370,27 @@ async def open_embedded_engine(
 async def follow(manager: RunManager, run: RunRecord) -> AsyncIterator[tuple[str, Any]]:
     """Yield a run's frames from its first as `(event, data)`, up to its `end` frame.
 
-    The frames are the bytes a client of `GET /threads/{t}/runs/{r}/stream` without a
-    cursor reads (`app.sse.follow_run`: replayed from the run's event log, then live
-    as they are committed), parsed back.
+    The frames a client of `GET /threads/{t}/runs/{r}/stream` without a cursor reads
+    (`engine.follow.follow_frames`: replayed from the run's event log, then live as
+    they are committed).
 
     Raises:
-        RunFailed: The stream closed without an `end` frame (the run stalled, or its
-            log cannot be read now); the run may be resumed later.
+        RunFailed: The run stopped without an `end` frame (it stalled, or its log
+            cannot be read now); it may be resumed later.
     """
-    closed: dict[str, Any] = {}
-    # An async generator (annotated as an iterator): closed here, not when collected.
-    stream = cast(
-        "AsyncGenerator[bytes, None]",
-        follow_run(manager.events, manager.hub, run.run_id, run.thread_id),
-    )
-    async with contextlib.aclosing(stream):
-        async for chunk in stream:
-            for frame_id, event, data in _sse_frames(chunk):
-                if frame_id is None and event == "error":  # a notice before the stream closes
-                    closed = data if isinstance(data, dict) else {}
-                    continue
-                yield event, data
-                if event == "end":
+    followed = follow_frames(manager, run.run_id, run.thread_id)
+    async with contextlib.aclosing(followed):
+        async for item in followed:
+            if isinstance(item, Stopped):
+                raise RunFailed(
+                    "RunStalled" if item.reason == "stalled" else "StreamUnavailable",
+                    f"run {run.run_id} stopped before its end ({item.reason}); "
+                    f"finish it later with `atelier run --resume {run.run_id}`",
+                )
+            if isinstance(item, Frame):
+                yield item.event, json.loads(item.data)
+                if item.event == "end":
                     return
-    raise RunFailed(
-        str(closed.get("error") or "StreamClosed"),
-        str(closed.get("message") or f"the stream of run {run.run_id} closed before its end"),
-    )
-
-
-def _sse_frames(chunk: bytes) -> list[tuple[int | None, str, Any]]:
-    """Return the frames of SSE bytes as `(id, event, data)`; comments are skipped."""
-    frames: list[tuple[int | None, str, Any]] = []
-    for block in chunk.decode().split("\n\n"):
-        fields = dict(
-            line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":")
-        )
-        if "event" in fields:
-            frame_id = int(fields["id"]) if "id" in fields else None
-            frames.append((frame_id, fields["event"], json.loads(fields.get("data", "null"))))
-    return frames
 
 
 async def start_run(
@@ -544,7 +525,7 @@ async def resume_run(
         RunFailed: DATA_DIR has no such run, or it ended without a post.
     """
     async with open_embedded_engine(settings, callbacks=callbacks) as manager:
-        run = await manager.runs.get(run_id)
+        run = await manager.find_run(run_id)
         if run is None:
             raise RunFailed("NotFound", f"run {run_id} is not in {settings.database_path}")
         on_found(await _request_of(manager, run))
@@ -555,8 +536,8 @@ async def _request_of(manager: RunManager, run: RunRecord) -> str:
     """Return a run's request: its input's, or (a resume) its thread's."""
     request = (run.kwargs.get("input") or {}).get("request")
     if request is None:
-        thread = await manager.threads.get(run.owner, run.thread_id)
-        request = ((thread.values if thread else None) or {}).get("request")
+        thread = await manager.get_thread(run.owner, run.thread_id)
+        request = (thread.values or {}).get("request")
     return str(request or "")
 
 

@@ -456,6 +456,14 @@ class RunManager:
             raise NotFound(f"run {run_id!r} not found on thread {thread_id!r}")
         return run
 
+    async def find_run(self, run_id: str) -> RunRecord | None:
+        """Return any owner's run by id, or None: for trusted callers in this process.
+
+        `atelier run --resume RUN_ID` finds the run a killed process left behind; routes
+        use `get_run`, which answers only the run's owner.
+        """
+        return await self._runs.get(run_id)
+
     async def list_runs(
         self,
         owner: str,

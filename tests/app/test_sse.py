@@ -267,7 +267,7 @@ class FlakyLog:
 async def test_a_log_read_that_fails_for_a_while_keeps_the_stream_with_heartbeats(
     store: tuple[SqliteRunStorage, Hub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.sse.READ_RETRY_EVERY", 0.02)
+    monkeypatch.setattr("engine.follow.READ_RETRY_EVERY", 0.02)
     storage, hub = store
     storage.events.append("r", frame(1, "metadata"))
     await storage.events.flush()
@@ -286,8 +286,8 @@ async def test_a_log_read_that_fails_for_a_while_keeps_the_stream_with_heartbeat
 async def test_a_log_that_stays_unreadable_gets_a_notice_without_an_id_and_closes(
     store: tuple[SqliteRunStorage, Hub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.sse.READ_RETRY_EVERY", 0.02)
-    monkeypatch.setattr("app.sse.READ_RETRY_FOR", 0.2)
+    monkeypatch.setattr("engine.follow.READ_RETRY_EVERY", 0.02)
+    monkeypatch.setattr("engine.follow.READ_RETRY_FOR", 0.2)
     storage, hub = store
     flaky = FlakyLog(storage.events)
     body = await asyncio.wait_for(

@@ -367,7 +367,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
             result = await execute(
                 manager, run, on_event=events.append, clarify=asked.append, on_run=started.append
             )
-            record = await manager.runs.get(run.run_id)
+            record = await manager.find_run(run.run_id)
         calls = llm.call_count
     assert result["outcome"] == "completed" and not asked
     assert len(result["images"]) == 2 and result["post"]["title"]
@@ -400,7 +400,7 @@ async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: P
             result = await execute(
                 manager, run, on_event=lambda _e: None, clarify=clarify, on_run=started.append
             )
-            first = await manager.runs.get(run.run_id)
+            first = await manager.find_run(run.run_id)
     assert [a["type"] for a in asked] == ["clarification"]
     assert asked[0]["question"] and asked[0]["options"]
     assert result["outcome"] == "completed"
@@ -436,7 +436,7 @@ async def test_a_cancelled_execute_cancels_its_run(tmp_path: Path) -> None:
             following.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await following
-            record = await manager.runs.get(run.run_id)
+            record = await manager.find_run(run.run_id)
     assert record is not None and record.status == "interrupted"
     assert record.cancel_reason == "interrupt"
 
