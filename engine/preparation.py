@@ -217,7 +217,7 @@ class RunPreparer:
             unknown = sorted(targets - set(assistant.graph.nodes))
             if unknown:
                 raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
-        if assistant.check_update is not None and command.get("resume") is None:
+        if assistant.spec.check_update is not None and command.get("resume") is None:
             goto_nodes = [goto] if isinstance(goto, str) else list(goto or [])
             update = command.get("update")
             await self.check_update(
@@ -252,10 +252,10 @@ class RunPreparer:
             )
         else:
             answers = [(resume, pending)]
-        if assistant.check_resume is not None:
+        if assistant.spec.check_resume is not None:
             for value, interrupts in answers:
                 try:
-                    assistant.check_resume(value, interrupts)
+                    assistant.spec.check_resume(value, interrupts)
                 except ValueError as exc:
                     raise Invalid(f"command.resume: {exc}", field="command.resume") from None
 
@@ -270,10 +270,10 @@ class RunPreparer:
         goto: list[str],
     ) -> None:
         """Refuse a state update the assistant's `check_update` finds wrong for this thread."""
-        assert assistant.check_update is not None
+        assert assistant.spec.check_update is not None
         snapshot = await assistant.graph.aget_state(self.at_checkpoint(thread_id, checkpoint))
         try:
-            assistant.check_update(update, snapshot.values or {}, goto)
+            assistant.spec.check_update(update, snapshot.values or {}, goto)
         except ValueError as exc:
             where = str(exc).split(":", 1)[0]
             raise Invalid(f"{field}.{exc}", field=f"{field}.{where}") from None

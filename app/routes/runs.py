@@ -183,9 +183,9 @@ async def _create(
         _check_targets(assistant, body.command)
     graph_input: dict[str, Any] | None = None
     if body.input is not None:
-        if assistant.input_model is not None:
+        if assistant.spec.input_model is not None:
             try:
-                graph_input = assistant.input_model.model_validate(body.input).model_dump(
+                graph_input = assistant.spec.input_model.model_validate(body.input).model_dump(
                     mode="json", exclude_unset=True
                 )
             except ValidationError as exc:
