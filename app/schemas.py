@@ -184,20 +184,6 @@ class CommandIn(_Strict):
             raise ValueError("command needs at least one of resume, update, goto")
         return self
 
-    def goto_targets(self) -> list[str]:
-        """Return the nodes `goto` names (none when unset)."""
-        if self.goto is None:
-            return []
-        return [self.goto] if isinstance(self.goto, str) else list(self.goto)
-
-    def update_keys(self) -> list[str]:
-        """Return the state keys `update` writes (none when unset)."""
-        if self.update is None:
-            return []
-        if isinstance(self.update, dict):
-            return list(self.update)
-        return [key for key, _ in self.update]
-
 
 class RunConfigIn(_Strict):
     """The parts of a LangGraph run config a client may set."""
