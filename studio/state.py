@@ -171,10 +171,10 @@ class PipelineInput(TypedDict, total=False):
     The one declaration of the `atelier` input: each key's type, bounds, default
     and description. The graph takes it as its input schema; `AtelierInput`, the
     strict model a run's `input` is validated with, is derived from it (`model_of`).
-    It is a TypedDict and the model the derived one because `PipelineState` inherits
-    its keys, so that the nodes reading them are type-checked: a TypedDict can only
-    inherit a TypedDict, and one built from a model at import is invisible to a type
-    checker, whereas a model built from a TypedDict keeps every annotation.
+    The TypedDict, not the model, is the source: `PipelineState` inherits its keys
+    so that the nodes reading them are type-checked, a TypedDict can only inherit a
+    TypedDict, and one built from a model at import is invisible to a type checker;
+    a model built from a TypedDict keeps every annotation.
 
     `fast_mode` trades quality for time: one attempt (no critic retries) and a
     smaller team budget (at most 12 supervisor decisions, one research tool round,
