@@ -439,7 +439,7 @@ class AtelierRequestHandler(RequestHandler):
     def _input(call: Call, text: str) -> dict[str, Any]:
         """Return the run input of a request text, checked by the assistant's input model."""
         graph_input: dict[str, Any] = {"request": text}
-        model = call.assistant.input_model
+        model = call.assistant.spec.input_model
         if model is not None:
             try:
                 graph_input = model.model_validate(graph_input).model_dump(
@@ -577,11 +577,16 @@ def agent_card(assistant: Assistant, base_url: str, version: str, *, keyed: bool
     """Return an assistant's agent card: what it does, where to call it, how to authenticate."""
     url = base_url + RPC_PATH.format(assistant_id=assistant.assistant_id)
     examples: list[str] = []
-    if assistant.input_model is not None and "request" in assistant.input_model.model_fields:
-        examples = [str(e) for e in assistant.input_model.model_fields["request"].examples or []]
+    if (
+        assistant.spec.input_model is not None
+        and "request" in assistant.spec.input_model.model_fields
+    ):
+        examples = [
+            str(e) for e in assistant.spec.input_model.model_fields["request"].examples or []
+        ]
     card = AgentCard(
-        name=assistant.name,
-        description=assistant.description,
+        name=assistant.spec.name,
+        description=assistant.spec.description,
         version=version,
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version=v)
@@ -593,8 +598,8 @@ def agent_card(assistant: Assistant, base_url: str, version: str, *, keyed: bool
         skills=[
             AgentSkill(
                 id=assistant.assistant_id,
-                name=assistant.name,
-                description=assistant.description,
+                name=assistant.spec.name,
+                description=assistant.spec.description,
                 tags=["content", "writing", assistant.assistant_id],
                 examples=examples,
             )

@@ -32,6 +32,7 @@ from engine.errors import (
     DATABASE_UNAVAILABLE,
     Conflict,
     Invalid,
+    InvalidFields,
     NotFound,
     NotReadyError,
     RunsError,
@@ -42,6 +43,7 @@ __all__ = [
     "DATABASE_UNAVAILABLE",
     "Conflict",
     "Invalid",
+    "InvalidFields",
     "NotFound",
     "NotReadyError",
     "RunsError",
@@ -229,6 +231,9 @@ def database_errors() -> tuple[type[Exception], ...]:
 async def _runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     """Render a `RunsError` in the service's error shape (422s name the field)."""
     assert isinstance(exc, RunsError)
+    if isinstance(exc, InvalidFields):  # answered as a body failing its model would be
+        errors = [_safe_error({**e, "loc": ("body", *e["loc"])}) for e in exc.errors]
+        return error_response(422, validation_message(errors), errors)
     detail = None
     if exc.status == 422 and exc.field:
         where, _, name = exc.field.rpartition(":")

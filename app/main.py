@@ -26,10 +26,11 @@ from app.routes.ops import NotReadyError
 from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
-from engine.assistants import AssistantFactory, default_assistants
+from engine.assistants import AssistantFactory, registry
 from engine.hub import Hub
 from engine.manager import RunManager
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from graphs.assistants import ASSISTANTS
 from providers.fonts import web_cjk_font
 from studio.services import open_services
 
@@ -173,8 +174,9 @@ def create_app(
 
     Args:
         settings: The configuration.
-        assistant_factory: Builds the graphs served, given the checkpointer (default:
-            `atelier`); tests serve small graphs through it.
+        assistant_factory: Builds the assistants served, given the checkpointer
+            (default: the registry of `graphs.assistants.ASSISTANTS`); tests serve
+            small graphs through it.
     """
     settings = settings or Settings()
     app = FastAPI(
@@ -184,7 +186,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.assistant_factory = assistant_factory or default_assistants
+    app.state.assistant_factory = assistant_factory or registry(ASSISTANTS)
     install_metrics(app)
     install_security(app, settings)
     install_error_handlers(app)

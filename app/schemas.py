@@ -4,34 +4,30 @@ They follow the LangGraph Platform dialect (what `langgraph-sdk` sends and reads
 and bound every field a client fills in. A request option this server does not
 implement is refused with a 422 naming it (`extra="forbid"`), never ignored.
 
-`AtelierInput` is the `input` of the `atelier` assistant (PRODUCT.md §2.6). The
-stream models at the end describe the SSE frames for the OpenAPI document.
+What an assistant's `input` must be is its own contract, not the dialect's (for
+`atelier`: `studio.state.AtelierInput`, PRODUCT.md §2.6); the run engine checks it.
+The stream models at the end describe the SSE frames for the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from langgraph.types import Interrupt
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    Strict,
     StrictBool,
     StrictInt,
     StringConstraints,
-    TypeAdapter,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from core.settings import ImageProviderName
 from engine.frames import (
     SCHEMA_VERSION,
     STREAM_MODES,
@@ -39,16 +35,6 @@ from engine.frames import (
     StreamModeName,
 )
 from engine.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
-from providers.llm import streams_to_users
-from studio.state import (
-    AudienceText,
-    ImageCount,
-    LayoutPreference,
-    PlatformName,
-    ReferenceImages,
-    ReferenceTexts,
-    RequestText,
-)
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -159,154 +145,6 @@ DIGITS_ONLY = BeforeValidator(_whole_number)
 QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 
-# --------------------------------------------------------------------------- atelier input
-
-
-# The fields of `studio.state.PipelineInput`, with its types and bounds (a test ties the
-# two: tests/app/test_atelier_input.py); this model adds descriptions, examples, defaults
-# and strict parsing.
-class AtelierInput(_Strict):
-    """The `input` of a run of the `atelier` assistant (PRODUCT.md §2.6)."""
-
-    request: RequestText = Field(
-        description="What to write, in the user's words (1–4000 characters).",
-        examples=["写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"],
-    )
-    platform: PlatformName = Field(
-        default="xiaohongshu", description="Target platform.", examples=["xiaohongshu"]
-    )
-    audience: AudienceText | None = Field(
-        default=None, description="Who the post is for.", examples=["大学生"]
-    )
-    constraints: dict[str, Any] | None = Field(
-        default=None,
-        description="Verifiable constraints the post must meet: title_min/title_max, "
-        "body_min/body_max (characters), tag_min/tag_max, image_min/image_max, "
-        "must_include/must_avoid (term lists).",
-        examples=[{"body_max": 600, "must_include": ["烟酰胺"]}],
-    )
-    reference_images: ReferenceImages = Field(
-        default_factory=list,
-        description="Ids of uploaded reference images (POST /assets), at most 9.",
-    )
-    reference_texts: ReferenceTexts = Field(
-        default_factory=list, description="Example posts to imitate."
-    )
-    layout_preference: LayoutPreference = Field(
-        default="balanced", description="How text and images are balanced."
-    )
-    image_provider: ImageProviderName | None = Field(
-        default=None, description="Image provider (default: IMAGE_PROVIDER)."
-    )
-    image_count: Annotated[ImageCount, Strict()] | None = Field(
-        default=None, description="Images wanted (1–9)."
-    )
-    fast_mode: StrictBool = Field(default=False, description="One attempt, smaller team budget.")
-    auto_confirm: StrictBool = Field(
-        default=False, description="Never ask a clarification question."
-    )
-
-    @field_validator("request")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("request must not be blank")
-        return value
-
-    @field_validator("constraints")
-    @classmethod
-    def _valid_constraints(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return value
-        from studio.checks import Constraints
-
-        unknown = sorted(set(value) - set(Constraints.model_fields))
-        if unknown:
-            raise ValueError(
-                f"unknown constraint(s) {unknown}; known: {', '.join(Constraints.model_fields)}"
-            )
-        Constraints.model_validate(value)  # bounds and ordered ranges
-        return _bounded_mapping(value, "constraints")
-
-    def to_graph_input(self) -> dict[str, Any]:
-        """Return the pipeline input: the fields the client sent, validated."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-class ClarificationDetails(_Strict):
-    """An answer to the planner's clarification question."""
-
-    action: Literal["defaults", "details"]
-    details: str = Field(default="", max_length=4000)
-
-    @model_validator(mode="after")
-    def _details_given(self) -> ClarificationDetails:
-        if self.action == "details" and not self.details.strip():
-            raise ValueError("details must not be blank when action is 'details'")
-        return self
-
-
-_CLARIFICATION_ANSWER: TypeAdapter[Any] = TypeAdapter(
-    Annotated[str, StringConstraints(min_length=1, max_length=4000)] | ClarificationDetails
-)
-
-
-def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> None:
-    """Check a resume value for the planner's clarification question.
-
-    Accepted: "defaults", any other text (1–4000 characters, added as details), or
-    `{"action": "defaults"}` / `{"action": "details", "details": "..."}`.
-
-    Raises:
-        ValueError: The value is none of those.
-    """
-    asks_clarification = any(
-        isinstance(i.value, Mapping) and i.value.get("type") == "clarification" for i in interrupts
-    )
-    if not asks_clarification:
-        return
-    try:
-        _CLARIFICATION_ANSWER.validate_python(value)
-    except ValidationError:
-        raise ValueError(
-            'a clarification answer is "defaults", a text of 1-4000 characters, or '
-            '{"action": "defaults"} / {"action": "details", "details": "..."}'
-        ) from None
-
-
-def check_pipeline_update(
-    update: Mapping[str, Any], values: Mapping[str, Any], goto: Sequence[str]
-) -> None:
-    """Check a state update (a run's `command`, or `POST /threads/{t}/state`) of `atelier`.
-
-    Only the card redraw has a rule beyond the state's keys: `redraw` must name a
-    card of the thread's post (`studio.post.card_to_redraw`), and a
-    `goto: "redraw_card"` needs one, in the update or already in the state.
-
-    Raises:
-        ValueError: What is wrong, starting with the key at fault (`redraw`, `redraw.slot`).
-    """
-    from studio.post import card_to_redraw
-
-    wanted = update.get("redraw") if "redraw" in update else values.get("redraw")
-    if wanted is None:
-        if "redraw_card" in goto:
-            raise ValueError('redraw: goto "redraw_card" needs {"redraw": {"slot": n}}')
-        return
-    try:
-        card_to_redraw(wanted, values.get("images") or [])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in ("redraw", *first["loc"]))
-        raise ValueError(f"{where}: {first['msg']}") from None
-    except ValueError as exc:
-        raise ValueError(f"redraw.slot: {exc}") from None
-
-
-#: The `atelier` assistant's token filter: the writing roles' tokens only.
-writer_tokens_only = streams_to_users
-
-
 # --------------------------------------------------------------------------- runs
 
 
@@ -345,20 +183,6 @@ class CommandIn(_Strict):
         if self.resume is None and self.update is None and self.goto is None:
             raise ValueError("command needs at least one of resume, update, goto")
         return self
-
-    def goto_targets(self) -> list[str]:
-        """Return the nodes `goto` names (none when unset)."""
-        if self.goto is None:
-            return []
-        return [self.goto] if isinstance(self.goto, str) else list(self.goto)
-
-    def update_keys(self) -> list[str]:
-        """Return the state keys `update` writes (none when unset)."""
-        if self.update is None:
-            return []
-        if isinstance(self.update, dict):
-            return list(self.update)
-        return [key for key, _ in self.update]
 
 
 class RunConfigIn(_Strict):

@@ -55,7 +55,7 @@ from rich.text import Text
 from app import names
 from app.security import ANONYMOUS, owner_id_for
 from core.settings import Settings
-from engine.assistants import default_assistants
+from engine.assistants import build_assistants
 from engine.follow import Stopped, follow_frames
 from engine.hub import Hub
 from engine.manager import RunManager
@@ -63,6 +63,7 @@ from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.ownership import DataDirInUse, own_data_dir
+from graphs.assistants import ASSISTANTS
 from knowledge.notes import KnowledgeNote
 from providers.assets import AssetStore, is_valid_asset_id
 from studio.services import open_services
@@ -356,7 +357,7 @@ async def open_embedded_engine(
         manager = RunManager(
             storage=storage,
             hub=hub,
-            assistants=dict(default_assistants(checkpointer)),
+            assistants=build_assistants(ASSISTANTS, checkpointer),
             context=context,
             checkpointer=checkpointer,
             run_timeout=settings.run_timeout,
@@ -417,7 +418,7 @@ async def start_run(
     assistant = manager.assistant(ASSISTANT)
     kwargs: dict[str, Any] = {"stream_mode": list(RUN_STREAM_MODES), "config": {}}
     if inputs is not None:
-        model = assistant.input_model
+        model = assistant.spec.input_model
         kwargs["input"] = (
             model.model_validate(dict(inputs)).model_dump(mode="json", exclude_unset=True)
             if model is not None

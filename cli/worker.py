@@ -24,7 +24,8 @@ from prometheus_client import start_http_server
 
 from app.metrics import AtelierMetrics
 from core.settings import Settings
-from engine.assistants import AssistantFactory, default_assistants
+from engine.assistants import AssistantFactory, registry
+from graphs.assistants import ASSISTANTS
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,13 @@ async def serve_worker(
     concurrency: int,
     *,
     stop: asyncio.Event | None = None,
-    assistant_factory: AssistantFactory = default_assistants,
+    assistant_factory: AssistantFactory | None = None,
 ) -> None:
-    """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive)."""
+    """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive).
+
+    `assistant_factory` builds the assistants it executes runs of (default: the
+    registry of `graphs.assistants.ASSISTANTS`, what the API replicas serve).
+    """
     if settings.database_url is None:
         raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
     from engine.postgres.engine import open_engine_parts
@@ -63,7 +68,11 @@ async def serve_worker(
                 settings.worker_metrics_port,
             )
         parts = await open_engine_parts(
-            assistant_factory, settings, stack, metrics, serves_streams=False
+            assistant_factory or registry(ASSISTANTS),
+            settings,
+            stack,
+            metrics,
+            serves_streams=False,
         )
         worker = await parts.start_worker(stack, concurrency)
         log.info("worker %s ready", worker.owner)

@@ -1,59 +1,66 @@
-"""The assistants the service serves: compiled graphs with their API contract.
+"""The engine's registry of assistants: compiled graphs with their API contract.
 
-An `Assistant` pairs a compiled LangGraph graph (built with the service's
-checkpointer) with what the HTTP layer needs to serve it: the Pydantic model its
-`input` must satisfy, a check of `command.resume` values against the pending
-interrupts, and which LLM tokens reach the `messages` stream. The service builds
-them once in the app's lifespan through an `AssistantFactory`; tests pass their
-own factory with small graphs.
+An `Assistant` is an `AssistantSpec` (`graphs.spec`: the graph factory, the input
+model, the resume and update checks, the token filter) whose graph has been built
+with the service's checkpointer. Whoever opens the engine passes the specs it
+serves (`graphs.assistants.ASSISTANTS`; tests their small graphs'), and the
+registry builds them once in the app's lifespan (or a worker's start) through an
+`AssistantFactory` (`registry(specs)`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
-from langgraph.types import Interrupt
-from pydantic import BaseModel
 
-from engine.frames import MessageFilter
 from engine.records import now
-
-#: Check a resume value against the pending interrupts; raise ValueError when wrong.
-ResumeCheck = Callable[[Any, Sequence[Interrupt]], None]
-#: Check a state update (values, the thread's values, goto nodes); raise ValueError when wrong.
-UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[str]], None]
+from graphs.spec import AssistantSpec
 
 
 @dataclass(frozen=True)
 class Assistant:
     """One graph served under an assistant id (also its graph id)."""
 
-    assistant_id: str
+    spec: AssistantSpec
     graph: Pregel[Any, Any, Any, Any]
-    name: str
-    description: str
-    input_model: type[BaseModel] | None = None  # validates `input`; None accepts any object
-    check_resume: ResumeCheck | None = None
-    check_update: UpdateCheck | None = None  # command.update / POST …/state values
-    keep_message: MessageFilter | None = None  # None streams every token LangGraph emits
     created_at: str = field(default_factory=now)
+
+    @classmethod
+    def build(cls, spec: AssistantSpec, checkpointer: BaseCheckpointSaver) -> Assistant:
+        """Compile the spec's graph with `checkpointer`."""
+        return cls(spec, spec.build_graph(checkpointer))
+
+    @property
+    def assistant_id(self) -> str:
+        """The assistant's id."""
+        return self.spec.assistant_id
 
     @property
     def graph_id(self) -> str:
         """The graph's id (the assistant id: one assistant per graph)."""
-        return self.assistant_id
+        return self.spec.assistant_id
+
+    @property
+    def node_names(self) -> list[str]:
+        """The graph's nodes a request may name (goto, interrupt_before, …), sorted."""
+        return sorted(n for n in self.graph.nodes if not n.startswith("__"))
+
+    @property
+    def state_keys(self) -> list[str]:
+        """The graph's state keys a request may write (command.update, state values), sorted."""
+        return sorted(k for k in self.graph.channels if not k.startswith("__") and ":" not in k)
 
     def to_json(self) -> dict[str, Any]:
         """Return the assistant in the LangGraph Platform shape."""
         return {
             "assistant_id": self.assistant_id,
             "graph_id": self.graph_id,
-            "name": self.name,
-            "description": self.description,
+            "name": self.spec.name,
+            "description": self.spec.description,
             "config": {},
             "context": {},
             "metadata": {},
@@ -66,24 +73,27 @@ class Assistant:
 AssistantFactory = Callable[[BaseCheckpointSaver], Mapping[str, Assistant]]
 
 
-def default_assistants(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant]:
-    """Build the service's assistants: `atelier`, the content pipeline."""
-    from app.schemas import (
-        AtelierInput,
-        check_clarification_answer,
-        check_pipeline_update,
-        writer_tokens_only,
-    )
-    from graphs.pipeline import build_pipeline
+def build_assistants(
+    specs: Iterable[AssistantSpec], checkpointer: BaseCheckpointSaver
+) -> dict[str, Assistant]:
+    """Build each spec's assistant with `checkpointer`, by assistant id.
 
-    atelier = Assistant(
-        assistant_id="atelier",
-        graph=build_pipeline(checkpointer=checkpointer),
-        name="atelier",
-        description="Plan, research, write, illustrate and review a post (PRODUCT.md §1).",
-        input_model=AtelierInput,
-        check_resume=check_clarification_answer,
-        check_update=check_pipeline_update,
-        keep_message=writer_tokens_only,
-    )
-    return {atelier.assistant_id: atelier}
+    Raises:
+        ValueError: Two specs have the same assistant id.
+    """
+    assistants: dict[str, Assistant] = {}
+    for spec in specs:
+        if spec.assistant_id in assistants:
+            raise ValueError(f"two assistants are named {spec.assistant_id!r}")
+        assistants[spec.assistant_id] = Assistant.build(spec, checkpointer)
+    return assistants
+
+
+def registry(specs: Iterable[AssistantSpec]) -> AssistantFactory:
+    """Return the factory that builds the assistants of `specs` on the service's checkpointer."""
+    frozen = tuple(specs)
+
+    def build(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant]:
+        return build_assistants(frozen, checkpointer)
+
+    return build

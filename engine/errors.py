@@ -7,6 +7,9 @@ web framework.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class RunsError(Exception):
     """A request the run manager refuses; `status` is the HTTP status to answer."""
@@ -42,6 +45,30 @@ class Invalid(RunsError):
     """The request is well-formed but names something that cannot be done."""
 
     status = 422
+
+
+class InvalidFields(Invalid):
+    """A request whose fields break the rules, field by field (Pydantic's error shape).
+
+    `errors` holds one entry per fault: `type`, `loc` (the field's path in the
+    request body, a tuple), `msg`, and the `ctx` and `input` Pydantic adds; the
+    HTTP app answers them as it answers a body that fails its model.
+    """
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        """Describe the faults; `message` names each field and `field` the first."""
+        message = "; ".join(f"{_dotted(e['loc'])}: {e['msg']}" for e in errors)
+        super().__init__(message, field=_dotted(errors[0]["loc"]))
+        self.errors = errors
+
+    @classmethod
+    def at(cls, field: str, message: str) -> InvalidFields:
+        """Return the error of one field, given as a dotted body path ("command.goto")."""
+        return cls([{"type": "value_error", "loc": tuple(field.split(".")), "msg": message}])
+
+
+def _dotted(loc: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in loc)
 
 
 class Unavailable(RunsError):

@@ -388,7 +388,7 @@ class InProcessExecutor:
         translate = FrameTranslator(
             modes,
             subgraphs=bool(run.kwargs.get("stream_subgraphs")),
-            keep_message=assistant.keep_message,
+            keep_message=assistant.spec.keep_message,
         )
         config = self.graph_config(run.thread_id, run)
         start = self._start_config(run, config, payload)

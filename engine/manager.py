@@ -282,7 +282,7 @@ class RunManager:
                 )
             if checkpoint:
                 await self.preparation.check_checkpoint(thread_id, checkpoint)
-            if assistant.check_update is not None and isinstance(values, dict):
+            if assistant.spec.check_update is not None and isinstance(values, dict):
                 await self.preparation.check_update(
                     assistant, thread_id, values, checkpoint, field="values", goto=[]
                 )

@@ -1,13 +1,17 @@
 """Run preparation: everything decided before a run is recorded.
 
-`RunPreparer.prepare` checks a run request against the caller and the thread and
-says what to record: an `Idempotency-Key` repeat answers the run it created; a
-thread the caller does not own is created (`if_not_exists=create`) or refused;
-a busy thread is handled by the multitask strategy (`reject` refuses, `interrupt`
-and `rollback` cancel its runs first, `enqueue` queues after them); a `command`
-(resume, goto, update), a start checkpoint and a run without input are checked
-against the graph's state. Nothing is written here, so a refused request leaves no
-thread or run behind; `RunManager.create` records and starts what it returns.
+`RunPreparer.prepare` checks a run request against its assistant, the caller and
+the thread, and says what to record. First what the assistant's graph and contract
+allow, before anything is read (`check_request`): the input (the assistant's input
+model), the nodes and state keys a `command` names, the nodes to interrupt at, and
+which options need or exclude a thread. Then: an `Idempotency-Key` repeat answers
+the run it created; a thread the caller does not own is created
+(`if_not_exists=create`) or refused; a busy thread is handled by the multitask
+strategy (`reject` refuses, `interrupt` and `rollback` cancel its runs first,
+`enqueue` queues after them); a `command` (resume, update), a start checkpoint and
+a run without input are checked against the graph's state. Nothing is written
+here, so a refused request leaves no thread or run behind; `RunManager.create`
+records and starts what it returns.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Interrupt
+from pydantic import ValidationError
 
 from engine.assistants import Assistant
-from engine.errors import Conflict, Invalid, NotFound
+from engine.errors import Conflict, Invalid, InvalidFields, NotFound
 from engine.executor import graph_config
 from engine.protocols import RunExecutor, RunStorage
 from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
@@ -47,7 +52,8 @@ class RunRequest:
     thread_id: str | None
     #: The assistant to run.
     assistant: Assistant
-    #: The run options: `input` (graph input) or `command`, `stream_mode` (list),
+    #: The run options, as the client sent them: `input` (graph input, checked here
+    #: against the assistant's input model) or `command`, `stream_mode` (list),
     #: `stream_subgraphs`, `stream_resumable`, `on_disconnect`, `config`, and the
     #: Platform options (`checkpoint`, `interrupt_before`, `on_completion`, …).
     kwargs: dict[str, Any]
@@ -99,7 +105,7 @@ class RunPreparer:
             RunsError: NotFound, Conflict (busy thread, nothing to resume) or Invalid.
         """
         owner, thread_id, assistant = request.owner, request.thread_id, request.assistant
-        kwargs, multitask_strategy = request.kwargs, request.multitask_strategy
+        kwargs, multitask_strategy = self.check_request(request), request.multitask_strategy
         idempotency_key, request_hash = request.idempotency_key, request.request_hash
         if idempotency_key is not None:
             existing = await self.runs.find_idempotent(owner, idempotency_key)
@@ -175,6 +181,64 @@ class RunPreparer:
         )
         return PreparedRun(run, new_thread=new_thread, after=after)
 
+    @staticmethod
+    def check_request(request: RunRequest) -> dict[str, Any]:
+        """Check a run request against its assistant's graph and contract; return its kwargs.
+
+        Nothing is read: a request the graph cannot run is refused before any
+        thread or run is looked at. The kwargs returned carry the input as the input
+        model validated it (only the fields the client sent).
+
+        Raises:
+            InvalidFields: What is wrong, field by field (the body paths of a run request).
+        """
+        assistant, kwargs = request.assistant, request.kwargs
+        command = kwargs.get("command") or {}
+        goto = command.get("goto")
+        targets = [goto] if isinstance(goto, str) else list(goto or [])
+        nodes = assistant.node_names
+        unknown = sorted(set(targets) - set(nodes))
+        if unknown:
+            raise InvalidFields.at(
+                "command.goto", f"command.goto names unknown nodes {unknown}; nodes: {nodes}"
+            )
+        update = command.get("update")
+        written = list(update) if isinstance(update, dict) else [k for k, _ in update or []]
+        keys = assistant.state_keys
+        unknown = sorted(set(written) - set(keys))
+        if unknown:
+            raise InvalidFields.at(
+                "command.update", f"command.update names unknown state keys {unknown}; keys: {keys}"
+            )
+        graph_input = kwargs.get("input")
+        model = assistant.spec.input_model
+        if graph_input is not None and model is not None:
+            try:
+                graph_input = model.model_validate(graph_input).model_dump(
+                    mode="json", exclude_unset=True
+                )
+            except ValidationError as exc:
+                errors = exc.errors(include_url=False)
+                raise InvalidFields([{**e, "loc": ("input", *e["loc"])} for e in errors]) from None
+        if kwargs.get("checkpoint") is not None and request.thread_id is None:
+            raise InvalidFields.at(
+                "checkpoint",
+                "a run from a checkpoint needs a thread (POST /threads/{thread_id}/runs…)",
+            )
+        if kwargs.get("on_completion") is not None and request.thread_id is not None:
+            raise InvalidFields.at(
+                "on_completion",
+                "on_completion applies to thread-less runs (POST /runs, /runs/stream, /runs/wait)",
+            )
+        for option in ("interrupt_before", "interrupt_after"):
+            value = kwargs.get(option)
+            unknown = sorted(set(value) - set(nodes)) if isinstance(value, list) else []
+            if unknown:
+                raise InvalidFields.at(
+                    option, f"{option} names unknown nodes {unknown}; nodes: {nodes}"
+                )
+        return {**kwargs, "input": graph_input}
+
     def at_checkpoint(self, thread_id: str, checkpoint: dict[str, Any] | None) -> RunnableConfig:
         """Return the config of a thread's head, or of one of its checkpoints."""
         config = graph_config(thread_id)
@@ -210,14 +274,13 @@ class RunPreparer:
         command: dict,
         checkpoint: dict[str, Any] | None = None,
     ) -> None:
-        """Refuse a resume with nothing to resume, unknown interrupt ids or a wrong answer."""
+        """Refuse an update or a resume the thread's state does not allow.
+
+        An update goes through the assistant's update check; a resume needs a pending
+        interrupt, names only pending interrupt ids, and satisfies the resume check.
+        """
         goto = command.get("goto")
-        if goto is not None:
-            targets = {goto} if isinstance(goto, str) else set(goto)
-            unknown = sorted(targets - set(assistant.graph.nodes))
-            if unknown:
-                raise Invalid(f"command.goto names unknown nodes {unknown}", field="command.goto")
-        if assistant.check_update is not None and command.get("resume") is None:
+        if assistant.spec.check_update is not None and command.get("resume") is None:
             goto_nodes = [goto] if isinstance(goto, str) else list(goto or [])
             update = command.get("update")
             await self.check_update(
@@ -252,10 +315,11 @@ class RunPreparer:
             )
         else:
             answers = [(resume, pending)]
-        if assistant.check_resume is not None:
+        check_resume = assistant.spec.check_resume
+        if check_resume is not None:
             for value, interrupts in answers:
                 try:
-                    assistant.check_resume(value, interrupts)
+                    check_resume(value, interrupts)
                 except ValueError as exc:
                     raise Invalid(f"command.resume: {exc}", field="command.resume") from None
 
@@ -270,30 +334,31 @@ class RunPreparer:
         goto: list[str],
     ) -> None:
         """Refuse a state update the assistant's `check_update` finds wrong for this thread."""
-        assert assistant.check_update is not None
+        check_update = assistant.spec.check_update
+        assert check_update is not None
         snapshot = await assistant.graph.aget_state(self.at_checkpoint(thread_id, checkpoint))
         try:
-            assistant.check_update(update, snapshot.values or {}, goto)
+            check_update(update, snapshot.values or {}, goto)
         except ValueError as exc:
             where = str(exc).split(":", 1)[0]
             raise Invalid(f"{field}.{exc}", field=f"{field}.{where}") from None
 
-    # -- cancel --------------------------------------------------------------------
+    # -- state updates ----------------------------------------------------------------
 
     @staticmethod
     def check_state_update(assistant: Assistant, values: Any, as_node: str | None) -> None:
         """Refuse a state update naming a node or state keys the graph does not have."""
-        graph = assistant.graph
-        if as_node is not None and as_node not in graph.nodes:
-            known = sorted(n for n in graph.nodes if n != "__start__")
+        # `__start__` is a node a state update may name: the update is then the input.
+        if as_node is not None and as_node not in assistant.graph.nodes:
             raise Invalid(
-                f"as_node {as_node!r} is not a node of the graph; nodes: {known}", field="as_node"
+                f"as_node {as_node!r} is not a node of the graph; nodes: {assistant.node_names}",
+                field="as_node",
             )
         if isinstance(values, dict):
-            keys = {c for c in graph.channels if not c.startswith("__") and ":" not in c}
-            unknown = sorted(set(values) - keys)
+            keys = assistant.state_keys
+            unknown = sorted(set(values) - set(keys))
             if unknown:
                 raise Invalid(
-                    f"values names keys {unknown} that are not in the state; keys: {sorted(keys)}",
+                    f"values names keys {unknown} that are not in the state; keys: {keys}",
                     field="values",
                 )

@@ -7,9 +7,28 @@ owns the loop and read by the router of that loop under the same name.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, Required
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
-from pydantic import Field, StringConstraints
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StringConstraints,
+    create_model,
+    field_validator,
+)
 
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
@@ -17,12 +36,10 @@ from typing_extensions import TypedDict
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
+from studio.checks import Constraints
 from studio.limits import TeamLimits
 
-# The pipeline's input fields: each type and its bounds, declared once. The HTTP API's
-# `input` (`app.schemas.AtelierInput`) is built from these same types and adds what only
-# a client needs (descriptions, examples, defaults, strict parsing); a test ties the
-# two field by field (tests/app/test_atelier_input.py).
+# The types and bounds of the pipeline's input fields (`PipelineInput`).
 RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
 PlatformName = Annotated[
     str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$")
@@ -151,23 +168,160 @@ Outcome = Literal["completed", "exhausted", "needs_clarification", "failed"]
 class PipelineInput(TypedDict, total=False):
     """What a client passes in (PRODUCT.md §2.6); read-only once the run starts.
 
+    The one declaration of the `atelier` input: each key's type, bounds, default
+    and description. The graph takes it as its input schema; `AtelierInput`, the
+    strict model a run's `input` is validated with, is derived from it (`model_of`).
+    The TypedDict, not the model, is the source: `PipelineState` inherits its keys
+    so that the nodes reading them are type-checked, a TypedDict can only inherit a
+    TypedDict, and one built from a model at import is invisible to a type checker;
+    a model built from a TypedDict keeps every annotation.
+
     `fast_mode` trades quality for time: one attempt (no critic retries) and a
     smaller team budget (at most 12 supervisor decisions, one research tool round,
     no supervisor look-ups, an agent re-chosen without progress corrected at its first
     repeat). The critic still judges the single attempt.
     """
 
-    request: Required[RequestText]  # the user's request; planner, rag, executor, critic
-    platform: PlatformName  # target platform, default "xiaohongshu"; planner → intent, team
-    audience: AudienceText | None  # who the post is for, if the user said; planner, clarity
-    constraints: dict[str, Any] | None  # user's verifiable constraints (`Constraints`); planner
-    reference_images: ReferenceImages  # uploaded asset ids; executor → reference agent
-    reference_texts: ReferenceTexts  # example posts to imitate; executor → reference agent
-    layout_preference: LayoutPreference  # executor → layout
-    image_provider: ImageProviderName | None  # None: the default; executor → image tool
-    image_count: ImageCount | None  # images wanted; planner merges it into the constraints
-    fast_mode: bool  # one attempt and a smaller team budget (see above); run start
-    auto_confirm: bool  # never ask a clarification question; planner
+    # The user's request; planner, rag, executor, critic.
+    request: Required[
+        Annotated[
+            RequestText,
+            Field(
+                description="What to write, in the user's words (1–4000 characters).",
+                examples=["写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"],
+            ),
+        ]
+    ]
+    # Target platform; planner → intent, team.
+    platform: Annotated[
+        PlatformName,
+        Field(default="xiaohongshu", description="Target platform.", examples=["xiaohongshu"]),
+    ]
+    # Who the post is for, if the user said; planner, clarity.
+    audience: Annotated[
+        AudienceText | None,
+        Field(default=None, description="Who the post is for.", examples=["大学生"]),
+    ]
+    # The user's verifiable constraints (`studio.checks.Constraints`); planner.
+    constraints: Annotated[
+        dict[str, Any] | None,
+        Field(
+            default=None,
+            description="Verifiable constraints the post must meet: title_min/title_max, "
+            "body_min/body_max (characters), tag_min/tag_max, image_min/image_max, "
+            "must_include/must_avoid (term lists).",
+            examples=[{"body_max": 600, "must_include": ["烟酰胺"]}],
+        ),
+    ]
+    # Uploaded asset ids; executor → reference agent.
+    reference_images: Annotated[
+        ReferenceImages,
+        Field(
+            default_factory=list,
+            description="Ids of uploaded reference images (POST /assets), at most 9.",
+        ),
+    ]
+    # Example posts to imitate; executor → reference agent.
+    reference_texts: Annotated[
+        ReferenceTexts, Field(default_factory=list, description="Example posts to imitate.")
+    ]
+    # Executor → layout.
+    layout_preference: Annotated[
+        LayoutPreference,
+        Field(default="balanced", description="How text and images are balanced."),
+    ]
+    # None: the deployment's default; executor → image tool.
+    image_provider: Annotated[
+        ImageProviderName | None,
+        Field(default=None, description="Image provider (default: IMAGE_PROVIDER)."),
+    ]
+    # Images wanted; the planner merges it into the constraints.
+    image_count: Annotated[
+        Annotated[ImageCount, Strict()] | None,
+        Field(default=None, description="Images wanted (1–9)."),
+    ]
+    # One attempt and a smaller team budget (see above); run start.
+    fast_mode: Annotated[
+        StrictBool, Field(default=False, description="One attempt, smaller team budget.")
+    ]
+    # Never ask a clarification question; planner.
+    auto_confirm: Annotated[
+        StrictBool, Field(default=False, description="Never ask a clarification question.")
+    ]
+
+
+#: Largest JSON form of the `constraints` input.
+MAX_CONSTRAINTS_BYTES = 16_384
+
+
+class _InputRules(BaseModel):
+    """What `AtelierInput` checks beyond each field's type and bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("request", check_fields=False)
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("request must not be blank")
+        return value
+
+    @field_validator("constraints", check_fields=False)
+    @classmethod
+    def _valid_constraints(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return value
+        unknown = sorted(set(value) - set(Constraints.model_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown constraint(s) {unknown}; known: {', '.join(Constraints.model_fields)}"
+            )
+        Constraints.model_validate(value)  # bounds and ordered ranges
+        if len(orjson.dumps(value)) > MAX_CONSTRAINTS_BYTES:
+            raise ValueError(f"constraints may be at most {MAX_CONSTRAINTS_BYTES} bytes of JSON")
+        return value
+
+
+def model_of(schema: type[Any], *, name: str, base: type[BaseModel], doc: str) -> type[BaseModel]:
+    """Return a Pydantic model with the keys of a TypedDict.
+
+    Each key keeps its annotation (type, bounds, `Field` default and description);
+    the model's fields are required exactly where the TypedDict's keys are.
+
+    Args:
+        schema: The TypedDict.
+        name: The model's name (its JSON schema's title).
+        base: The model's base: its config and validators.
+        doc: The model's docstring (its JSON schema's description).
+
+    Raises:
+        TypeError: A key the TypedDict does not require has no default.
+    """
+    fields: dict[str, Any] = {}
+    required: set[str] = set()
+    # Read from the annotations, not `__required_keys__`: a TypedDict cannot see a
+    # `Required` in the text annotations of a module with `from __future__ import annotations`.
+    for key, hint in get_type_hints(schema, include_extras=True).items():
+        marker = get_origin(hint)
+        if marker is Required or (marker is not NotRequired and schema.__total__):
+            required.add(key)
+        fields[key] = get_args(hint)[0] if marker in (Required, NotRequired) else hint
+    model = create_model(name, __base__=base, __doc__=doc, __module__=__name__, **fields)
+    wrong = [k for k, f in model.model_fields.items() if f.is_required() != (k in required)]
+    if wrong:
+        raise TypeError(f"{schema.__name__}: give {wrong} a default or make them Required")
+    return model
+
+
+#: The `input` of a run of the `atelier` assistant: `PipelineInput`, strictly. Unknown
+#: keys are refused, integers and booleans are not coerced from text, and the request
+#: must not be blank; the graph gets only the fields the client sent.
+AtelierInput = model_of(
+    PipelineInput,
+    name="AtelierInput",
+    base=_InputRules,
+    doc="The `input` of a run of the `atelier` assistant (PRODUCT.md §2.6).",
+)
 
 
 class PipelineOutput(TypedDict, total=False):

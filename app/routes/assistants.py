@@ -41,7 +41,7 @@ async def search_assistants(
         a.to_json()
         for a in manager.list_assistants()
         if (body.graph_id is None or a.graph_id == body.graph_id)
-        and (body.name is None or a.name == body.name)
+        and (body.name is None or a.spec.name == body.name)
         and not body.metadata  # assistants carry no metadata: any filter excludes them
     ]
     if body.sort_by is not None:
@@ -57,7 +57,7 @@ async def count_assistants(body: AssistantCount, manager: RunsDep, _owner: Princ
         1
         for a in manager.list_assistants()
         if (body.graph_id is None or a.graph_id == body.graph_id)
-        and (body.name is None or a.name == body.name)
+        and (body.name is None or a.spec.name == body.name)
         and not body.metadata  # assistants carry no metadata: any filter excludes them
     )
 
@@ -124,8 +124,8 @@ async def get_schemas(
             return None
 
     input_schema = (
-        assistant.input_model.model_json_schema()
-        if assistant.input_model is not None
+        assistant.spec.input_model.model_json_schema()
+        if assistant.spec.input_model is not None
         else schema(graph.get_input_jsonschema)
     )
     return {

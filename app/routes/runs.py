@@ -11,10 +11,12 @@
     GET  /threads/{t}/runs/{r}/join   wait for the run and answer its final values
     POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
 
-Handlers only validate, record and subscribe: the run executes in the run
+Handlers only parse, record and subscribe: the run executes in the run
 manager's task (engine/manager.py) and every stream response follows its event
-log (app/sse.py). A request is checked completely — assistant, input, command,
-options, Idempotency-Key — before anything is written, so a refused request
+log (app/sse.py). A handler reads the body in the Platform dialect and hands the
+run manager a `RunRequest`; the manager's preparation (engine/preparation.py)
+checks it completely — input, command, options against the assistant's graph and
+contract, Idempotency-Key — before anything is written, so a refused request
 leaves no thread or run behind.
 """
 
@@ -26,7 +28,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import Field, StringConstraints, ValidationError
+from pydantic import Field, StringConstraints
 
 from app.deps import PrincipalDep, RunsDep, SettingsDep
 from app.schemas import (
@@ -35,13 +37,11 @@ from app.schemas import (
     IDEMPOTENCY_KEY_RE,
     MAX_OFFSET,
     STREAM_EXAMPLE,
-    CommandIn,
     QueryBool,
     RunCreate,
     RunOut,
 )
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
-from engine.assistants import Assistant
 from engine.frames import STREAM_MODES
 from engine.manager import RunManager
 from engine.preparation import RunRequest, request_fingerprint
@@ -107,21 +107,11 @@ WAIT_RESPONSES: dict[int | str, dict[str, Any]] = {
 # --------------------------------------------------------------------------- helpers
 
 
-def _validation_error(error: ValidationError, prefix: tuple[str, ...]) -> RequestValidationError:
-    """Re-home a nested model's errors under the request body's field path."""
-    errors = []
-    for item in error.errors(include_url=False):
-        errors.append({**item, "loc": (*prefix, *item["loc"])})
-    return RequestValidationError(errors)
-
-
 _CHECKPOINT_KEYS = ("checkpoint_id", "checkpoint_ns", "checkpoint_map")
 
 
-def _platform_options(
-    assistant: Assistant, thread_id: str | None, body: RunCreate, config: dict[str, Any]
-) -> dict[str, Any]:
-    """Check the Platform run options against the assistant; return the kwargs they add.
+def _platform_options(body: RunCreate, config: dict[str, Any]) -> dict[str, Any]:
+    """Return the run kwargs the Platform run options add.
 
     The start checkpoint (`checkpoint`, `checkpoint_id` or `config.configurable`'s
     `checkpoint_id`) leaves `configurable`, so only the run's start uses it.
@@ -130,24 +120,6 @@ def _platform_options(
     start = body.start_checkpoint(configurable)
     for key in _CHECKPOINT_KEYS:
         configurable.pop(key, None)
-    if start is not None and thread_id is None:
-        raise _body_error(
-            "checkpoint", "a run from a checkpoint needs a thread (POST /threads/{thread_id}/runs…)"
-        )
-    if body.on_completion is not None and thread_id is not None:
-        raise _body_error(
-            "on_completion",
-            "on_completion applies to thread-less runs (POST /runs, /runs/stream, /runs/wait)",
-        )
-    nodes = set(assistant.graph.nodes) - {"__start__"}
-    for field in ("interrupt_before", "interrupt_after"):
-        value = getattr(body, field)
-        if isinstance(value, list):
-            unknown = sorted(set(value) - nodes)
-            if unknown:
-                raise _body_error(
-                    field, f"{field} names unknown nodes {unknown}; nodes: {sorted(nodes)}"
-                )
     options: dict[str, Any] = {
         "checkpoint": start,
         "interrupt_before": body.interrupt_before,
@@ -166,33 +138,14 @@ async def _create(
     body: RunCreate,
     idempotency_key: str | None,
 ) -> tuple[RunRecord, bool]:
-    """Validate a run request against its assistant, then record and start the run."""
+    """Hand a run request to the run manager, which checks, records and starts it."""
     if idempotency_key is not None and not IDEMPOTENCY_KEY_RE.match(idempotency_key):
-        raise RequestValidationError(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ("header", "Idempotency-Key"),
-                    "msg": "Idempotency-Key must be 1-255 printable ASCII characters",
-                }
-            ]
+        raise _header_error(
+            "Idempotency-Key", "Idempotency-Key must be 1-255 printable ASCII characters"
         )
     assistant = manager.assistant(body.assistant_id)
-    if body.command is not None:
-        _check_targets(assistant, body.command)
-    graph_input: dict[str, Any] | None = None
-    if body.input is not None:
-        if assistant.input_model is not None:
-            try:
-                graph_input = assistant.input_model.model_validate(body.input).model_dump(
-                    mode="json", exclude_unset=True
-                )
-            except ValidationError as exc:
-                raise _validation_error(exc, ("body", "input")) from None
-        else:
-            graph_input = body.input
     kwargs: dict[str, Any] = {
-        "input": graph_input,
+        "input": body.input,
         "command": body.command.model_dump(exclude_none=True) if body.command else None,
         "stream_mode": body.modes,
         "stream_subgraphs": body.stream_subgraphs,
@@ -200,7 +153,7 @@ async def _create(
         "on_disconnect": body.on_disconnect,
         "config": body.config.model_dump(exclude_defaults=True) if body.config else {},
     }
-    kwargs.update(_platform_options(assistant, thread_id, body, kwargs["config"]))
+    kwargs.update(_platform_options(body, kwargs["config"]))
     fingerprint = None
     if idempotency_key is not None:
         fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))
@@ -217,34 +170,6 @@ async def _create(
             request_hash=fingerprint,
         )
     )
-
-
-def _check_targets(assistant: Assistant, command: CommandIn) -> None:
-    """Refuse a `goto` or `update` naming what the assistant's graph does not have.
-
-    LangGraph takes any name and fails only inside the run; refusing here makes it
-    a 422 naming the field, before anything is recorded.
-    """
-    graph = assistant.graph
-    nodes = sorted(n for n in graph.nodes if not n.startswith("__"))
-    unknown = sorted({t for t in command.goto_targets() if t not in nodes})
-    if unknown:
-        raise _body_error(
-            ("command", "goto"), f"command.goto names unknown nodes {unknown}; nodes: {nodes}"
-        )
-    keys = sorted(k for k in graph.channels if not k.startswith("__") and ":" not in k)
-    unknown = sorted({k for k in command.update_keys() if k not in keys})
-    if unknown:
-        raise _body_error(
-            ("command", "update"),
-            f"command.update names unknown state keys {unknown}; keys: {keys}",
-        )
-
-
-def _body_error(loc: str | tuple[str, ...], message: str) -> RequestValidationError:
-    """Return a 422 naming the body field at `loc` (a field name or a path)."""
-    path = (loc,) if isinstance(loc, str) else loc
-    return RequestValidationError([{"type": "value_error", "loc": ("body", *path), "msg": message}])
 
 
 def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:

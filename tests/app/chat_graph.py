@@ -23,9 +23,10 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from engine.assistants import Assistant
+from engine.assistants import registry
+from graphs.spec import AssistantSpec
 from studio.context import AtelierContext, context_of
-from tests.app.sample_graphs import sample_assistants, scripted_reply
+from tests.app.sample_graphs import SAMPLE_ASSISTANTS, scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply
 
 
@@ -66,8 +67,7 @@ def build_chat(checkpointer: BaseCheckpointSaver | None = None) -> Any:
     return builder.compile(checkpointer=checkpointer, name="chat")
 
 
-def dialect_assistants(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant]:
-    """The sample assistants plus `chat`."""
-    assistants = dict(sample_assistants(checkpointer))
-    assistants["chat"] = Assistant("chat", build_chat(checkpointer), "chat", "Echo chat.")
-    return assistants
+#: The sample assistants plus `chat`.
+dialect_assistants = registry(
+    (*SAMPLE_ASSISTANTS, AssistantSpec("chat", build_chat, "chat", "Echo chat."))
+)

@@ -24,10 +24,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from app.schemas import AtelierInput, check_clarification_answer, writer_tokens_only
 from core.events import AttemptStarted, StageCompleted, StageStarted, SupervisorRoute, emit
-from engine.assistants import Assistant
+from engine.assistants import registry
+from graphs.assistants import check_clarification_answer, writer_tokens_only
+from graphs.spec import AssistantSpec
 from studio.context import AtelierContext, context_of
+from studio.state import AtelierInput
 from tests.support.scripted_openai import ChatRequest, Reply
 
 WRITER_TEXT = "Hello from the writer"
@@ -194,20 +196,21 @@ def build_boom(checkpointer: BaseCheckpointSaver | None = None) -> Any:
     return builder.compile(checkpointer=checkpointer, name="boom")
 
 
-def sample_assistants(checkpointer: BaseCheckpointSaver) -> dict[str, Assistant]:
-    """The `assistant_factory` of the service tests."""
-    assistants = [
-        Assistant(
-            assistant_id="studio",
-            graph=build_studio(checkpointer),
-            name="studio",
-            description="planner → executor (writer) → finalize, with a clarification.",
-            input_model=AtelierInput,
-            check_resume=check_clarification_answer,
-            keep_message=writer_tokens_only,
-        ),
-        Assistant("slow", build_slow(checkpointer), "slow", "Slow LLM steps."),
-        Assistant("burst", build_burst(checkpointer), "burst", "A burst of custom events."),
-        Assistant("boom", build_boom(checkpointer), "boom", "Fails."),
-    ]
-    return {a.assistant_id: a for a in assistants}
+#: The assistants of the service tests.
+SAMPLE_ASSISTANTS: tuple[AssistantSpec, ...] = (
+    AssistantSpec(
+        assistant_id="studio",
+        build_graph=build_studio,
+        name="studio",
+        description="planner → executor (writer) → finalize, with a clarification.",
+        input_model=AtelierInput,
+        check_resume=check_clarification_answer,
+        keep_message=writer_tokens_only,
+    ),
+    AssistantSpec("slow", build_slow, "slow", "Slow LLM steps."),
+    AssistantSpec("burst", build_burst, "burst", "A burst of custom events."),
+    AssistantSpec("boom", build_boom, "boom", "Fails."),
+)
+
+#: The `assistant_factory` of the service tests.
+sample_assistants = registry(SAMPLE_ASSISTANTS)

@@ -65,15 +65,10 @@ def main() -> None:
         factory = sample_assistants
     if os.environ.get("ATELIER_TEST_ROLE") == "worker":
         from cli.worker import serve_worker
-        from engine.assistants import default_assistants
 
         settings = Settings()
         asyncio.run(
-            serve_worker(
-                settings,
-                settings.run_worker_concurrency,
-                assistant_factory=factory or default_assistants,
-            )
+            serve_worker(settings, settings.run_worker_concurrency, assistant_factory=factory)
         )
         return
     app = create_app(Settings(), assistant_factory=factory)

@@ -253,6 +253,61 @@ def test_a_known_goto_target_is_accepted(http: httpx.Client) -> None:
     assert response.status_code == 200, response.text
 
 
+@pytest.mark.parametrize(
+    ("extra", "threaded", "loc", "message"),
+    [
+        (
+            {"input": {"request": "", "colour": "red"}},
+            False,
+            ["body", "input", "request"],
+            "Invalid request: body.input.request: String should have at least 1 character; "
+            "body.input.colour: Extra inputs are not permitted",
+        ),
+        (
+            {"input": None, "command": {"goto": "nope"}},
+            True,
+            ["body", "command", "goto"],
+            "Invalid request: body.command.goto: command.goto names unknown nodes ['nope']; "
+            "nodes: ['executor', 'finalize', 'planner']",
+        ),
+        (
+            {"interrupt_before": ["nope"]},
+            False,
+            ["body", "interrupt_before"],
+            "Invalid request: body.interrupt_before: interrupt_before names unknown nodes "
+            "['nope']; nodes: ['executor', 'finalize', 'planner']",
+        ),
+        (
+            {"checkpoint_id": "1"},
+            False,
+            ["body", "checkpoint"],
+            "Invalid request: body.checkpoint: a run from a checkpoint needs a thread "
+            "(POST /threads/{thread_id}/runs…)",
+        ),
+        (
+            {"on_completion": "keep"},
+            True,
+            ["body", "on_completion"],
+            "Invalid request: body.on_completion: on_completion applies to thread-less runs "
+            "(POST /runs, /runs/stream, /runs/wait)",
+        ),
+    ],
+    ids=["input", "goto", "interrupt_before", "checkpoint", "on_completion"],
+)
+def test_what_the_assistant_refuses_is_a_422_naming_each_field(
+    http: httpx.Client, extra: dict[str, Any], threaded: bool, loc: list[str], message: str
+) -> None:
+    # The engine checks a request against its assistant; it answers as a body failing its model.
+    path = "/runs/wait"
+    if threaded:
+        path = f"/threads/{http.post('/threads', json={}).json()['thread_id']}/runs/wait"
+
+    response = http.post(path, json=studio(**extra))
+
+    assert response.json()["message"] == message
+    assert field_error(response, *loc)["type"] in ("value_error", "string_too_short")
+
+
 # --------------------------------------------------------------------------- history and search
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.schemas import writer_tokens_only
 from core.settings import LLM_ROLES, STREAMING_ROLES
+from graphs.assistants import writer_tokens_only
 from providers.llm import role_tags, streams_to_users
 
 
