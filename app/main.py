@@ -19,6 +19,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app import names
 from app.errors import install_error_handlers
+from app.mcp import mcp_router
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
@@ -196,6 +197,7 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(exports.router)
     app.include_router(runs.router)
+    app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
     install_openapi(app)
     mount_console(app)
     return app
