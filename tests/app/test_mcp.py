@@ -25,9 +25,22 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from app.main import create_app
+from core.settings import Settings
 from tests.app.atelier_llm import atelier_responder
-from tests.app.harness import LiveServer, service_settings
+from tests.app.harness import (
+    DEPLOYMENTS,
+    LiveServer,
+    Served,
+    processes_deployment,
+    serve_deployment,
+    service_settings,
+)
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
+from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
+    migrated_postgres_url,
+    postgres_cluster,
+    redis_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +104,31 @@ def keyed_server(
     )
     with LiveServer(settings, None) as live:
         yield live
+
+
+@pytest.fixture(scope="module")
+def processes(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    llm: ScriptedOpenAIServer,
+) -> Iterator[Any]:
+    """`atelier serve --workers 0` twice behind nginx (round robin) and `atelier worker` twice."""
+    env = {"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30"}
+    with processes_deployment(request, tmp_path_factory, llm.base_url, cli=True, env=env) as served:
+        yield served
+
+
+@pytest.fixture(params=DEPLOYMENTS)
+def deployed(
+    request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
+) -> Iterator[Served]:
+    """The keyed service in each deployment the service suites use (`serve_deployment`)."""
+
+    def settings(**scale: Any) -> Settings:
+        return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY], **scale)
+
+    with serve_deployment(request, settings, None, {"X-Api-Key": KEY}) as served:
+        yield served
 
 
 @asynccontextmanager
@@ -196,6 +234,31 @@ async def test_calling_atelier_answers_the_post_with_progress_and_image_links(
     assert image.status_code == 200 and image.headers["content-type"] == "image/png"
     assert thread["values"]["auto_confirm"] is True  # nobody can answer a question here
     assert thread["values"]["result"]["post"]["title"] == title
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["handshake", "2026-07-28"])
+async def test_every_deployment_answers_a_call_with_progress(
+    deployed: Served, modern: bool
+) -> None:
+    """Embedded, PostgreSQL + Redis, and replicas behind round robin with workers."""
+    steps: list[str | None] = []
+
+    async def on_progress(_value: float, _total: float | None, message: str | None) -> None:
+        steps.append(message)
+
+    headers = {"X-Api-Key": KEY}
+    async with mcp_session(deployed.url, headers, modern=modern) as session:
+        assert "atelier" in [tool.name for tool in (await session.list_tools()).tools]
+        result = await session.call_tool(
+            "atelier", {"request": REQUEST}, progress_callback=on_progress
+        )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["post"]["title"]
+    assert "writer_agent" in steps and steps[-1] == "finalize"
+    async with http(deployed.url, KEY) as client:
+        image = await client.get(result.structured_content["images"][0]["url"])
+    assert image.status_code == 200 and image.headers["content-type"] == "image/png"
 
 
 async def test_a_call_speaking_protocol_2026_answers_the_post(open_server: LiveServer) -> None:
