@@ -47,6 +47,7 @@ from typing import Any
 
 import mcp_types as types
 from fastapi import APIRouter, FastAPI
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
@@ -66,6 +67,9 @@ from engine.preparation import RunRequest
 from engine.records import RunRecord
 
 log = logging.getLogger(__name__)
+
+#: What the SDK hands a handler: the call's session, and its HTTP request.
+Context = ServerRequestContext[Any, Any]
 
 #: Where the MCP endpoint is served.
 MCP_PATH = "/mcp"
@@ -249,24 +253,41 @@ def caller(request: Request) -> str:
 
 
 def mcp_server(app: FastAPI) -> Server[Any]:
-    """Build the MCP server whose tools run the assistants of `app`'s run manager."""
+    """Build the MCP server whose tools run the assistants of `app`'s run manager.
+
+    A call that fails unexpectedly is a tool error naming only the exception's type
+    (the SDK would send the exception's text); the server log has the rest.
+    """
 
     def runs() -> RunManager:
         manager: RunManager = app.state.runs
         return manager
 
     async def list_tools(
-        _ctx: Any, _params: types.PaginatedRequestParams | None
+        _ctx: Context, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool_of(a) for a in served_assistants(runs())])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            return await run_tool(ctx, params)
+        except MCPError:
+            raise
+        except Exception as exc:
+            log.exception("the MCP call of tool %r failed", params.name)
+            return error_result(
+                f"The call failed with {type(exc).__name__}; the server log has the details."
+            )
+
+    async def run_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         manager = runs()
         assistant = manager.assistants.get(params.name)
         if assistant is None:
             known = ", ".join(a.assistant_id for a in served_assistants(manager))
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools: {known}")
-        request: Request = ctx.request
+        request = ctx.request
+        if not isinstance(request, Request):  # only HTTP serves this server
+            raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
         owner = caller(request)
         try:
             graph_input = tool_input(assistant, params.arguments or {})
@@ -291,12 +312,6 @@ def mcp_server(app: FastAPI) -> Server[Any]:
                     await ctx.session.report_progress(step, None, label)
             ended, values = await run_result(manager, run)
             finished = True
-        except Exception as exc:
-            log.exception("MCP call of %s: following run %s failed", params.name, run.run_id)
-            return error_result(
-                f"Following run {run.run_id} failed with {type(exc).__name__}; "
-                "the server log has the details."
-            )
         finally:
             if not finished:  # the call was cancelled (or failed): so is its run
                 cancel_run(manager, run)

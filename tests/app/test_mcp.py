@@ -35,6 +35,7 @@ from tests.app.harness import (
     serve_deployment,
     service_settings,
 )
+from tests.app.sample_graphs import sample_assistants
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
     migrated_postgres_url,
@@ -103,6 +104,16 @@ def keyed_server(
         tmp_path_factory.mktemp("keyed"), llm.base_url, auth_api_keys=[KEY, OTHER_KEY]
     )
     with LiveServer(settings, None) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def sample_server(
+    tmp_path_factory: pytest.TempPathFactory, llm: ScriptedOpenAIServer
+) -> Iterator[LiveServer]:
+    """The service serving the sample graphs of the service tests (no `atelier`)."""
+    settings = service_settings(tmp_path_factory.mktemp("sample"), llm.base_url)
+    with LiveServer(settings, sample_assistants) as live:
         yield live
 
 
@@ -290,6 +301,24 @@ async def test_a_bad_argument_is_a_tool_error_naming_the_field_and_leaves_nothin
     assert named in message
     assert "Traceback" not in message and "pydantic" not in message
     assert await thread_ids(open_server.url) == before
+
+
+async def test_the_tools_are_the_assistants_served_and_a_failed_run_a_tool_error(
+    sample_server: LiveServer,
+) -> None:
+    async with mcp_session(sample_server.url) as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        failed = await session.call_tool("boom", {"x": 1})
+    assert set(tools) == {"boom", "burst", "slow", "studio"}
+    async with http(sample_server.url) as client:
+        for name, tool in tools.items():
+            schemas = (await client.get(f"/assistants/{name}/schemas")).json()
+            # Any object where LangGraph cannot describe the graph's input.
+            assert tool.input_schema == (schemas["input_schema"] or {"type": "object"}), name
+    assert failed.is_error
+    message = failed.content[0].text  # type: ignore[union-attr]
+    assert message.startswith("The run failed") and "RuntimeError" in message
+    assert "/srv/secret" not in message
 
 
 async def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(
