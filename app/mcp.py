@@ -29,7 +29,9 @@ calls before the run engine closes).
   Cancelling the call closes that stream (the cancellation of protocol 2026-07-28, and
   what a client that goes away does); then the run is cancelled too. A
   `notifications/cancelled` POSTed by a client of the older handshake protocols has
-  no session to reach, so that run goes on and its post stays on its thread.
+  no session to reach: that run goes on until the client disconnects (or to its end,
+  its post staying on its thread). A body not declared JSON is answered 415 in the
+  service's error shape (`JsonBodiesOnly`), where the SDK would send a bare 400.
 * API keys apply as everywhere: `app.security.AuthMiddleware` answers 401 before
   the request reaches the SDK, and puts the caller's owner id in the ASGI scope,
   which the handlers read from the SDK's request context.
