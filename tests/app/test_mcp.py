@@ -329,21 +329,36 @@ async def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(
             await session.call_tool("ghost", {"request": REQUEST})
 
 
-async def test_cancelling_the_call_cancels_its_run(
+async def interrupted_run(url: str, before: set[str]) -> None:
+    """Wait (at most 10 s) until the one thread not in `before` has one run, interrupted."""
+    (thread_id,) = await thread_ids(url) - before
+    statuses: list[str] = []
+    async with http(url) as client:
+        with anyio.fail_after(10):
+            while statuses != ["interrupted"]:
+                runs = (await client.get(f"/threads/{thread_id}/runs")).json()
+                statuses = [run["status"] for run in runs]
+                await anyio.sleep(0.05)
+
+
+async def test_cancelling_a_2026_call_cancels_its_run(
     open_server: LiveServer, writer_held: Gate
 ) -> None:
     before = await thread_ids(open_server.url)
     async with mcp_session(open_server.url, modern=True) as session:
         with anyio.move_on_after(2):  # the run is at the held writer by then
             await session.call_tool("atelier", {"request": REQUEST})
-    (thread_id,) = await thread_ids(open_server.url) - before
-    statuses: list[str] = []
-    async with http(open_server.url) as client:
-        with anyio.fail_after(10):
-            while statuses != ["interrupted"]:
-                runs = (await client.get(f"/threads/{thread_id}/runs")).json()
-                statuses = [run["status"] for run in runs]
-                await anyio.sleep(0.05)
+        await interrupted_run(open_server.url, before)  # the client is still there
+
+
+async def test_a_handshake_client_that_leaves_mid_call_cancels_its_run(
+    open_server: LiveServer, writer_held: Gate
+) -> None:
+    before = await thread_ids(open_server.url)
+    async with mcp_session(open_server.url) as session:
+        with anyio.move_on_after(2):
+            await session.call_tool("atelier", {"request": REQUEST})
+    await interrupted_run(open_server.url, before)
 
 
 # --- the HTTP side: methods, bodies, API keys, OpenAPI ------------------------------
