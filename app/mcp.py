@@ -360,6 +360,9 @@ def mcp_router(app: FastAPI) -> APIRouter:
         stateless=True,
         max_request_body_size=app.state.settings.max_body_bytes,
     )
+    # The transport logs the end of every stateless POST as "Terminating session: None"
+    # at INFO: one misleading line per call in the service's log.
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     router = APIRouter(lifespan=lambda _app: sessions.run())
     router.add_route(
         MCP_PATH,
