@@ -229,8 +229,9 @@ def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
 def mcp_path(*, keyed: bool) -> dict[str, Any]:
     """Return the path item of the MCP endpoint (`app.mcp`): its POST, the only method served.
 
-    Its errors are the `mcp` SDK's (JSON-RPC error objects, or a bare status), except
-    the 401 and 413 the service's middleware answers first (`ErrorResponse`).
+    Its errors are the `mcp` SDK's (JSON-RPC error objects; a 406 of protocol 2026-07-28
+    has no body), except the 401 and 413 the service's middleware answers first and the
+    415 of `app.mcp.JsonBodiesOnly` (`ErrorResponse`).
     """
     message = {"$ref": _REF.format(model="JsonRpcMessage")}
     error_ref = {"$ref": _REF.format(model="ErrorResponse")}
