@@ -19,6 +19,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app import a2a, names
 from app.errors import install_error_handlers
+from app.mcp import mcp_router
 from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
@@ -199,6 +200,7 @@ def create_app(
     app.include_router(exports.router)
     app.include_router(runs.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
+    app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
     install_openapi(app)
     mount_console(app)
     return app

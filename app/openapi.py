@@ -10,6 +10,10 @@ schemas added by hand. `install_openapi` adds to `components.schemas`:
 * `StreamFrame`, one SSE frame (`id`, `event`, `data`), which the stream endpoints
   reference from their `text/event-stream` response (with an example stream).
 
+`POST /mcp`, the MCP endpoint (`app.mcp`), is an ASGI app FastAPI does not describe:
+`mcp_path` documents it, with the JSON-RPC messages it carries (`JsonRpcMessage`)
+and the answers of the `mcp` SDK's transport.
+
 It also documents the error answers FastAPI cannot see, so the document says
 what the server does (schemathesis checks every status against it, and Apifox
 imports it): `ErrorResponse`, the one error body of the service (app/security.py),
@@ -34,6 +38,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from app.errors import ERROR_CODES
+from app.mcp import MCP_PATH
 from app.schemas import EndData, ErrorData, GapData, RunMetadataData
 from app.security import is_public
 from core.events import PipelineEvent
@@ -221,11 +226,131 @@ def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
         schemas.pop(name, None)
 
 
+def mcp_path(*, keyed: bool) -> dict[str, Any]:
+    """Return the path item of the MCP endpoint (`app.mcp`): its POST, the only method served.
+
+    Its errors are the `mcp` SDK's (JSON-RPC error objects; a 406 of protocol 2026-07-28
+    has no body), except the 401 and 413 the service's middleware answers first and the
+    415 of `app.mcp.JsonBodiesOnly` (`ErrorResponse`).
+    """
+    message = {"$ref": _REF.format(model="JsonRpcMessage")}
+    error_ref = {"$ref": _REF.format(model="ErrorResponse")}
+    responses: dict[str, Any] = {
+        "200": {
+            "description": "A request's answer: a Server-Sent Events stream whose `data:` "
+            "lines are JSON-RPC messages (the call's `notifications/progress`, then its "
+            "response), or that response alone as JSON.",
+            "content": {
+                "text/event-stream": {"schema": {"$ref": _REF.format(model="McpStreamEvent")}},
+                "application/json": {"schema": message},
+            },
+        },
+        "202": {"description": "A notification or a response was accepted (no body)."},
+        "400": {
+            "description": "Not a JSON-RPC message, or a protocol version or request "
+            "envelope the server does not accept (a JSON-RPC error).",
+            "content": {"application/json": {"schema": message}},
+        },
+        "404": {
+            "description": "Protocol 2026-07-28: the method does not exist (a JSON-RPC error).",
+            "content": {"application/json": {"schema": message}},
+        },
+        "406": {
+            "description": "The Accept header does not take both application/json and "
+            "text/event-stream.",
+            "content": {"application/json": {"schema": message}},
+        },
+        "413": {
+            "description": _DESCRIPTIONS[413],
+            "content": {"application/json": {"schema": error_ref}},
+        },
+        "415": {
+            "description": "The body is not declared application/json.",
+            "content": {"application/json": {"schema": error_ref}},
+        },
+    }
+    if keyed:
+        responses["401"] = {
+            "description": _DESCRIPTIONS[401],
+            "content": {"application/json": {"schema": error_ref}},
+        }
+    return {
+        "post": {
+            "tags": ["mcp"],
+            "summary": "MCP endpoint (Streamable HTTP): every assistant is a tool",
+            "description": (
+                "The Model Context Protocol's Streamable HTTP endpoint, served statelessly "
+                "(no `Mcp-Session-Id`; GET and DELETE are not served). `tools/list` lists one "
+                "tool per assistant (its input schema is the assistant's `input`); "
+                "`tools/call` runs it on a new thread of the caller's API key and answers the "
+                "post as text, with `notifications/progress` per pipeline stage and supervisor "
+                "step when the call carries a progress token. Point an MCP client at this URL "
+                '(README "MCP clients").'
+            ),
+            "operationId": "mcp_post",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": message}},
+            },
+            "responses": responses,
+            "security": [{"bearer": []}, {"apiKey": []}],
+        }
+    }
+
+
+def json_rpc_schema() -> dict[str, Any]:
+    """Return the schema of one JSON-RPC 2.0 message (request, notification or response)."""
+    return {
+        "title": "JsonRpcMessage",
+        "description": "A JSON-RPC 2.0 message: a request (`id`, `method`, `params`), a "
+        "notification (no `id`) or a response (`id` with `result` or `error`).",
+        "type": "object",
+        "required": ["jsonrpc"],
+        "properties": {
+            "jsonrpc": {"type": "string", "enum": ["2.0"]},
+            "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+            "method": {"type": "string", "examples": ["initialize", "tools/list", "tools/call"]},
+            "params": {"type": "object"},
+            "result": {"type": "object"},
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                    "data": {},
+                },
+            },
+        },
+        "examples": [{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}],
+    }
+
+
+def mcp_event_schema() -> dict[str, Any]:
+    """Return the schema of one Server-Sent Event of the MCP endpoint."""
+    return {
+        "title": "McpStreamEvent",
+        "description": "One Server-Sent Event of `POST /mcp`: `event: message` and a "
+        "JSON-RPC message (`JsonRpcMessage`) as the JSON text of `data:`.",
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string", "enum": ["message"]},
+            "id": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": _REF.format(model="JsonRpcMessage")},
+            },
+        },
+    }
+
+
 def install_openapi(app: FastAPI) -> None:
     """Complete the app's OpenAPI document (built once, then cached).
 
-    Adds the stream schemas and the error answers (`document_errors`); 401s are
-    documented when `app.state.settings` has API keys.
+    Adds the stream schemas, the error answers (`document_errors`) and the MCP
+    endpoint (`mcp_path`); 401s are documented when `app.state.settings` has API keys.
     """
     build = app.openapi
 
@@ -236,7 +361,12 @@ def install_openapi(app: FastAPI) -> None:
             for name, schema in stream_schemas().items():
                 schemas.setdefault(name, schema)
             settings = getattr(app.state, "settings", None)
-            document_errors(document, keyed=bool(settings and settings.auth_api_keys))
+            keyed = bool(settings and settings.auth_api_keys)
+            document_errors(document, keyed=keyed)
+            # After document_errors: the MCP endpoint's errors are JSON-RPC, not ErrorResponse.
+            document.setdefault("paths", {})[MCP_PATH] = mcp_path(keyed=keyed)
+            schemas["JsonRpcMessage"] = json_rpc_schema()
+            schemas["McpStreamEvent"] = mcp_event_schema()
             app.openapi_schema = document
         return app.openapi_schema
 

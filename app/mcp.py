@@ -1,0 +1,372 @@
+"""MCP: every assistant the service serves is a tool at `/mcp`.
+
+MCP clients (desktop assistants, IDEs, other agents) reach Atelier over the Model
+Context Protocol's Streamable HTTP transport at `POST /mcp`, served by the official
+`mcp` SDK: its low-level `Server` with two handlers, behind its
+`StreamableHTTPSessionManager`. `mcp_router(app)` returns both as a router whose
+lifespan runs the session manager inside the app's (so the manager stops taking
+calls before the run engine closes).
+
+* `tools/list`: one tool per assistant of the run manager, named by its id,
+  described by its description, whose `inputSchema` is the JSON schema of the
+  assistant's `input` (`AssistantSpec.input_model`, as `GET /assistants/{id}/schemas`).
+* `tools/call`: the arguments are checked like a run's `input` on the HTTP API; a bad
+  one is a tool error (`isError`) naming the field and the rule it broke. The run
+  starts on a new thread owned by the caller's API key, with `auto_confirm` set
+  where the input has it: nobody can answer the planner's question inside one tool
+  call, so the planner goes on with its defaults. When the client sent a progress
+  token, each pipeline stage and each supervisor decision is a progress notification
+  (`progress` counts them, `message` names the stage or the agent, e.g.
+  `writer_agent`). The answer is the post as Markdown text (title, body, `#tags`,
+  the images as absolute links to `/assets/{id}`), with `structuredContent`
+  carrying the thread and run ids, the outcome and the post; a run that ends
+  without a post is a tool error saying how it ended.
+* Stateless: every POST is served on its own, with no MCP session, so any replica
+  answers any request (plain round robin, as deploy/nginx.conf), like the LangGraph
+  Platform's `/mcp`. The call's progress and result ride its POST's response stream;
+  GET (a stream for messages outside a request, which no session can have) and
+  DELETE (ending a session) are answered 405, as the transport allows.
+  Cancelling the call closes that stream (the cancellation of protocol 2026-07-28, and
+  what a client that goes away does); then the run is cancelled too. A
+  `notifications/cancelled` POSTed by a client of the older handshake protocols has
+  no session to reach: that run goes on until the client disconnects (or to its end,
+  its post staying on its thread). A body not declared JSON is answered 415 in the
+  service's error shape (`JsonBodiesOnly`), where the SDK would send a bare 400.
+* API keys apply as everywhere: `app.security.AuthMiddleware` answers 401 before
+  the request reaches the SDK, and puts the caller's owner id in the ASGI scope,
+  which the handlers read from the SDK's request context.
+
+The engine calls are the functions right below, so a change of the engine's door
+changes them only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import mcp_types as types
+from fastapi import APIRouter, FastAPI
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.errors import error_response, validation_message
+from app.routes.exports import post_markdown
+from app.security import PRINCIPAL_STATE_KEY
+from engine.assistants import Assistant
+from engine.errors import NotFound, RunsError
+from engine.follow import Stopped, follow_frames
+from engine.manager import RunManager
+from engine.preparation import RunRequest
+from engine.records import Frame, RunRecord
+
+log = logging.getLogger(__name__)
+
+#: What the SDK hands a handler: the call's session, and its HTTP request.
+Context = ServerRequestContext[Any, Any]
+
+#: Where the MCP endpoint is served.
+MCP_PATH = "/mcp"
+#: The 415 of a POST whose body is not declared JSON.
+UNSUPPORTED_BODY = "The body of an MCP request is a JSON-RPC message: send it as application/json."
+
+# --- the run engine: every call this module makes to it --------------------------
+
+
+def served_assistants(manager: RunManager) -> list[Assistant]:
+    """Return the assistants the service serves, by id."""
+    return sorted(manager.list_assistants(), key=lambda a: a.assistant_id)
+
+
+async def start_run(
+    manager: RunManager, owner: str, assistant: Assistant, graph_input: dict[str, Any]
+) -> RunRecord:
+    """Record a run of `assistant` on a new thread of `owner` and start it.
+
+    Raises:
+        RunsError: The engine refused the run (e.g. the database takes no writes).
+    """
+    run, _ = await manager.create(
+        RunRequest(
+            owner=owner,
+            thread_id=None,
+            assistant=assistant,
+            kwargs={"input": graph_input, "stream_mode": ["custom"], "config": {}},
+        )
+    )
+    return run
+
+
+async def pipeline_events(
+    manager: RunManager, run: RunRecord, heartbeat: float
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the pipeline events (`custom` frames' data) of a run until it ends.
+
+    Follows the run as a stream response does (`engine.follow.follow_frames`: its
+    log, then its live frames); a run that stops before its end ends the events.
+    """
+    followed = follow_frames(manager, run.run_id, run.thread_id, idle=heartbeat)
+    async with contextlib.aclosing(followed):
+        async for item in followed:
+            if isinstance(item, Stopped):
+                return
+            if isinstance(item, Frame) and item.mode == "custom":
+                yield json.loads(item.data)
+
+
+async def run_result(manager: RunManager, run: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
+    """Wait for a run to end; return its record and what `/wait` answers for it."""
+    ended = await manager.wait(run.run_id) or run
+    return ended, await manager.result(ended)
+
+
+def cancel_run(manager: RunManager, run: RunRecord) -> None:
+    """Cancel a run if it is still executing."""
+    manager.cancel_soon(run.run_id)
+
+
+# --- tools ------------------------------------------------------------------------
+
+
+def tool_of(assistant: Assistant) -> types.Tool:
+    """Return the MCP tool that runs `assistant`."""
+    return types.Tool(
+        name=assistant.assistant_id,
+        title=assistant.spec.name,
+        description=(
+            f"{assistant.spec.description} Runs the assistant to its end and answers the post "
+            "(title, body, #tags, image links). The planner never asks a clarifying "
+            "question here (auto_confirm): it goes on with its defaults."
+        ),
+        input_schema=input_schema(assistant),
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False
+        ),
+    )
+
+
+def input_schema(assistant: Assistant) -> dict[str, Any]:
+    """Return the JSON schema of the assistant's `input` (an object)."""
+    if assistant.spec.input_model is not None:
+        return assistant.spec.input_model.model_json_schema()
+    try:
+        schema = dict(assistant.graph.get_input_jsonschema())
+    except Exception:  # a state LangGraph cannot describe: any object
+        return {"type": "object"}
+    return {**schema, "type": "object"}
+
+
+def tool_input(assistant: Assistant, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a call's arguments as the HTTP API checks `input`; return the graph input.
+
+    `auto_confirm` is set wherever the input model has it (see the module docstring).
+
+    Raises:
+        ValidationError: An argument breaks the input model.
+    """
+    if assistant.spec.input_model is None:
+        return dict(arguments)
+    graph_input = assistant.spec.input_model.model_validate(arguments).model_dump(
+        mode="json", exclude_unset=True
+    )
+    if "auto_confirm" in assistant.spec.input_model.model_fields:
+        graph_input["auto_confirm"] = True
+    return graph_input
+
+
+def progress_label(event: Mapping[str, Any]) -> str | None:
+    """Return what a progress notification says for a pipeline event (None: no step)."""
+    if event.get("type") == "stage.started":
+        return str(event.get("stage") or "") or None
+    if event.get("type") == "supervisor.route":
+        return str(event.get("next_agent") or "") or None
+    return None
+
+
+def error_result(message: str) -> types.CallToolResult:
+    """Return a tool error: the call was understood and failed (the model may retry)."""
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+def absolute(url: str, base_url: str) -> str:
+    """Return an image URL absolute from the request's base URL (kept when it already is)."""
+    if url.startswith("/"):
+        return base_url.rstrip("/") + url
+    return url
+
+
+def post_result(run: RunRecord, values: Mapping[str, Any], base_url: str) -> types.CallToolResult:
+    """Return the answer of a call from what the run left (see the module docstring)."""
+    if "__error__" in values:
+        error = values["__error__"] or {}
+        return error_result(f"The run failed: {error.get('message') or error.get('error')}")
+    if values.get("__interrupt__"):
+        return error_result(
+            "The run stopped at a question it cannot ask inside a tool call; answer it on "
+            f"thread {run.thread_id} over the HTTP API (status {run.status})."
+        )
+    result = values.get("result") or {}
+    post = result.get("post") or {}
+    outcome = result.get("outcome") or run.status
+    message = str(result.get("message") or "")
+    if not (post.get("title") or post.get("blocks")):
+        return error_result(f"The run ended without a post (outcome {outcome}). {message}".strip())
+    images = [
+        {**image, "url": absolute(str(image.get("url") or ""), base_url)}
+        for image in result.get("images") or []
+    ]
+    text = post_markdown(post)
+    if images:
+        text += "\n" + "\n".join(f"![{image.get('alt') or ''}]({image['url']})" for image in images)
+    if outcome != "completed":
+        text += f"\n\n({outcome}: {message})"
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content={
+            "thread_id": run.thread_id,
+            "run_id": run.run_id,
+            "outcome": outcome,
+            "message": message,
+            "post": post,
+            "images": images,
+        },
+    )
+
+
+def caller(request: Request) -> str:
+    """Return the caller's owner id, which `AuthMiddleware` put in the request's scope."""
+    owner = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+    if owner is None:  # an app without AuthMiddleware: refuse rather than guess
+        raise MCPError(types.INVALID_REQUEST, "A valid API key is required.")
+    return str(owner)
+
+
+def mcp_server(app: FastAPI) -> Server[Any]:
+    """Build the MCP server whose tools run the assistants of `app`'s run manager.
+
+    A call that fails unexpectedly is a tool error naming only the exception's type
+    (the SDK would send the exception's text); the server log has the rest.
+    """
+
+    def runs() -> RunManager:
+        manager: RunManager = app.state.runs
+        return manager
+
+    async def list_tools(
+        _ctx: Context, _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool_of(a) for a in served_assistants(runs())])
+
+    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            return await run_tool(ctx, params)
+        except MCPError:
+            raise
+        except Exception as exc:
+            log.exception("the MCP call of tool %r failed", params.name)
+            return error_result(
+                f"The call failed with {type(exc).__name__}; the server log has the details."
+            )
+
+    async def run_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+        manager = runs()
+        try:
+            assistant = manager.assistant(params.name)
+        except NotFound:
+            known = ", ".join(a.assistant_id for a in served_assistants(manager))
+            raise MCPError(
+                types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools: {known}"
+            ) from None
+        request = ctx.request
+        if not isinstance(request, Request):  # only HTTP serves this server
+            raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
+        owner = caller(request)
+        try:
+            graph_input = tool_input(assistant, params.arguments or {})
+        except ValidationError as exc:
+            errors = [
+                {**error, "loc": ("arguments", *error["loc"])}
+                for error in exc.errors(include_url=False)
+            ]
+            return error_result(validation_message(errors))
+        try:
+            run = await start_run(manager, owner, assistant, graph_input)
+        except RunsError as exc:
+            return error_result(exc.message)
+        finished = False
+        try:
+            step = 0
+            heartbeat = app.state.settings.sse_heartbeat_interval
+            async for event in pipeline_events(manager, run, heartbeat):
+                label = progress_label(event)
+                if label is not None:
+                    step += 1
+                    await ctx.session.report_progress(step, None, label)
+            ended, values = await run_result(manager, run)
+            finished = True
+        finally:
+            if not finished:  # the call was cancelled (or failed): so is its run
+                cancel_run(manager, run)
+        return post_result(ended, values, str(request.base_url))
+
+    return Server(
+        "atelier",
+        version=app.version,
+        title="Atelier",
+        description="Multi-agent content studio: every assistant is a tool.",
+        instructions="Each tool runs one Atelier assistant to its end and answers the post.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+class JsonBodiesOnly:
+    """Answer 415 in the service's error shape to a body not declared JSON; pass the rest on.
+
+    The SDK answers such a POST a bare 400 without a body; every other answer of
+    `/mcp` is JSON (a JSON-RPC error) or its event stream.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        """Guard `app`."""
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the Content-Type of an HTTP request, then pass it on or answer 415."""
+        content_type = Headers(scope=scope).get("content-type", "")
+        if scope["type"] == "http" and not content_type.lower().startswith("application/json"):
+            await error_response(415, UNSUPPORTED_BODY)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def mcp_router(app: FastAPI) -> APIRouter:
+    """Return the router serving `/mcp` for `app`, its lifespan running the session manager.
+
+    Include it once per app (`create_app`): the session manager runs once.
+    """
+    sessions = StreamableHTTPSessionManager(
+        mcp_server(app),
+        stateless=True,
+        max_request_body_size=app.state.settings.max_body_bytes,
+    )
+    # The transport logs the end of every stateless POST as "Terminating session: None"
+    # at INFO: one misleading line per call in the service's log.
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
+    router = APIRouter(lifespan=lambda _app: sessions.run())
+    router.add_route(
+        MCP_PATH,
+        JsonBodiesOnly(StreamableHTTPASGIApp(sessions)),  # type: ignore[arg-type]  # ASGI
+        methods=["POST"],
+        include_in_schema=False,
+    )
+    return router
