@@ -5,8 +5,9 @@
 `start` only wakes the workers (`RunSignals.wake`), and whichever worker claims the
 run executes it (`engine.postgres.worker`). Cancels are recorded in the run's row
 and signalled (`RunSignals.cancel`); waiting for a run follows its record and its
-live frames, wherever it executes. Reading a thread's state and a run's result are
-the in-process executor's own (they read checkpoints and records, shared by all).
+live frames, wherever it executes. A thread's state and a run's result are read as
+every executor reads them (`engine.execution.Runner`: checkpoints and records,
+shared by all).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from engine.executor import CancelReason, InProcessExecutor
+from langchain_core.runnables import RunnableConfig
+
+from engine.execution import CancelReason, Runner
 from engine.postgres.signals import RunSignals
+from engine.protocols import LiveFrames
 from engine.records import CancelAction, RunRecord
 
 log = logging.getLogger(__name__)
@@ -28,15 +32,18 @@ log = logging.getLogger(__name__)
 WAIT_POLL = 1.0
 
 
-class QueueExecutor(InProcessExecutor):
-    """Leave execution to the workers; record and signal instead (see the module docstring)."""
+class QueueExecutor:
+    """Leave execution to the workers; record and signal instead (see the module docstring).
 
-    def __init__(self, *, signals: RunSignals, **options: Any) -> None:
-        """Bind to the signals; `options` are `InProcessExecutor`'s."""
-        storage = options["storage"]
-        on_lost = storage.events.on_lost
-        super().__init__(**options)
-        storage.events.on_lost = on_lost  # this executor writes no run's frames
+    It implements `engine.protocols.RunExecutor`; it writes no run's frames.
+    """
+
+    def __init__(self, runner: Runner, live: LiveFrames, signals: RunSignals) -> None:
+        """Answer for runs with `runner`, follow them on `live`, reach workers by `signals`."""
+        self.runner = runner
+        self.hub = live
+        self.runs = runner.runs
+        self.events = runner.events
         self.signals = signals
         self._cancels: dict[str, asyncio.Task[bool]] = {}
 
@@ -85,6 +92,26 @@ class QueueExecutor(InProcessExecutor):
                         break
         finally:
             self.hub.unsubscribe(sub)
+
+    def ended(self, run_id: str) -> tuple[RunRecord, dict[str, Any]] | None:
+        """Return the record and result of a run deleted as it ended, if this process knows it."""
+        return self.runner.ended.get(run_id)
+
+    async def result(self, run: RunRecord) -> dict[str, Any]:
+        """Return what `/wait` and `/join` answer (`Runner.result`)."""
+        return await self.runner.result(run)
+
+    async def thread_state(self, assistant_id: str, thread_id: str) -> tuple[dict | None, dict]:
+        """Return a thread's values and pending interrupts, as its graph sees them."""
+        return await self.runner.thread_state(assistant_id, thread_id)
+
+    def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
+        """Return the LangGraph config of a thread (and of a run on it)."""
+        return self.runner.graph_config(thread_id, run)
+
+    async def abandon(self, run: RunRecord, next_id: int) -> None:
+        """End a run that used up its attempts (`Runner.abandon`; workers do it as they claim)."""
+        await self.runner.abandon(run, next_id)
 
     async def shutdown(self) -> None:
         """Commit what this process queued (thread-state changes); no run executes here."""

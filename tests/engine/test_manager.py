@@ -1,7 +1,8 @@
 """The run manager in-process: execution, frames, cancel, rollback, strategies, recovery.
 
 The graphs are real (tests/app/sample_graphs.py) and call the scripted LLM server
-through the real model factory; the store and checkpointer are real SQLite files.
+through the real model factory; the store and checkpointer are real SQLite files
+(`engine.sqlite.backend`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.errors import Conflict, Invalid, NotFound
-from engine.hub import Hub
 from engine.manager import RunManager
 from engine.preparation import RunRequest
-from engine.sqlite import SqliteRunStorage
+from engine.protocols import ExecutorSetup
+from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
 from studio.services import build_context
 from tests.app.harness import service_settings
@@ -39,23 +39,18 @@ def llm() -> Any:
 @asynccontextmanager
 async def open_manager(tmp_path: Path, llm_url: str, **limits: Any) -> AsyncIterator[RunManager]:
     settings = service_settings(tmp_path, llm_url)
-    db = str(tmp_path / "atelier.db")
     context = build_context(settings, models=OpenAIModelFactory(settings))
-    async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
-        await checkpointer.setup()
-        hub = Hub()
-        async with SqliteRunStorage(db, publish=hub.publish) as storage:
-            manager = RunManager(
-                storage=storage,
-                hub=hub,
-                assistants=sample_assistants(checkpointer),
-                context=context,
-                checkpointer=checkpointer,
-                run_timeout=limits.get("run_timeout", 30),
-                max_attempts=limits.get("max_attempts", 3),
-            )
-            async with manager:
-                yield manager
+    async with open_sqlite_backend(settings) as backend:
+        setup = ExecutorSetup(
+            assistants=sample_assistants(backend.checkpointer),
+            context=context,
+            run_timeout=limits.get("run_timeout", 30),
+        )
+        manager = RunManager(
+            backend=backend, setup=setup, max_attempts=limits.get("max_attempts", 3)
+        )
+        async with manager:
+            yield manager
 
 
 async def start(

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.sse import follow_run
-from engine.hub import Hub
 from engine.manager import RunManager
-from engine.sqlite import SqliteRunStorage
+from engine.protocols import ExecutorSetup
+from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
 from studio.services import build_context
 from tests.app.harness import read_sse, service_settings
@@ -69,28 +68,17 @@ def llm() -> Any:
 @asynccontextmanager
 async def open_manager(tmp_path: Path, llm_url: str, counts: Counts) -> AsyncIterator[RunManager]:
     settings = service_settings(tmp_path, llm_url)
-    db = str(tmp_path / "atelier.db")
     context = build_context(settings, models=OpenAIModelFactory(settings))
-    async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
-        await checkpointer.conn.execute("PRAGMA busy_timeout=200")
-        await checkpointer.setup()
-        hub = Hub()
-        async with SqliteRunStorage(
-            db, publish=hub.publish, busy_timeout=0.2, retry_for=0.5
-        ) as storage:
-            manager = RunManager(
-                storage=storage,
-                hub=hub,
-                assistants=sample_assistants(checkpointer),
-                context=context,
-                checkpointer=checkpointer,
-                run_timeout=30,
-                max_attempts=3,
-                metrics=counts,
-                recovery_interval=0.3,
-            )
-            async with manager:
-                yield manager
+    async with open_sqlite_backend(settings, busy_timeout=0.2, retry_for=0.5) as backend:
+        setup = ExecutorSetup(
+            assistants=sample_assistants(backend.checkpointer),
+            context=context,
+            run_timeout=30,
+            metrics=counts,
+        )
+        manager = RunManager(backend=backend, setup=setup, max_attempts=3, recovery_interval=0.3)
+        async with manager:
+            yield manager
 
 
 async def log_of(manager: RunManager, run_id: str) -> list[tuple[int, str, Any]]:
