@@ -43,7 +43,7 @@ SERVER_MODULES = (
 #: What a worker process imports anyway.
 WORKER_MODULES = (
     "cli.worker",
-    "engine.postgres.engine",
+    "engine.postgres.backend",
     "graphs.pipeline",
     "langchain_openai",
     "PIL.PngImagePlugin",

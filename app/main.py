@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app import a2a, names
 from app.errors import install_error_handlers
@@ -28,9 +27,9 @@ from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
-from engine.hub import Hub
 from engine.manager import RunManager
-from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from engine.protocols import ExecutorSetup, RunBackend
+from engine.sqlite.backend import open_sqlite_backend
 from graphs.assistants import ASSISTANTS
 from providers.fonts import web_cjk_font
 from studio.services import open_services
@@ -39,73 +38,62 @@ VERSION = "0.1.0"
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-def database_path(settings: Settings) -> str:
-    """Return the path of the service's one SQLite database file."""
-    return str(settings.database_path)
-
-
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the service's resources for the app's lifetime and close them after.
 
-    Embedded (no `DATABASE_URL`): everything persistent lives in `DATA_DIR/atelier.db`
-    (WAL): the knowledge notes, LangGraph's checkpoints (`AsyncSqliteSaver`), and the
-    run store's threads, runs and event logs; runs execute in this process. Scale-out
-    (`DATABASE_URL`): see `open_scale_out`. Without `LLM_BASE_URL` the embedded model
-    is served for the app's lifetime (`providers.llm.open_model_factory`); if it cannot
-    start or fails its self-test completion, start-up fails with its one-line reason,
-    and once it crashed /ready reports the model check failed with that reason.
+    The run backend first, then the studio's services (its notes and assets where the
+    backend keeps them), then the run manager with the executor the backend gives.
+    Embedded (no `DATABASE_URL`, `engine.sqlite.backend`): everything persistent lives
+    in `DATA_DIR/atelier.db` (WAL): the knowledge notes, LangGraph's checkpoints
+    (`AsyncSqliteSaver`), and the run store's threads, runs and event logs; runs execute
+    in this process. Scale-out (`DATABASE_URL`): see `open_scale_out`. Without
+    `LLM_BASE_URL` the embedded model is served for the app's lifetime
+    (`providers.llm.open_model_factory`); if it cannot start or fails its self-test
+    completion, start-up fails with its one-line reason, and once it crashed /ready
+    reports the model check failed with that reason.
     """
     settings: Settings = app.state.settings
     announce_auth_mode(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    metrics = app.state.metrics
     async with AsyncExitStack() as stack:
         if settings.database_url is not None:
-            await open_scale_out(app, settings, stack)
-            yield
-            return
-        db = database_path(settings)
+            backend: RunBackend = await open_scale_out(settings, stack, metrics)
+        else:
+            backend = await stack.enter_async_context(
+                open_sqlite_backend(settings, owner="atelier serve")
+            )
         context = await stack.enter_async_context(
-            open_services(settings, observer=app.state.metrics)
+            open_services(settings, notes=backend.notes, assets=backend.assets, observer=metrics)
         )
-        models = context.models
         app.state.notes = context.notes
         app.state.assets = context.assets
         app.state.context = context
-
-        checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
-        # One rule for every writer of atelier.db (see engine/sqlite/database.py): a busy timeout,
-        # and writes that begin with a write. The saver keeps the second by itself (each
-        # operation under its lock, each write transaction opened by its INSERT).
-        await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
-        # The run store's durability, not more: in WAL mode NORMAL survives a killed
-        # process (only a power cut may lose the last commits, the run store's as well),
-        # where the default FULL flushes the disk on every checkpoint (~60 a run).
-        await checkpointer.conn.execute("PRAGMA synchronous=NORMAL")
-        await checkpointer.setup()
-        graphs = dict(app.state.assistant_factory(checkpointer))
+        graphs = dict(app.state.assistant_factory(backend.checkpointer))
         app.state.graphs = sorted(graphs)
-        hub = Hub()
-        storage = await stack.enter_async_context(SqliteRunStorage(db, publish=hub.publish))
-        metrics = app.state.metrics
-        manager = RunManager(
-            storage=storage,
-            hub=hub,
+        setup = ExecutorSetup(
             assistants=graphs,
             context=context,
-            checkpointer=checkpointer,
             run_timeout=settings.run_timeout,
-            max_attempts=settings.run_max_attempts,
-            event_retention_hours=settings.event_retention_hours,
             metrics=metrics,
             callbacks=[metrics.callback],
         )
+        manager = RunManager(
+            backend=backend,
+            setup=setup,
+            max_attempts=settings.run_max_attempts,
+            event_retention_hours=settings.event_retention_hours,
+        )
         app.state.runs = await stack.enter_async_context(manager)
+        await stack.enter_async_context(backend.workers(setup))
         app.state.ready_checks = {
             **getattr(app.state, "ready_checks", {}),
-            "runs": storage.ping,
-            "model": model_check(models),
+            **backend.ready_checks,
+            "model": model_check(context.models),
         }
+        if backend.queue_depth is not None:
+            app.state.queue_depth = backend.queue_depth
         yield
 
 
@@ -120,8 +108,8 @@ def model_check(models: Any) -> Callable[[], Awaitable[None]]:
     return model_serves
 
 
-async def open_scale_out(app: FastAPI, settings: Settings, stack: AsyncExitStack) -> None:
-    """Open the scale-out deployment's parts on `stack` (README "Scale out").
+async def open_scale_out(settings: Settings, stack: AsyncExitStack, metrics: Any) -> RunBackend:
+    """Open the scale-out deployment's run backend on `stack` (README "Scale out").
 
     PostgreSQL holds the notes, assets, checkpoints, threads, runs and event logs
     (`engine.db.backend`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
@@ -130,42 +118,9 @@ async def open_scale_out(app: FastAPI, settings: Settings, stack: AsyncExitStack
     replica), each claiming up to RUN_WORKER_CONCURRENCY runs, and any number in
     `atelier worker` processes.
     """
-    from engine.postgres.engine import open_engine_parts
-    from engine.postgres.queue import QueueExecutor
-    from engine.postgres.signals import RunSignals
+    from engine.postgres.backend import open_postgres_backend  # the scale-out extra
 
-    parts = await open_engine_parts(app.state.assistant_factory, settings, stack, app.state.metrics)
-    app.state.notes = parts.backend.notes
-    app.state.assets = parts.backend.assets
-    app.state.context = parts.context
-    app.state.graphs = sorted(parts.graphs)
-    storage = await stack.enter_async_context(parts.storage())
-    signals = RunSignals(storage.runs, parts.backend.redis)
-    executor = QueueExecutor(signals=signals, **parts.executor_options(storage))
-    manager = RunManager(
-        storage=storage,
-        hub=parts.live,
-        assistants=parts.graphs,
-        context=parts.context,
-        checkpointer=parts.checkpointer,
-        run_timeout=settings.run_timeout,
-        max_attempts=settings.run_max_attempts,
-        event_retention_hours=settings.event_retention_hours,
-        recovery_interval=0,  # workers and their lease sweep recover runs
-        executor=executor,
-    )
-    app.state.runs = await stack.enter_async_context(manager)
-    for _ in range(settings.run_workers):
-        worker = await parts.start_worker(stack, settings.run_worker_concurrency)
-        signals.local_wake.append(worker.wake)
-        signals.local_cancel.append(worker.cancel)
-    app.state.ready_checks = {
-        **getattr(app.state, "ready_checks", {}),
-        **parts.backend.ready_checks,
-        "runs": storage.ping,
-        "model": model_check(parts.models),
-    }
-    app.state.queue_depth = storage.runs.queue_depth
+    return await stack.enter_async_context(open_postgres_backend(settings, metrics=metrics))
 
 
 def create_app(

@@ -42,7 +42,6 @@ from typing import Annotated, Any
 import httpx
 import typer
 from langchain_core.callbacks import BaseCallbackHandler
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.markup import escape
@@ -57,12 +56,12 @@ from app.security import ANONYMOUS, owner_id_for
 from core.settings import Settings
 from engine.assistants import build_assistants
 from engine.follow import Stopped, follow_frames
-from engine.hub import Hub
 from engine.manager import RunManager
 from engine.preparation import RunRequest
+from engine.protocols import ExecutorSetup
 from engine.records import Frame, RunRecord
-from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
-from engine.sqlite.ownership import DataDirInUse, own_data_dir
+from engine.sqlite.backend import open_sqlite_backend
+from engine.sqlite.ownership import DataDirInUse
 from graphs.assistants import ASSISTANTS
 from knowledge.notes import KnowledgeNote
 from providers.assets import AssetStore, is_valid_asset_id
@@ -330,8 +329,9 @@ async def open_embedded_engine(
 ) -> AsyncIterator[RunManager]:
     """Own DATA_DIR and open the embedded run engine on it, as `atelier serve` does.
 
-    The run store and LangGraph's checkpoints in `DATA_DIR/atelier.db`, the studio's
-    services from `studio.services.open_services`, the `atelier` assistant. Entering
+    The embedded run backend (`engine.sqlite.backend`: the run store and LangGraph's
+    checkpoints in `DATA_DIR/atelier.db`, owned by this process), the studio's
+    services from `studio.services.open_services`, the served assistants. Entering
     the manager restarts the runs a killed process left behind (`RunManager.recover`);
     leaving it stops the runs in flight without an outcome, for the next start.
 
@@ -344,26 +344,21 @@ async def open_embedded_engine(
             DATA_DIR; nothing was opened.
     """
     async with AsyncExitStack() as stack:
-        stack.enter_context(own_data_dir(settings.data_dir, "atelier run"))
+        backend = await stack.enter_async_context(
+            open_sqlite_backend(settings, owner="atelier run")
+        )
         context = await stack.enter_async_context(open_services(settings))
-        db = str(settings.database_path)
-        checkpointer = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(db))
-        # The rules `atelier serve` gives every writer of atelier.db (app/main.py).
-        await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
-        await checkpointer.conn.execute("PRAGMA synchronous=NORMAL")
-        await checkpointer.setup()
-        hub = Hub()
-        storage = await stack.enter_async_context(SqliteRunStorage(db, publish=hub.publish))
-        manager = RunManager(
-            storage=storage,
-            hub=hub,
-            assistants=build_assistants(ASSISTANTS, checkpointer),
+        setup = ExecutorSetup(
+            assistants=build_assistants(ASSISTANTS, backend.checkpointer),
             context=context,
-            checkpointer=checkpointer,
             run_timeout=settings.run_timeout,
+            callbacks=callbacks,
+        )
+        manager = RunManager(
+            backend=backend,
+            setup=setup,
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours,
-            callbacks=callbacks,
         )
         yield await stack.enter_async_context(manager)
 

@@ -1,8 +1,10 @@
 """`atelier worker`: a process that executes runs of the shared queue, and nothing else.
 
-It opens the same scale-out engine parts as an API replica (PostgreSQL, Redis, the
-model factory, the graphs; `engine.postgres.engine`) and runs one `RunWorker`
-claiming up to `concurrency` runs at once. SIGTERM or SIGINT stop it gracefully:
+It opens the same run backend as an API replica (PostgreSQL, Redis;
+`engine.postgres.backend.open_postgres_backend`), the same services
+(`studio.services.open_services`: the model factory, the notes and assets the
+backend keeps) and graphs, and runs one `RunWorker` claiming up to `concurrency`
+runs at once. SIGTERM or SIGINT stop it gracefully:
 no more claims, the runs in flight are stopped at their last checkpoint and handed
 back to the queue, where another worker resumes them.
 
@@ -25,7 +27,9 @@ from prometheus_client import start_http_server
 from app.metrics import AtelierMetrics
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
+from engine.protocols import ExecutorSetup
 from graphs.assistants import ASSISTANTS
+from studio.services import open_services
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ async def serve_worker(
     """
     if settings.database_url is None:
         raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
-    from engine.postgres.engine import open_engine_parts
+    from engine.postgres.backend import open_postgres_backend  # the scale-out extra
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -67,14 +71,22 @@ async def serve_worker(
                 settings.worker_metrics_host,
                 settings.worker_metrics_port,
             )
-        parts = await open_engine_parts(
-            assistant_factory or registry(ASSISTANTS),
-            settings,
-            stack,
-            metrics,
-            serves_streams=False,
+        backend = await stack.enter_async_context(
+            open_postgres_backend(settings, metrics=metrics, serves_streams=False)
         )
-        worker = await parts.start_worker(stack, concurrency)
+        context = await stack.enter_async_context(
+            open_services(settings, notes=backend.notes, assets=backend.assets, observer=metrics)
+        )
+        setup = ExecutorSetup(
+            assistants=dict((assistant_factory or registry(ASSISTANTS))(backend.checkpointer)),
+            context=context,
+            run_timeout=settings.run_timeout,
+            metrics=metrics,
+            callbacks=[metrics.callback],
+        )
+        (worker,) = await stack.enter_async_context(
+            backend.workers(setup, count=1, concurrency=concurrency)
+        )
         log.info("worker %s ready", worker.owner)
         await stop.wait()
         log.info("worker %s stopping", worker.owner)

@@ -14,8 +14,8 @@ the executor, which ends the run loudly from its first lost frame id (`reopen`) 
 leaves it for recovery. Nothing is counted committed that was not.
 
 A backend subclasses `GroupCommitEventLog` with how a batch is written
-(`_commit`), which failures are worth retrying (`_retryable`), and its reads
-(`read`, `last_id`, `prune`).
+(`_commit`, in queue order with `write_in_order`), which failures are worth
+retrying (`_retryable`), and its reads (`read`, `last_id`, `prune`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from engine.protocols import Publish, StoreError
@@ -44,6 +44,37 @@ class QueuedWrite:
     generation: int
     frame: Frame | None = None
     change: RecordChange | None = None
+
+
+#: A frame as a row of the event log: run id, frame id, event, data.
+FrameRow = tuple[str, int, str, str]
+
+
+async def write_in_order(
+    items: list[QueuedWrite],
+    insert_frames: Callable[[list[FrameRow]], Awaitable[object]],
+    apply: Callable[[RecordChange], Awaitable[object]],
+) -> None:
+    """Write a batch in queue order: a run's frames before the changes queued after them.
+
+    Args:
+        items: The batch.
+        insert_frames: Inserts consecutive frames (one statement for them all).
+        apply: Writes one record change.
+    """
+    rows: list[FrameRow] = []
+    for item in items:
+        if item.frame is not None:
+            assert item.run_id is not None
+            rows.append((item.run_id, item.frame.id, item.frame.event, item.frame.data))
+            continue
+        if rows:
+            await insert_frames(rows)
+            rows = []
+        assert item.change is not None
+        await apply(item.change)
+    if rows:
+        await insert_frames(rows)
 
 
 class GroupCommitEventLog:

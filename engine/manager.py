@@ -1,8 +1,8 @@
 """The run manager: the run engine's front door, composed of its parts.
 
     preparation  RunPreparer          checks a request, applies the multitask strategy
-    executor     InProcessExecutor    runs the graph in a task it owns, writes frames
-    storage      RunStorage           threads, runs and event logs (engine/sqlite/)
+    executor     RunExecutor          the backend's: executes runs, or has them executed
+    storage      RunStorage           threads, runs and event logs (the backend's)
 
 `create` prepares a run under one lock (the busy check and the strategy must not
 interleave with another creation), records it and hands it to the executor.
@@ -22,11 +22,13 @@ new `metadata` frame telling the attempt. The same recovery runs every
 RECOVERY_INTERVAL seconds while the server is up, for runs this process stopped
 executing without an outcome (their storage failed).
 
-One process owns a DATA_DIR: the busy check is one SQL statement and so atomic
-across processes, but runs execute in the process that accepted them. With
-DATABASE_URL the manager gets `engine.postgres.queue.QueueExecutor` instead: runs
-are recorded in the shared queue and executed by workers in any process, which also
-recover them (`recovery_interval` 0 here).
+The manager gets its storage and its executor from a `RunBackend`. Embedded
+(`engine.sqlite.backend`), one process owns a DATA_DIR: the busy check is one SQL
+statement and so atomic across processes, but runs execute in the process that
+accepted them (`engine.executor.InProcessExecutor`). With DATABASE_URL
+(`engine.postgres.backend`) the executor is `engine.postgres.queue.QueueExecutor`:
+runs are recorded in the shared queue and executed by workers in any process, which
+also recover them (no recovery sweep here).
 """
 
 from __future__ import annotations
@@ -40,19 +42,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
-from langchain_core.callbacks import BaseCallbackHandler
-from langgraph.checkpoint.base import BaseCheckpointSaver
-
 from engine import reads
 from engine.assistants import Assistant
-from engine.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from engine.errors import Conflict, Invalid, NotFound, Unavailable
-from engine.executor import InProcessExecutor, RunMetrics
 from engine.frames import public_error
 from engine.preparation import RunPreparer, RunRequest
 from engine.protocols import (
-    LiveFrames,
-    RunStorage,
+    ExecutorSetup,
+    RunBackend,
+    RunExecutor,
     StorageUnavailable,
     StoreError,
     Subscription,
@@ -67,8 +65,8 @@ from engine.records import (
     ThreadStateChange,
     ThreadStatus,
     now,
+    out_of_attempts,
 )
-from studio.context import AtelierContext
 
 log = logging.getLogger(__name__)
 
@@ -87,45 +85,36 @@ class RunManager:
     def __init__(
         self,
         *,
-        storage: RunStorage,
-        hub: LiveFrames,
-        assistants: dict[str, Assistant],
-        context: AtelierContext,
-        checkpointer: BaseCheckpointSaver,
-        run_timeout: float,
+        backend: RunBackend,
+        setup: ExecutorSetup,
         max_attempts: int,
         event_retention_hours: float = 0,
-        metrics: RunMetrics | None = None,
-        callbacks: Sequence[BaseCallbackHandler] = (),
         recovery_interval: float = RECOVERY_INTERVAL,
-        executor: InProcessExecutor | None = None,
     ) -> None:
-        """Bind the manager to its storage, fan-out, graphs and limits.
+        """Bind the manager to a backend, and take the executor it gives for `setup`.
 
-        `executor` replaces the in-process one (the scale-out deployment's
-        `engine.worker.QueueExecutor`, which leaves execution to workers).
+        Args:
+            backend: Storage, live frames and checkpoints, and the executor runs get.
+            setup: The graphs served, their context and the limits runs execute with.
+            max_attempts: RUN_MAX_ATTEMPTS.
+            event_retention_hours: EVENT_RETENTION_HOURS (0: event logs are kept).
+            recovery_interval: Seconds between recovery sweeps, where the backend
+                leaves recovery to this process (0: none).
         """
-        self._threads = storage.threads
-        self._runs = storage.runs
-        self._events = storage.events
-        self._hub = hub
-        self._assistants = assistants
-        self._checkpointer = checkpointer
+        self._storage = backend.storage
+        self._threads = backend.storage.threads
+        self._runs = backend.storage.runs
+        self._events = backend.storage.events
+        self._hub = backend.live
+        self._assistants = setup.assistants
+        self._checkpointer = backend.checkpointer
+        self._checkpoints = backend.checkpoints
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
-        self.recovery_interval = recovery_interval
-        self.executor = executor or InProcessExecutor(
-            storage=storage,
-            hub=hub,
-            assistants=assistants,
-            context=context,
-            checkpointer=checkpointer,
-            run_timeout=run_timeout,
-            metrics=metrics,
-            callbacks=callbacks,
-        )
+        self.recovery_interval = recovery_interval if backend.recovers_runs else 0
+        self.executor: RunExecutor = backend.executor(setup)
         self.preparation = RunPreparer(
-            storage=storage, executor=self.executor, checkpointer=checkpointer
+            storage=self._storage, executor=self.executor, checkpointer=self._checkpointer
         )
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
@@ -245,7 +234,7 @@ class RunManager:
         await self.executor.cancel_all([r.run_id for r in busy], "interrupt")
         await self._events.flush()
         await self._threads.delete(thread_id)
-        await delete_thread_checkpoints(self._checkpointer, thread_id)
+        await self._checkpoints.delete_thread(thread_id)
 
     # -- thread state --------------------------------------------------------------
 
@@ -315,7 +304,7 @@ class RunManager:
         if copy.status == "busy":
             copy.status = "idle"
         await self._threads.insert(copy)
-        await copy_thread_checkpoints(self._checkpointer, thread.thread_id, copy.thread_id)
+        await self._checkpoints.copy_thread(thread.thread_id, copy.thread_id)
         return copy
 
     # -- threads, runs, assistants and streams, as routes ask for them -------------
@@ -534,7 +523,7 @@ class RunManager:
                     continue
                 self._events.reopen(run.run_id)  # what it queued before is void: start afresh
                 next_id = await self._events.last_id(run.run_id) + 1
-                if run.status == "running" and run.attempt >= self.max_attempts:
+                if out_of_attempts(run.attempt, self.max_attempts):
                     try:
                         await self.executor.abandon(run, next_id)
                     except StoreError:

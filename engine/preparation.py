@@ -20,7 +20,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from engine.assistants import Assistant
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
-from engine.executor import graph_config
+from engine.execution import graph_config
 from engine.protocols import RunExecutor, RunStorage
 from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
 from engine.serde import dumps
@@ -83,8 +83,24 @@ class PreparedRun:
     after: list[str] = field(default_factory=list)
 
 
+class RunPreparation(Protocol):
+    """Decides, before anything is written, what a run request records."""
+
+    async def prepare(self, request: RunRequest) -> PreparedRun:
+        """Check the request and apply the thread's multitask strategy; raise `RunsError`."""
+        ...
+
+    async def check_checkpoint(self, thread_id: str, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint the thread does not have."""
+        ...
+
+    def check_state_update(self, assistant: Assistant, values: Any, as_node: str | None) -> None:
+        """Refuse a state update naming nodes or keys the graph does not have."""
+        ...
+
+
 class RunPreparer:
-    """Check run requests and apply multitask strategies (`engine.protocols.RunPreparation`)."""
+    """Check run requests and apply multitask strategies (`RunPreparation`)."""
 
     def __init__(
         self, *, storage: RunStorage, executor: RunExecutor, checkpointer: BaseCheckpointSaver

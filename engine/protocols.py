@@ -1,15 +1,21 @@
 """The seams of the run engine, each a small protocol.
 
+    RunBackend        one deployment's storage, live frames, checkpointer and
+                      checkpoint housekeeping, and the executor runs get
+                      (`engine.sqlite.backend.open_sqlite_backend`,
+                      `engine.postgres.backend.open_postgres_backend`)
+    RunExecutor       executes runs, or has them executed, and answers for them
+                      (`engine.executor.InProcessExecutor`: tasks of this process;
+                      `engine.postgres.queue.QueueExecutor`: the workers of the queue)
     RunPreparation    checks a run request (ownership, idempotency, multitask
                       strategy, command) before anything is recorded
-                      (`engine.preparation.RunPreparer`)
-    RunExecutor       executes runs in tasks it owns and writes their frames
-                      (`engine.executor.InProcessExecutor`)
+                      (`engine.preparation`, next to the request it checks)
 
 `engine.manager.RunManager` composes them; routes talk to it, and a stream
-response follows a run through it (`RunFrames`). Storage is three
-parts, each with one implementation per backend (`engine/sqlite/` today; a
-PostgreSQL one fits the same shapes):
+response follows a run through it (`RunFrames`). An executor is built
+from the backend's parts and one `ExecutorSetup` (the graphs, their context, the
+limits), the only list of what executing a run needs. Storage is three parts, each
+with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 
     ThreadRepository  threads: get, search, count, insert, merge metadata, delete
     RunRepository     runs: insert (with the busy check), get, find, list, delete;
@@ -19,6 +25,8 @@ PostgreSQL one fits the same shapes):
 
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
+`CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
+the saver's own API, one per backend.
 
 Invariants every implementation keeps:
 
@@ -31,7 +39,8 @@ Invariants every implementation keeps:
   the run from its first lost id (`reopen`).
 - Committed frames are published to `LiveFrames` after the commit, never before.
 - Routes and the run engine see these protocols and the errors below, never a
-  database driver or its exceptions.
+  database driver or its exceptions; the backend-neutral modules of the engine
+  import no backend.
 
 How the PostgreSQL backend (`engine/postgres/`) fits: the event log's table is
 keyed `(run_id, seq)`; the executor holding the run numbers its frames from the
@@ -46,9 +55,16 @@ process that inserts a run starts it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from engine.assistants import Assistant
 from engine.records import (
     CancelAction,
     Frame,
@@ -58,10 +74,9 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
-
-if TYPE_CHECKING:
-    from engine.assistants import Assistant
-    from engine.preparation import PreparedRun, RunRequest
+from knowledge.repository import NoteRepository
+from providers.assets import AssetStore
+from studio.context import AtelierContext
 
 #: Called with a run id and every committed batch of its frames, in id order.
 Publish = Callable[[str, list[Frame]], None]
@@ -295,8 +310,32 @@ class RunStorage(Protocol):
         ...
 
 
+class RunMetrics(Protocol):
+    """What an executor reports (implemented by `app.metrics.AtelierMetrics`)."""
+
+    def run_started(self) -> None: ...
+    def run_finished(self, status: str, seconds: float) -> None: ...
+    def run_left(self) -> None: ...
+    def observe_event(self, event: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExecutorSetup:
+    """What every executor executes runs with, besides its backend's parts."""
+
+    #: The graphs served, by assistant id.
+    assistants: dict[str, Assistant]
+    #: What graph runs get as `context=`.
+    context: AtelierContext
+    #: RUN_TIMEOUT: seconds a run's graph may take.
+    run_timeout: float
+    metrics: RunMetrics | None = None
+    #: LangChain callbacks every run's config carries (LLM metrics).
+    callbacks: Sequence[BaseCallbackHandler] = ()
+
+
 class RunExecutor(Protocol):
-    """Executes runs in tasks it owns; the only writer of a run's frames while it runs."""
+    """Executes runs (or has them executed) and answers for them while they run."""
 
     def start(self, run: RunRecord, *, after: Sequence[str] = (), next_id: int = 1) -> None:
         """Start executing a run (after the runs `after`), its first frame numbered `next_id`."""
@@ -326,6 +365,10 @@ class RunExecutor(Protocol):
         """Return the record and result of a run deleted as it ended, if still known."""
         ...
 
+    def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
+        """Return the LangGraph config of a thread (and of a run on it)."""
+        ...
+
     async def abandon(self, run: RunRecord, next_id: int) -> None:
         """End a run that used up its attempts with `error` and `end` frames."""
         ...
@@ -335,19 +378,93 @@ class RunExecutor(Protocol):
         ...
 
 
-class RunPreparation(Protocol):
-    """Decides, before anything is written, what a run request records."""
+class CheckpointHousekeeping(Protocol):
+    """Writes to LangGraph's checkpoint tables beyond the saver's API, for one backend.
 
-    async def prepare(self, request: RunRequest) -> PreparedRun:
-        """Check the request and apply the thread's multitask strategy; raise `RunsError`."""
+    A run's checkpoints are the thread's checkpoints whose metadata names the run
+    (the executor puts `run_id` into `config["metadata"]`, which LangGraph copies
+    into every checkpoint, subgraphs' too).
+    """
+
+    async def settle(self) -> bool:
+        """Commit a write a cancelled checkpoint write left open; return whether one was."""
         ...
 
-    async def check_checkpoint(self, thread_id: str, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint the thread does not have."""
+    async def delete_run(self, thread_id: str, run_id: str) -> int | None:
+        """Delete the checkpoints a run wrote (a rollback); return how many, None: unknown."""
         ...
 
-    def check_state_update(self, assistant: Assistant, values: Any, as_node: str | None) -> None:
-        """Refuse a state update naming nodes or keys the graph does not have."""
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint (subgraphs' too) and pending write of a thread."""
+        ...
+
+    async def copy_thread(self, source: str, target: str) -> None:
+        """Copy every checkpoint (subgraphs' too) and pending write of a thread to another."""
+        ...
+
+
+class RunBackend(Protocol):
+    """One deployment's run engine parts, opened and closed together.
+
+    `engine.sqlite.backend.open_sqlite_backend` (embedded: one file, runs executed
+    in this process) and `engine.postgres.backend.open_postgres_backend` (scale-out:
+    the shared queue, executed by workers) open one as an async context manager.
+    """
+
+    @property
+    def storage(self) -> RunStorage:
+        """Threads, runs and event logs."""
+        ...
+
+    @property
+    def live(self) -> LiveFrames:
+        """The live fan-out of committed frames."""
+        ...
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver:
+        """LangGraph's saver, which the graphs are compiled with."""
+        ...
+
+    @property
+    def checkpoints(self) -> CheckpointHousekeeping:
+        """The saver's housekeeping."""
+        ...
+
+    @property
+    def notes(self) -> NoteRepository | None:
+        """The knowledge vault the backend keeps (None: the studio's default)."""
+        ...
+
+    @property
+    def assets(self) -> AssetStore | None:
+        """The asset store the backend keeps (None: the studio's default)."""
+        ...
+
+    @property
+    def recovers_runs(self) -> bool:
+        """Whether this process recovers the runs left without an outcome (else workers do)."""
+        ...
+
+    @property
+    def ready_checks(self) -> dict[str, Callable[[], Awaitable[None]]]:
+        """Readiness checks by name (each raises when its server fails), the storage's too."""
+        ...
+
+    @property
+    def queue_depth(self) -> Callable[[], Awaitable[int]] | None:
+        """Reads how many runs wait in a shared queue (None: there is none)."""
+        ...
+
+    def executor(self, setup: ExecutorSetup) -> RunExecutor:
+        """Return the executor the run manager hands its runs to."""
+        ...
+
+    def workers(self, setup: ExecutorSetup) -> AbstractAsyncContextManager[Sequence[object]]:
+        """Run the workers this process runs besides its API for the block; yield them.
+
+        It yields none where the run manager's executor runs every run itself.
+        """
         ...
 
 

@@ -9,9 +9,12 @@ checks they agree with the SDK's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
+
+from engine.serde import loads
 
 #: Status of a run (the LangGraph Platform set).
 RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
@@ -129,6 +132,56 @@ class RunRecord:
             "cancel_reason": self.cancel_reason,
             "error": self.error,
         }
+
+
+def out_of_attempts(attempt: int, max_attempts: int) -> bool:
+    """Whether a run executed `attempt` times is given up rather than executed again.
+
+    The rule of every recovery: the restart sweep (`RunManager.recover`), a worker's
+    claim and the lease sweep (`engine.postgres`) end such a run with `RunAbandoned`.
+
+    Args:
+        attempt: The executions the run started (its record's `attempt`).
+        max_attempts: RUN_MAX_ATTEMPTS.
+    """
+    return attempt >= max_attempts
+
+
+def _as_text(value: Any) -> str | None:
+    return value
+
+
+def _decoded(value: Any) -> Any:
+    """Return a JSON column's value: decoded when the driver handed over its text."""
+    return loads(value) if isinstance(value, str) else value
+
+
+def run_from_row(row: Any, stamp: Callable[[Any], str | None] = _as_text) -> RunRecord:
+    """Return the run a `runs` row holds, read by either backend's driver.
+
+    Args:
+        row: The row, by column name.
+        stamp: Turns a timestamp column into the records' ISO 8601 text (SQLite
+            stores that text already).
+    """
+    return RunRecord(
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        owner=row["owner"],
+        assistant_id=row["assistant_id"],
+        status=row["status"],
+        created_at=stamp(row["created_at"]) or "",
+        updated_at=stamp(row["updated_at"]) or "",
+        finished_at=stamp(row["finished_at"]),
+        metadata=_decoded(row["metadata"]) or {},
+        kwargs=_decoded(row["kwargs"]) or {},
+        multitask_strategy=row["multitask_strategy"],
+        attempt=row["attempt"],
+        cancel_reason=row["cancel_reason"],
+        error=_decoded(row["error"]),
+        idempotency_key=row["idempotency_key"],
+        request_hash=row["request_hash"],
+    )
 
 
 @dataclass(frozen=True, slots=True)

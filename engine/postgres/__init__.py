@@ -1,16 +1,20 @@
 """The run engine's storage in PostgreSQL: the scale-out backend (`DATABASE_URL`).
 
-    threads.py    PostgresThreadRepository (ThreadRepository)
-    runs.py       PostgresRunRepository (RunRepository), and the runs table as the queue:
-                  claim, renew, hand back, sweep, request a cancel
-    event_log.py  PostgresEventLog (EventLog), group-committed appends fenced by leases
-    live.py       RedisLiveFrames (LiveFrames): committed frames to every process's
-                  followers, falling back to re-reading PostgreSQL when Redis drops
+    threads.py      PostgresThreadRepository (ThreadRepository)
+    runs.py         PostgresRunRepository (RunRepository), and the runs table as the queue:
+                    claim, renew, hand back, sweep, request a cancel
+    event_log.py    PostgresEventLog (EventLog), group-committed appends fenced by leases
+    live.py         RedisLiveFrames (LiveFrames): committed frames to every process's
+                    followers, falling back to re-reading PostgreSQL when Redis drops
+    checkpoints.py  the saver fenced by leases, PostgresCheckpoints (housekeeping)
+    queue.py        QueueExecutor: the API's executor, which leaves runs to the workers
+    worker.py       RunWorker: claims runs, executes them under a lease, hands them back
+    backend.py      open_postgres_backend: all of the above for one process (RunBackend)
 
 `PostgresRunStorage` puts the three repositories on one connection pool (opened and
-closed by its owner, `engine.db.backend.open_backend`); use it as an async context
-manager to start and stop the event writer. The tables are schema v1's
-(`engine.db.migrations`).
+closed by its owner, `engine.db.backend.open_backend`, which `backend.py` enters);
+use it as an async context manager to start and stop the event writer. The tables
+are schema v1's (`engine.db.migrations`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """LangGraph's PostgreSQL checkpoints: a run's rollback, and writes fenced by leases.
 
 `delete_run_checkpoints`: a `rollback` cancel deletes the checkpoints the run wrote
-(their metadata names the run, see `engine.checkpoints`) and their pending writes,
-in one transaction. `AsyncPostgresSaver` has no `adelete_for_runs`, so this is the
-PostgreSQL case of `engine.checkpoints.delete_run_checkpoints`. The channel blobs
-those checkpoints referenced stay (they are keyed by channel version, shared with
-other checkpoints; deleting the thread removes them).
+(their metadata names the run, see `engine.protocols.CheckpointHousekeeping`) and
+their pending writes, in one transaction. `AsyncPostgresSaver` has no
+`adelete_for_runs`, so `PostgresCheckpoints`, the scale-out backend's housekeeping,
+deletes them here. The channel blobs those checkpoints referenced stay (they are
+keyed by channel version, shared with other checkpoints; deleting the thread removes
+them).
 
 `FencedPostgresSaver` writes a checkpoint with its new channel blobs in one statement
 (`PUT_CHECKPOINT`: the blobs through `unnest` in a data-modifying CTE), and a task's
@@ -66,6 +67,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 
+from engine.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
 from engine.db.pool import AsyncPool
 from engine.group_commit import RETRY_FOR
 from engine.postgres.event_log import LeaseLost
@@ -131,6 +133,30 @@ async def delete_run_checkpoints(pool: AsyncPool, thread_id: str, run_id: str) -
             (thread_id, run_id),
         )
         return cursor.rowcount
+
+
+class PostgresCheckpoints:
+    """Housekeeping of an `AsyncPostgresSaver`'s tables (a `CheckpointHousekeeping`)."""
+
+    def __init__(self, checkpointer: AsyncPostgresSaver) -> None:
+        """Keep house for `checkpointer`, on its pool."""
+        self.checkpointer = checkpointer
+
+    async def settle(self) -> bool:
+        """Return False: each of the saver's writes commits on a pooled connection of its own."""
+        return False
+
+    async def delete_run(self, thread_id: str, run_id: str) -> int | None:
+        """Delete the checkpoints (and their pending writes) a run wrote; return how many."""
+        return await delete_run_checkpoints(self.checkpointer.conn, thread_id, run_id)  # type: ignore[arg-type]
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint (subgraphs' too) and pending write of a thread."""
+        await delete_thread_checkpoints(self.checkpointer, thread_id)
+
+    async def copy_thread(self, source: str, target: str) -> None:
+        """Copy every checkpoint (subgraphs' too) and pending write of a thread to another."""
+        await copy_thread_checkpoints(self.checkpointer, source, target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,13 @@ from psycopg.rows import DictRow
 from psycopg_pool import PoolTimeout
 
 from engine.db.pool import AsyncPool
-from engine.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite
+from engine.group_commit import (
+    RETRY_FOR,
+    FrameRow,
+    GroupCommitEventLog,
+    QueuedWrite,
+    write_in_order,
+)
 from engine.postgres.runs import (
     LOCK_HELD_LEASES,
     Lease,
@@ -152,20 +158,14 @@ class PostgresEventLog(GroupCommitEventLog):
     @staticmethod
     async def _write_items(conn: AsyncConnection[DictRow], items: list[QueuedWrite]) -> None:
         """Write items in queue order (a run's frames before the changes queued after)."""
-        rows: list[tuple[str, int, str, str]] = []
         async with conn.cursor() as cur:
-            for item in items:
-                if item.frame is not None:
-                    assert item.run_id is not None
-                    rows.append((item.run_id, item.frame.id, item.frame.event, item.frame.data))
-                    continue
-                if rows:
-                    await cur.execute(_INSERT_FRAMES, [list(c) for c in zip(*rows, strict=True)])
-                    rows = []
-                assert item.change is not None
-                await cur.execute(*change_statement(item.change))
-            if rows:
+
+            async def insert_frames(rows: list[FrameRow]) -> None:
                 await cur.execute(_INSERT_FRAMES, [list(c) for c in zip(*rows, strict=True)])
+
+            await write_in_order(
+                items, insert_frames, lambda change: cur.execute(*change_statement(change))
+            )
 
     # -- reading ---------------------------------------------------------------------
 

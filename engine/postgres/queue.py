@@ -17,8 +17,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from engine.executor import CancelReason, InProcessExecutor
+from langchain_core.runnables import RunnableConfig
+
+from engine.execution import CancelReason, Runner
 from engine.postgres.signals import RunSignals
+from engine.protocols import LiveFrames
 from engine.records import CancelAction, RunRecord
 
 log = logging.getLogger(__name__)
@@ -28,15 +31,18 @@ log = logging.getLogger(__name__)
 WAIT_POLL = 1.0
 
 
-class QueueExecutor(InProcessExecutor):
-    """Leave execution to the workers; record and signal instead (see the module docstring)."""
+class QueueExecutor:
+    """Leave execution to the workers; record and signal instead (see the module docstring).
 
-    def __init__(self, *, signals: RunSignals, **options: Any) -> None:
-        """Bind to the signals; `options` are `InProcessExecutor`'s."""
-        storage = options["storage"]
-        on_lost = storage.events.on_lost
-        super().__init__(**options)
-        storage.events.on_lost = on_lost  # this executor writes no run's frames
+    It implements `engine.protocols.RunExecutor`; it writes no run's frames.
+    """
+
+    def __init__(self, runner: Runner, live: LiveFrames, signals: RunSignals) -> None:
+        """Answer for runs with `runner`, follow them on `live`, reach workers by `signals`."""
+        self.runner = runner
+        self.hub = live
+        self.runs = runner.runs
+        self.events = runner.events
         self.signals = signals
         self._cancels: dict[str, asyncio.Task[bool]] = {}
 
@@ -85,6 +91,18 @@ class QueueExecutor(InProcessExecutor):
                         break
         finally:
             self.hub.unsubscribe(sub)
+
+    def ended(self, run_id: str) -> tuple[RunRecord, dict[str, Any]] | None:
+        """Return the record and result of a run deleted as it ended, if this process knows it."""
+        return self.runner.ended.get(run_id)
+
+    def graph_config(self, thread_id: str, run: RunRecord | None = None) -> RunnableConfig:
+        """Return the LangGraph config of a thread (and of a run on it)."""
+        return self.runner.graph_config(thread_id, run)
+
+    async def abandon(self, run: RunRecord, next_id: int) -> None:
+        """End a run that used up its attempts (`Runner.abandon`; workers do it as they claim)."""
+        await self.runner.abandon(run, next_id)
 
     async def shutdown(self) -> None:
         """Commit what this process queued (thread-state changes); no run executes here."""

@@ -42,8 +42,10 @@ from engine.records import (
     RunStatus,
     RunStatusChange,
     ThreadRecord,
+    out_of_attempts,
+    run_from_row,
 )
-from engine.serde import dumps, loads
+from engine.serde import dumps
 
 log = logging.getLogger(__name__)
 
@@ -118,28 +120,6 @@ def leases_params(leases: list[Lease]) -> dict[str, Any]:
 def renew_leases_params(leases: list[Lease], lease_seconds: float) -> dict[str, Any]:
     """Return the parameters of `RENEW_LEASES` for some leases."""
     return {**leases_params(leases), "lease": lease_seconds}
-
-
-def run_from_row(row: DictRow) -> RunRecord:
-    """Return the run a `runs` row holds."""
-    return RunRecord(
-        run_id=row["run_id"],
-        thread_id=row["thread_id"],
-        owner=row["owner"],
-        assistant_id=row["assistant_id"],
-        status=row["status"],
-        created_at=stamp(row["created_at"]) or "",
-        updated_at=stamp(row["updated_at"]) or "",
-        finished_at=stamp(row["finished_at"]),
-        metadata=row["metadata"] or {},
-        kwargs=loads(row["kwargs"]) or {},
-        multitask_strategy=row["multitask_strategy"],
-        attempt=row["attempt"],
-        cancel_reason=row["cancel_reason"],
-        error=loads(row["error"]),
-        idempotency_key=row["idempotency_key"],
-        request_hash=row["request_hash"],
-    )
 
 
 def run_status_statement(change: RunStatusChange) -> Statement:
@@ -308,7 +288,7 @@ class PostgresRunRepository:
     async def get(self, run_id: str) -> RunRecord | None:
         """Return a run by id."""
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,))
-        return run_from_row(rows[0]) if rows else None
+        return run_from_row(rows[0], stamp) if rows else None
 
     async def find(self, owner: str, thread_id: str, run_id: str) -> RunRecord | None:
         """Return the owner's run on a thread, or None."""
@@ -323,7 +303,7 @@ class PostgresRunRepository:
             f"SELECT {RUN_COLUMNS} FROM runs WHERE owner = %s AND idempotency_key = %s",
             (owner, key),
         )
-        return run_from_row(rows[0]) if rows else None
+        return run_from_row(rows[0], stamp) if rows else None
 
     async def for_thread(
         self, thread_id: str, *, limit: int = 10, offset: int = 0, status: RunStatus | None = None
@@ -336,7 +316,7 @@ class PostgresRunRepository:
             params.append(status)
         sql += " ORDER BY created_at DESC, seq DESC LIMIT %s OFFSET %s"
         rows = await self._fetch(sql, [*params, None if limit < 0 else limit, offset])
-        return [run_from_row(row) for row in rows]
+        return [run_from_row(row, stamp) for row in rows]
 
     async def active(self, thread_id: str | None = None) -> list[RunRecord]:
         """Return pending and running runs (of one thread, or all), oldest first."""
@@ -346,7 +326,7 @@ class PostgresRunRepository:
             sql += " AND thread_id = %s"
             params.append(thread_id)
         rows = await self._fetch(sql + " ORDER BY seq", params)
-        return [run_from_row(row) for row in rows]
+        return [run_from_row(row, stamp) for row in rows]
 
     async def delete(self, run_id: str) -> None:
         """Delete a run record and its event log."""
@@ -382,7 +362,7 @@ class PostgresRunRepository:
             return []  # another worker set a run of that thread running first
         claims = []
         for row in sorted(rows, key=lambda row: row["seq"]):
-            run = run_from_row(row)
+            run = run_from_row(row, stamp)
             lease = Lease(run.run_id, owner, row["lease_epoch"])
             claims.append(Claim(run, lease, row["cancel_requested"], int(row["last_id"])))
         return claims
@@ -433,9 +413,9 @@ class PostgresRunRepository:
     async def sweep(self, max_attempts: int) -> Sweep:
         """Return runs whose lease expired to the queue, or end those out of attempts.
 
-        A run that used `max_attempts` executions ends with an `error` (RunAbandoned)
-        and an `end` frame, numbered after its last frame, in the same transaction as
-        its status; the caller publishes the returned frames after the commit.
+        A run out of attempts (`engine.records.out_of_attempts`) ends with an `error`
+        (RunAbandoned) and an `end` frame, numbered after its last frame, in the same
+        transaction as its status; the caller publishes the returned frames after the commit.
         """
         result = Sweep([], {})
         async with self._pool.connection() as conn, conn.transaction():
@@ -447,7 +427,7 @@ class PostgresRunRepository:
             ).fetchall()
             for row in expired:
                 run_id = row["run_id"]
-                if row["attempt"] < max_attempts:
+                if not out_of_attempts(row["attempt"], max_attempts):
                     await conn.execute(
                         "UPDATE runs SET status = 'pending', lease_owner = NULL, "
                         "lease_expires_at = NULL, updated_at = now() WHERE run_id = %s",

@@ -63,7 +63,7 @@ from engine.postgres.runs import (
 )
 from engine.postgres.signals import CANCEL_CHANNEL, WAKE_CHANNEL, parse_cancel
 from engine.protocols import LiveFrames, StoreError
-from engine.records import CancelAction
+from engine.records import CancelAction, out_of_attempts
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ class RunWorker:
         assert self._keeper is not None
         self._keeper.hold(lease, since)
         next_id = claim.last_id + 1
-        if run.attempt >= self.max_attempts:
+        if out_of_attempts(run.attempt, self.max_attempts):
             try:
                 await self.executor.abandon(run, next_id)
             except StoreError:

@@ -1,12 +1,14 @@
 """The run engine's storage in SQLite: the embedded default (one file in DATA_DIR).
 
-    database.py   the writer and reader connections, write transactions, the schema
-    threads.py    SqliteThreadRepository (ThreadRepository)
-    runs.py       SqliteRunRepository (RunRepository)
-    event_log.py  SqliteEventLog (EventLog), group-committed appends
+    database.py     the writer and reader connections, write transactions, the schema
+    threads.py      SqliteThreadRepository (ThreadRepository)
+    runs.py         SqliteRunRepository (RunRepository)
+    event_log.py    SqliteEventLog (EventLog), group-committed appends
+    checkpoints.py  SqliteCheckpoints: housekeeping of LangGraph's SQLite saver
+    backend.py      open_sqlite_backend: the saver and the storage (a RunBackend)
 
-`SqliteRunStorage` opens the three on one database file; use it as an async
-context manager.
+`SqliteRunStorage` opens the three repositories on one database file; use it as an
+async context manager.
 """
 
 from __future__ import annotations

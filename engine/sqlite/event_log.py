@@ -11,7 +11,7 @@ import sqlite3
 
 import aiosqlite
 
-from engine.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite
+from engine.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite, write_in_order
 from engine.protocols import Publish
 from engine.records import KEPT_AFTER_PRUNING, Frame, RecordChange, RunStatusChange
 from engine.sqlite.database import SqliteDatabase
@@ -69,19 +69,11 @@ class SqliteEventLog(GroupCommitEventLog):
     @staticmethod
     async def _write_items(db: aiosqlite.Connection, items: list[QueuedWrite]) -> None:
         """Write items in queue order (a run's frames before the changes queued after)."""
-        rows: list[tuple[str, int, str, str]] = []
-        for item in items:
-            if item.frame is not None:
-                assert item.run_id is not None
-                rows.append((item.run_id, item.frame.id, item.frame.event, item.frame.data))
-                continue
-            if rows:
-                await db.executemany(_INSERT_FRAME, rows)
-                rows = []
-            assert item.change is not None
-            await db.execute(*change_statement(item.change))
-        if rows:
-            await db.executemany(_INSERT_FRAME, rows)
+        await write_in_order(
+            items,
+            lambda rows: db.executemany(_INSERT_FRAME, rows),
+            lambda change: db.execute(*change_statement(change)),
+        )
 
     # -- reading -------------------------------------------------------------------
 

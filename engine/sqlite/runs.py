@@ -14,8 +14,9 @@ from engine.records import (
     RunStatusChange,
     ThreadRecord,
     now,
+    run_from_row,
 )
-from engine.serde import dumps, loads
+from engine.serde import dumps
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.threads import Statement, insert_thread
 
@@ -26,28 +27,6 @@ _COLUMNS = (
     "kwargs, multitask_strategy, attempt, idempotency_key, request_hash"
 )
 _VALUES = ", ".join("?" for _ in range(13))
-
-
-def run_from_row(row: sqlite3.Row) -> RunRecord:
-    """Return the run a `runs` row holds."""
-    return RunRecord(
-        run_id=row["run_id"],
-        thread_id=row["thread_id"],
-        owner=row["owner"],
-        assistant_id=row["assistant_id"],
-        status=row["status"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        finished_at=row["finished_at"],
-        metadata=loads(row["metadata"]) or {},
-        kwargs=loads(row["kwargs"]) or {},
-        multitask_strategy=row["multitask_strategy"],
-        attempt=row["attempt"],
-        cancel_reason=row["cancel_reason"],
-        error=loads(row["error"]),
-        idempotency_key=row["idempotency_key"],
-        request_hash=row["request_hash"],
-    )
 
 
 def run_status_statement(change: RunStatusChange) -> Statement:

@@ -1,7 +1,8 @@
 """The run manager in-process: execution, frames, cancel, rollback, strategies, recovery.
 
 The graphs are real (tests/app/sample_graphs.py) and call the scripted LLM server
-through the real model factory; the store and checkpointer are real SQLite files.
+through the real model factory; the store and checkpointer are real SQLite files
+(`engine.sqlite.backend`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from app.errors import Conflict, Invalid, NotFound
 from engine.hub import Hub
 from engine.manager import RunManager
 from engine.preparation import RunRequest
+from engine.protocols import ExecutorSetup
 from engine.reads import thread_config
 from engine.records import RunRecord
 from engine.sqlite import SqliteRunStorage
+from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
 from studio.services import build_context
 from tests.app.harness import service_settings
@@ -60,24 +63,19 @@ async def open_manager(tmp_path: Path, llm_url: str, **limits: Any) -> AsyncIter
 @asynccontextmanager
 async def open_parts(tmp_path: Path, llm_url: str, **limits: Any) -> AsyncIterator[Parts]:
     settings = service_settings(tmp_path, llm_url)
-    db = str(tmp_path / "atelier.db")
     context = build_context(settings, models=OpenAIModelFactory(settings))
-    async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
-        await checkpointer.setup()
-        hub = Hub()
-        async with SqliteRunStorage(db, publish=hub.publish) as storage:
-            assistants = sample_assistants(checkpointer)
-            manager = RunManager(
-                storage=storage,
-                hub=hub,
-                assistants=assistants,
-                context=context,
-                checkpointer=checkpointer,
-                run_timeout=limits.get("run_timeout", 30),
-                max_attempts=limits.get("max_attempts", 3),
-            )
-            async with manager:
-                yield Parts(manager, storage, checkpointer, hub, assistants)
+    async with open_sqlite_backend(settings) as backend:
+        assistants = sample_assistants(backend.checkpointer)
+        setup = ExecutorSetup(
+            assistants=assistants,
+            context=context,
+            run_timeout=limits.get("run_timeout", 30),
+        )
+        manager = RunManager(
+            backend=backend, setup=setup, max_attempts=limits.get("max_attempts", 3)
+        )
+        async with manager:
+            yield Parts(manager, backend.storage, backend.checkpointer, backend.live, assistants)
 
 
 async def start(

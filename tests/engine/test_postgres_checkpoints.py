@@ -11,10 +11,9 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import START, StateGraph
 
-from engine.checkpoints import delete_run_checkpoints
 from engine.db.pool import AsyncPool, open_pool
 from engine.postgres import LeaseLost, PostgresRunStorage
-from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver
+from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from tests.engine.factories import run, thread
 
 
@@ -59,7 +58,7 @@ async def test_a_rollback_deletes_the_checkpoints_of_its_run_only(pool: AsyncPoo
     await graph.ainvoke({"seen": ["second"]}, _config("t1", "r2"))
     assert await _checkpoints(pool, "t1") > kept
     added = await _checkpoints(pool, "t1") - kept
-    assert await delete_run_checkpoints(saver, "t1", "r2") == added
+    assert await PostgresCheckpoints(saver).delete_run("t1", "r2") == added
     assert await _checkpoints(pool, "t1") == kept
     state = await graph.aget_state({"configurable": {"thread_id": "t1"}})
     assert state.values["seen"] == ["first", "step"]

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from app.sse import follow_run
-from engine.hub import Hub
 from engine.manager import RunManager
+from engine.protocols import ExecutorSetup
 from engine.sqlite import SqliteRunStorage
+from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
 from studio.services import build_context
 from tests.app.harness import read_sse, service_settings
@@ -72,28 +72,17 @@ async def open_manager(
 ) -> AsyncIterator[tuple[RunManager, SqliteRunStorage]]:
     """Open a run manager and its storage (which the tests make fail)."""
     settings = service_settings(tmp_path, llm_url)
-    db = str(tmp_path / "atelier.db")
     context = build_context(settings, models=OpenAIModelFactory(settings))
-    async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
-        await checkpointer.conn.execute("PRAGMA busy_timeout=200")
-        await checkpointer.setup()
-        hub = Hub()
-        async with SqliteRunStorage(
-            db, publish=hub.publish, busy_timeout=0.2, retry_for=0.5
-        ) as storage:
-            manager = RunManager(
-                storage=storage,
-                hub=hub,
-                assistants=sample_assistants(checkpointer),
-                context=context,
-                checkpointer=checkpointer,
-                run_timeout=30,
-                max_attempts=3,
-                metrics=counts,
-                recovery_interval=0.3,
-            )
-            async with manager:
-                yield manager, storage
+    async with open_sqlite_backend(settings, busy_timeout=0.2, retry_for=0.5) as backend:
+        setup = ExecutorSetup(
+            assistants=sample_assistants(backend.checkpointer),
+            context=context,
+            run_timeout=30,
+            metrics=counts,
+        )
+        manager = RunManager(backend=backend, setup=setup, max_attempts=3, recovery_interval=0.3)
+        async with manager:
+            yield manager, backend.storage
 
 
 async def log_of(manager: RunManager, run_id: str) -> list[tuple[int, str, Any]]:

@@ -1,0 +1,111 @@
+"""The embedded deployment's run backend: one SQLite file, runs executed in this process.
+
+`open_sqlite_backend(settings)` opens, for the block, everything of the run engine
+that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
+(`AsyncSqliteSaver`) and the run store's threads, runs and event logs, with the
+in-memory fan-out of their frames (`engine.hub.Hub`). The knowledge notes live in
+the same file but belong to the studio's services (`studio.services.open_services`
+opens them when the backend keeps none). Runs execute in this process
+(`engine.executor.InProcessExecutor`), which recovers the runs a previous one left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from core.settings import Settings
+from engine.execution import Runner
+from engine.executor import InProcessExecutor
+from engine.hub import Hub
+from engine.protocols import ExecutorSetup
+from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from engine.sqlite.checkpoints import SqliteCheckpoints
+from engine.sqlite.event_log import RETRY_FOR
+from engine.sqlite.ownership import own_data_dir
+from knowledge.repository import NoteRepository
+from providers.assets import AssetStore
+
+
+@dataclass
+class SqliteRunBackend:
+    """The embedded run backend (an `engine.protocols.RunBackend`)."""
+
+    storage: SqliteRunStorage
+    live: Hub
+    checkpointer: AsyncSqliteSaver
+    checkpoints: SqliteCheckpoints
+    #: The studio opens its SQLite vault and file asset store itself.
+    notes: NoteRepository | None = None
+    assets: AssetStore | None = None
+    recovers_runs: bool = True
+    ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    queue_depth: Callable[[], Awaitable[int]] | None = None
+
+    def executor(self, setup: ExecutorSetup) -> InProcessExecutor:
+        """Return an executor running the runs in this process."""
+        runner = Runner(
+            storage=self.storage,
+            checkpointer=self.checkpointer,
+            checkpoints=self.checkpoints,
+            setup=setup,
+        )
+        return InProcessExecutor(runner, self.live)
+
+    @contextlib.asynccontextmanager
+    async def workers(self, setup: ExecutorSetup) -> AsyncIterator[list[object]]:
+        """Start no worker: the run manager's executor runs every run here."""
+        yield []
+
+
+@contextlib.asynccontextmanager
+async def open_sqlite_backend(
+    settings: Settings,
+    *,
+    owner: str = "atelier serve",
+    busy_timeout: float = BUSY_TIMEOUT,
+    retry_for: float = RETRY_FOR,
+) -> AsyncIterator[SqliteRunBackend]:
+    """Own DATA_DIR, open the checkpointer and the run store in it; close them after.
+
+    One process owns a DATA_DIR (`engine.sqlite.ownership`): its recovery restarts
+    the runs it finds unfinished and not its own, so a second owner would restart the
+    first one's runs. The lock is taken before anything is opened.
+
+    Args:
+        settings: The deployment's settings (`DATA_DIR`).
+        owner: What this process is ("atelier serve", "atelier run"), named to a
+            process refused the directory.
+        busy_timeout: Seconds a write waits for another connection's lock.
+        retry_for: Seconds the event writer retries a failing batch before the runs it
+            carries are lost.
+
+    Raises:
+        DataDirInUse: Another process owns DATA_DIR; nothing was opened.
+    """
+    db = str(settings.database_path)
+    with own_data_dir(settings.data_dir, owner):
+        async with AsyncSqliteSaver.from_conn_string(db) as checkpointer:
+            # One rule for every writer of atelier.db (see engine/sqlite/database.py): a busy
+            # timeout, and writes that begin with a write. The saver keeps the second by itself
+            # (each operation under its lock, each write transaction opened by its INSERT).
+            await checkpointer.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            # The run store's durability, not more: in WAL mode NORMAL survives a killed
+            # process (only a power cut may lose the last commits, the run store's as well),
+            # where the default FULL flushes the disk on every checkpoint (~60 a run).
+            await checkpointer.conn.execute("PRAGMA synchronous=NORMAL")
+            await checkpointer.setup()
+            hub = Hub()
+            async with SqliteRunStorage(
+                db, publish=hub.publish, busy_timeout=busy_timeout, retry_for=retry_for
+            ) as storage:
+                yield SqliteRunBackend(
+                    storage=storage,
+                    live=hub,
+                    checkpointer=checkpointer,
+                    checkpoints=SqliteCheckpoints(checkpointer),
+                    ready_checks={"runs": storage.ping},
+                )
