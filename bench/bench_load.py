@@ -5,7 +5,7 @@
 (the acceptance figure of issue 11 is `--runs 300 --latency 1`; the default keeps
 `./dev bench` short.)
 
-The service is `atelier serve` (`cli.main`'s `serve` command: uvicorn in a child
+The service is `atelier serve` (`cli.serve`'s `serve` command: uvicorn in a child
 process, the real `atelier` pipeline, a fresh DATA_DIR). Its LLM is the scripted
 OpenAI server in this process (`tests/support/scripted_openai.py`), answering
 every call of the pipeline's normal path after `--latency` seconds. This process

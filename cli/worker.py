@@ -20,11 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+from typing import Annotated
 
+import typer
 from prometheus_client import start_http_server
+from rich.console import Console
 
 from app.metrics import AtelierMetrics
+from cli.common import settings_or_exit
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
 from engine.protocols import ExecutorSetup
@@ -90,3 +95,47 @@ async def serve_worker(
         log.info("worker %s ready", worker.owner)
         await stop.wait()
         log.info("worker %s stopping", worker.owner)
+
+
+def worker(
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Runs executed at once (RUN_WORKER_CONCURRENCY, default 64).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve this worker's Prometheus metrics at /metrics on this port "
+            "(WORKER_METRICS_PORT; interface: WORKER_METRICS_HOST, default 127.0.0.1).",
+        ),
+    ] = None,
+) -> None:
+    """Execute runs of the shared queue (DATABASE_URL) until SIGTERM; no HTTP API."""
+    if metrics_port is not None:
+        os.environ["WORKER_METRICS_PORT"] = str(metrics_port)  # read by Settings
+    settings = settings_or_exit()
+    if settings.database_url is None:
+        Console(stderr=True).print(
+            "[red]DATABASE_URL is not set[/red]: the embedded mode executes runs in "
+            "`atelier serve`; a worker needs the shared PostgreSQL queue"
+        )
+        raise typer.Exit(2)
+    from app.heap import WORKER_MODULES, freeze_after_imports
+
+    freeze_after_imports(WORKER_MODULES)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The event loop `atelier serve` runs on too (uvicorn's "auto" loop picks uvloop,
+    # which `uvicorn[standard]` installs): a worker spends most of its CPU in the loop's
+    # I/O, streaming LLM replies and writing frames. The stdlib loop where it is absent.
+    run = asyncio.run
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        run = uvloop.run
+    run(serve_worker(settings, concurrency or settings.run_worker_concurrency))

@@ -28,7 +28,7 @@ from typing import Any
 import uvicorn
 
 from app.main import create_app
-from cli.main import KEEP_ALIVE_SECONDS
+from cli.serve import KEEP_ALIVE_SECONDS
 from core.settings import Settings
 
 

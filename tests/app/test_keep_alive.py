@@ -5,7 +5,7 @@ uvicorn closed idle connections after 5 s. A request sent on a connection at the
 moment it turned 5 s idle, while the server's event loop ran late, was reset unread:
 the client got a `ReadError`, the server logged nothing and recorded no run
 (`bench/bench_scale.py`, 300 streamed runs started at once: one lost). The server now
-keeps idle connections for `cli.main.KEEP_ALIVE_SECONDS`.
+keeps idle connections for `cli.serve.KEEP_ALIVE_SECONDS`.
 """
 
 from __future__ import annotations

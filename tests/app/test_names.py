@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app import names
 from app.main import STATIC_DIR, create_app
-from cli import main as cli
+from app.texts import name_of
 from core.agents import AGENT_TABLE
 from core.events import FallbackReason, VerdictLabel
 from core.settings import LLM_ROLES
@@ -40,9 +40,9 @@ def test_every_name_is_in_its_language() -> None:
 
 
 def test_the_cli_and_the_console_read_the_same_names(tmp_path: Path) -> None:
-    assert cli._name("zh", "agent", "writer_agent") == "写作"
-    assert cli._name("en", "agent", "writer_agent") == "Writer"
-    assert cli._name("en", "stage", "no_such_stage") == "no_such_stage"
+    assert name_of("zh", "agent", "writer_agent") == "写作"
+    assert name_of("en", "agent", "writer_agent") == "Writer"
+    assert name_of("en", "stage", "no_such_stage") == "no_such_stage"
 
     with TestClient(create_app(service_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
         response = client.get("/console/names.js")

@@ -17,7 +17,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.main import ProgressView, cli, parse_notes_jsonl, render_result
+from cli.main import cli
+from cli.notes import parse_notes_jsonl
+from cli.run import ProgressView, render_result
 from core.settings import Settings
 from knowledge.notes import KnowledgeNote
 from knowledge.repository import SqliteNoteRepository
@@ -244,7 +246,7 @@ def test_serve_runs_the_app_factory_and_announces_the_console(
     calls: dict[str, Any] = {}
     announced: list[str] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.update(app=app, **kw))
-    monkeypatch.setattr("cli.main._announce_when_up", lambda url, **kw: announced.append(url))
+    monkeypatch.setattr("cli.serve._announce_when_up", lambda url, **kw: announced.append(url))
     result = runner.invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "8123"])
     assert result.exit_code == 0, result.output
     assert calls == {
@@ -263,7 +265,7 @@ def test_announce_waits_until_the_service_is_ready(capsys: pytest.CaptureFixture
     """Regression: "Atelier is up" was printed once HTTP answered, before /ready said so."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from cli.main import _announce_when_up
+    from cli.serve import _announce_when_up
 
     answers = iter([503, 503, 200])
     asked: list[str] = []
@@ -314,10 +316,10 @@ QUESTION = {
 def test_clarification_is_asked_on_the_terminal(
     monkeypatch: pytest.MonkeyPatch, typed: list[str], expected: dict[str, str]
 ) -> None:
-    from cli.main import _terminal_clarifier
+    from cli.run import _terminal_clarifier
 
     answers = iter(typed)
-    monkeypatch.setattr("cli.main.Prompt.ask", lambda *a, **kw: next(answers))
+    monkeypatch.setattr("cli.run.Prompt.ask", lambda *a, **kw: next(answers))
     console = Console(record=True, width=100)
     assert _terminal_clarifier(console, interactive=True)(QUESTION) == expected
     text = console.export_text()
@@ -325,7 +327,7 @@ def test_clarification_is_asked_on_the_terminal(
 
 
 def test_clarification_without_a_terminal_continues_with_defaults() -> None:
-    from cli.main import _terminal_clarifier
+    from cli.run import _terminal_clarifier
 
     console = Console(record=True, width=100)
     assert _terminal_clarifier(console, interactive=False)(QUESTION) == {"action": "defaults"}
@@ -351,7 +353,7 @@ def _engine_settings(data_dir: Path, base_url: str) -> Settings:
 
 
 async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Path) -> None:
-    from cli.main import LLMCallCounter, cli_owner, execute, open_embedded_engine, start_run
+    from cli.run import LLMCallCounter, cli_owner, execute, open_embedded_engine, start_run
     from tests.app.atelier_llm import atelier_responder
     from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -382,7 +384,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
 
 
 async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: Path) -> None:
-    from cli.main import cli_owner, execute, open_embedded_engine, start_run
+    from cli.run import cli_owner, execute, open_embedded_engine, start_run
     from tests.app.atelier_llm import atelier_responder
     from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -419,7 +421,7 @@ def writer_asked(llm: Any) -> bool:
 
 async def test_a_cancelled_execute_cancels_its_run(tmp_path: Path) -> None:
     """Ctrl-C: the run is cancelled (checkpoints kept), not left for a later recovery."""
-    from cli.main import cli_owner, execute, open_embedded_engine, start_run
+    from cli.run import cli_owner, execute, open_embedded_engine, start_run
     from tests.app.atelier_llm import atelier_responder
     from tests.app.harness import wait_until
     from tests.support.scripted_openai import ScriptedOpenAIServer
@@ -512,7 +514,7 @@ def test_an_english_request_gets_an_english_cli(
     ],
 )
 def test_the_cli_language_follows_the_request(request_: str, lang: str) -> None:
-    from cli.main import request_language
+    from app.texts import request_language
 
     assert request_language(request_) == lang
 
@@ -544,7 +546,7 @@ def test_run_shows_the_custom_frames_the_api_streams_for_the_same_run(
 ) -> None:
     import httpx
 
-    from cli import main
+    from cli import run as main
     from tests.app.atelier_llm import atelier_responder
     from tests.app.harness import LiveServer, read_sse, service_settings
     from tests.support.scripted_openai import ScriptedOpenAIServer
