@@ -99,3 +99,14 @@ def test_the_python_api_snippets_run_as_written_with_only_llm_base_url_set(
     assert lines[-1].startswith(f"{HAPPY_TITLE} ['"), "the team's post and its image"
     assert (tmp_path / "data" / "atelier.db").is_file(), "the vault of the default DATA_DIR"
     assert llm.call_count > 0
+
+
+def test_the_layout_lists_every_package_in_the_order_of_the_layers() -> None:
+    from tests.app.test_layering import RANK
+
+    block = README.split("### Layout", 1)[1].split("```", 2)[1]
+    listed = [m.group(1) for m in re.finditer(r"^(\w+)/ ", block, re.MULTILINE)]
+    packages = sorted(p.parent.name for p in REPO_ROOT.glob("*/__init__.py"))
+    assert sorted(listed) == packages
+    ranks = [RANK[name] for name in listed if name in RANK]
+    assert ranks == sorted(ranks, reverse=True), f"not top-down: {listed}"
