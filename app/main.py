@@ -21,12 +21,13 @@ from app.errors import install_error_handlers
 from app.mcp import mcp_router
 from app.metrics import install_metrics
 from app.openapi import install_openapi
-from app.routes import assets, assistants, exports, knowledge, ops, runs, threads
+from app.routes import assets, assistants, crons, exports, knowledge, ops, runs, threads
 from app.routes.ops import NotReadyError
 from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
+from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup, RunBackend
 from engine.sqlite.backend import open_sqlite_backend
@@ -84,6 +85,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             setup=setup,
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours,
+            cron_interval=CRON_POLL,  # the server fires the crons' ticks
         )
         app.state.runs = await stack.enter_async_context(manager)
         await stack.enter_async_context(backend.workers(setup))
@@ -154,6 +156,7 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(exports.router)
     app.include_router(runs.router)
+    app.include_router(crons.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
     install_openapi(app)

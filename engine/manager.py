@@ -38,16 +38,29 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 from engine import reads
 from engine.assistants import Assistant
-from engine.errors import Conflict, Invalid, NotFound, Unavailable
+from engine.crons import (
+    CRON_POLL,
+    CronRecord,
+    CronScheduler,
+    OnRunCompleted,
+    check_schedule,
+    check_timezone,
+    iso,
+    next_tick,
+    parse_time,
+    utc_now,
+)
+from engine.errors import Conflict, Invalid, NotFound, RunsError, Unavailable
 from engine.frames import public_error
 from engine.preparation import RunPreparer, RunRequest
 from engine.protocols import (
+    CronTick,
     ExecutorSetup,
     RunBackend,
     RunExecutor,
@@ -72,6 +85,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between sweeps for runs this process left without an outcome.
 RECOVERY_INTERVAL = 5.0
+#: Ticks one pass of the cron scheduler fires at most (the rest wait for the next pass).
+TICKS_PER_PASS = 100
 
 
 class RunManager:
@@ -90,6 +105,8 @@ class RunManager:
         max_attempts: int,
         event_retention_hours: float = 0,
         recovery_interval: float = RECOVERY_INTERVAL,
+        cron_interval: float = 0,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         """Bind the manager to a backend, and take the executor it gives for `setup`.
 
@@ -100,6 +117,9 @@ class RunManager:
             event_retention_hours: EVENT_RETENTION_HOURS (0: event logs are kept).
             recovery_interval: Seconds between recovery sweeps, where the backend
                 leaves recovery to this process (0: none).
+            cron_interval: Seconds between two looks for due crons (0: this process
+                fires none, e.g. `atelier run`).
+            clock: The crons' clock (tests move it on instead of waiting).
         """
         self._storage = backend.storage
         self._threads = backend.storage.threads
@@ -119,6 +139,11 @@ class RunManager:
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
         self._sweeper: asyncio.Task[None] | None = None
+        self._crons = backend.crons
+        self.cron_scheduler = CronScheduler(
+            self.fire_due_crons, clock=clock, interval=cron_interval or CRON_POLL
+        )
+        self._fires_crons = cron_interval > 0
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -127,6 +152,8 @@ class RunManager:
         await self.recover()
         if self.recovery_interval > 0:
             self._sweeper = asyncio.create_task(self._sweep(), name="run-recovery-sweep")
+        if self._fires_crons:
+            self.cron_scheduler.start()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -135,6 +162,7 @@ class RunManager:
     async def shutdown(self) -> None:
         """Stop every run in flight without recording an outcome (a restart resumes them)."""
         self._closing = True
+        await self.cron_scheduler.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -552,6 +580,249 @@ class RunManager:
             return 0
         cutoff = datetime.now(UTC) - timedelta(hours=self.event_retention_hours)
         return await self._events.prune(cutoff.isoformat())
+
+    # -- crons ---------------------------------------------------------------------
+
+    async def create_cron(
+        self,
+        owner: str,
+        *,
+        assistant_id: str,
+        thread_id: str | None,
+        schedule: str,
+        timezone: str | None = None,
+        payload: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        on_run_completed: OnRunCompleted | None = None,
+        end_time: datetime | None = None,
+        enabled: bool = True,
+    ) -> CronRecord:
+        """Store a cron whose ticks start runs of `assistant_id`; return it.
+
+        Args:
+            owner: The caller, who owns the cron and its runs.
+            assistant_id: The assistant each run runs.
+            thread_id: The caller's thread every run goes to, or None (a new thread each).
+            schedule: Five-field cron expression.
+            timezone: IANA time zone the schedule is read in (None: UTC).
+            payload: The runs' options (input, config, stream options, webhook,
+                interrupt_before/after, durability, multitask_strategy).
+            metadata: The cron's metadata (its runs carry it, with `cron_id`).
+            on_run_completed: Thread-less crons: delete or keep each run's thread.
+            end_time: No tick after it.
+            enabled: False: no tick until it is enabled.
+
+        Raises:
+            RunsError: NotFound (assistant, thread) or Invalid (schedule, timezone,
+                end_time, the run options).
+        """
+        if thread_id is not None:
+            await self.get_thread(owner, thread_id)
+            if on_run_completed is not None:
+                raise Invalid(
+                    "on_run_completed applies to crons without a thread", field="on_run_completed"
+                )
+        stamp = iso(self.cron_scheduler.clock()) or ""
+        cron = CronRecord(
+            cron_id=str(uuid.uuid4()),
+            owner=owner,
+            assistant_id=assistant_id,
+            thread_id=thread_id,
+            schedule=schedule,
+            timezone=timezone,
+            payload=payload,
+            metadata=metadata or {},
+            on_run_completed=on_run_completed,
+            end_time=iso(end_time),
+            enabled=enabled,
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        self._check_cron(cron)
+        await self._crons.insert(cron)
+        return cron
+
+    async def get_cron(self, owner: str, cron_id: str) -> CronRecord:
+        """Return the owner's cron; raise NotFound (also when another owner has it)."""
+        cron = await self._crons.get(owner, cron_id)
+        if cron is None:
+            raise NotFound(f"cron {cron_id!r} not found")
+        return cron
+
+    async def update_cron(self, owner: str, cron_id: str, changes: dict[str, Any]) -> CronRecord:
+        """Change some of a cron's fields; return it, with its next tick recomputed.
+
+        Args:
+            owner: The caller.
+            cron_id: The cron.
+            changes: New values of `schedule`, `timezone`, `end_time` (a datetime or
+                None), `enabled`, `metadata`, `on_run_completed`, and run options that
+                replace those in its payload (`payload`).
+
+        Raises:
+            RunsError: NotFound, or Invalid as `create_cron` raises it.
+        """
+        cron = await self.get_cron(owner, cron_id)
+        updated = dataclasses.replace(cron, payload={**cron.payload, **changes.get("payload", {})})
+        for name in ("schedule", "timezone", "enabled", "metadata", "on_run_completed"):
+            if name in changes:
+                setattr(updated, name, changes[name])
+        if "end_time" in changes:
+            updated.end_time = iso(changes["end_time"])
+        if updated.thread_id is not None and updated.on_run_completed is not None:
+            raise Invalid(
+                "on_run_completed applies to crons without a thread", field="on_run_completed"
+            )
+        updated.updated_at = iso(self.cron_scheduler.clock()) or ""
+        self._check_cron(updated)
+        if not await self._crons.replace(updated):
+            raise NotFound(f"cron {cron_id!r} not found")
+        return updated
+
+    async def delete_cron(self, owner: str, cron_id: str) -> None:
+        """Delete the owner's cron: it fires no more (its runs so far stay)."""
+        if not await self._crons.delete(owner, cron_id):
+            raise NotFound(f"cron {cron_id!r} not found")
+
+    async def search_crons(
+        self,
+        owner: str,
+        *,
+        assistant_id: str | None = None,
+        thread_id: str | None = None,
+        enabled: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[CronRecord]:
+        """Return the owner's crons matching every given filter."""
+        return await self._crons.search(
+            owner,
+            assistant_id=assistant_id,
+            thread_id=thread_id,
+            enabled=enabled,
+            metadata=metadata,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+
+    async def count_crons(
+        self,
+        owner: str,
+        *,
+        assistant_id: str | None = None,
+        thread_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Return how many of the owner's crons match every given filter."""
+        return await self._crons.count(
+            owner, assistant_id=assistant_id, thread_id=thread_id, metadata=metadata
+        )
+
+    def _check_cron(self, cron: CronRecord) -> None:
+        """Check a cron's schedule, time zone and run request; set its next tick.
+
+        Raises:
+            RunsError: NotFound (assistant) or Invalid, naming the field.
+        """
+        try:
+            cron.schedule = check_schedule(cron.schedule)
+        except ValueError as exc:
+            raise Invalid(str(exc), field="schedule") from None
+        try:
+            cron.timezone = check_timezone(cron.timezone)
+        except ValueError as exc:
+            raise Invalid(str(exc), field="timezone") from None
+        self.preparation.check_request(self._cron_request(cron))
+        tick = next_tick(
+            cron.schedule, cron.timezone, self.cron_scheduler.clock(), parse_time(cron.end_time)
+        )
+        cron.next_run_at = iso(tick)
+
+    def _cron_request(self, cron: CronRecord) -> RunRequest:
+        """Return the run request a cron's tick makes (checked like a client's)."""
+        payload = cron.payload
+        kwargs: dict[str, Any] = {
+            "input": payload.get("input"),
+            "command": None,
+            "stream_mode": payload.get("stream_mode") or ["values"],
+            "stream_subgraphs": bool(payload.get("stream_subgraphs")),
+            "stream_resumable": bool(payload.get("stream_resumable")),
+            "on_disconnect": "continue",
+            "config": payload.get("config") or {},
+        }
+        options = {
+            "interrupt_before": payload.get("interrupt_before"),
+            "interrupt_after": payload.get("interrupt_after"),
+            "durability": payload.get("durability"),
+            "webhook": payload.get("webhook"),
+            "on_completion": cron.on_run_completed if cron.thread_id is None else None,
+        }
+        kwargs.update({key: value for key, value in options.items() if value is not None})
+        return RunRequest(
+            owner=cron.owner,
+            thread_id=cron.thread_id,
+            assistant=self.assistant(cron.assistant_id),
+            kwargs=kwargs,
+            metadata={**cron.metadata, "cron_id": cron.cron_id},
+            multitask_strategy=payload.get("multitask_strategy") or "reject",
+        )
+
+    async def fire_due_crons(self, now: datetime) -> int:
+        """Fire every cron due at `now` (the scheduler's pass); return how many runs started.
+
+        Each tick is claimed (`CronRepository.claim_due`), its run prepared like any run
+        request, and recorded in the transaction that moves the cron's `next_run_at` to
+        its first tick after `now` (missed ticks are not made up). A tick whose request
+        is refused (its thread is gone or busy, its assistant unknown) is spent without
+        a run, logged.
+        """
+        started = 0
+        for _ in range(TICKS_PER_PASS):
+            async with self._lock:
+                if self._closing:
+                    break
+                async with self._crons.claim_due(iso(now) or "") as tick:
+                    if tick is None:
+                        break
+                    fired = await self._fire(tick, now)
+                if fired is not None:  # committed: now a worker (or this process) may start it
+                    run, after = fired
+                    self.executor.start(run, after=after, next_id=1)
+                    started += 1
+        return started
+
+    async def _fire(self, tick: CronTick, now: datetime) -> tuple[RunRecord, list[str]] | None:
+        """Record a claimed tick's run and spend the tick; return the run to start, if any."""
+        cron = tick.cron
+        following = iso(next_tick(cron.schedule, cron.timezone, now, parse_time(cron.end_time)))
+        try:
+            prepared = await self.preparation.prepare(self._cron_request(cron))
+        except RunsError as exc:
+            log.warning("cron %s: tick %s skipped: %s", cron.cron_id, cron.next_run_at, exc)
+            await tick.fire(following, None)
+            return None
+        if prepared.new_thread is not None:
+            prepared.new_thread.metadata["cron_id"] = cron.cron_id
+        stored = await tick.fire(
+            following,
+            prepared.run,
+            new_thread=prepared.new_thread,
+            exclusive=not prepared.after,
+        )
+        if not stored:
+            log.warning(
+                "cron %s: tick %s skipped: its thread is busy", cron.cron_id, cron.next_run_at
+            )
+            return None
+        log.info(
+            "cron %s: tick %s started run %s", cron.cron_id, cron.next_run_at, prepared.run.run_id
+        )
+        return prepared.run, prepared.after
 
 
 __all__ = ["RunManager"]

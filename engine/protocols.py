@@ -26,7 +26,8 @@ with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
-the saver's own API, one per backend.
+the saver's own API, one per backend. `CronRepository` keeps the crons
+(`engine.crons`) and claims their due ticks, one per backend.
 
 Invariants every implementation keeps:
 
@@ -65,6 +66,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from engine.assistants import Assistant
+from engine.crons import CronRecord
 from engine.records import (
     CancelAction,
     Frame,
@@ -403,6 +405,93 @@ class CheckpointHousekeeping(Protocol):
         ...
 
 
+# -- crons (engine.crons) -------------------------------------------------------------
+
+
+class CronTick(Protocol):
+    """A due cron claimed for firing: nobody else fires it until `fire` commits or fails."""
+
+    #: The cron as claimed; its `next_run_at` is the tick being fired.
+    cron: CronRecord
+
+    async def fire(
+        self,
+        next_run_at: str | None,
+        run: RunRecord | None,
+        *,
+        new_thread: ThreadRecord | None = None,
+        exclusive: bool = True,
+    ) -> bool:
+        """Record the tick's run (if any) and move `next_run_at` on, in one transaction.
+
+        Args:
+            next_run_at: The cron's next tick (None: it is over).
+            run: The run to store as `RunRepository.insert` stores it, or None to
+                skip the tick (its request was refused).
+            new_thread: A thread to create with the run.
+            exclusive: Store the run only if its thread has no pending or running run.
+
+        Returns:
+            Whether the run was stored (False: skipped, or its thread was busy; the
+            tick is spent either way).
+        """
+        ...
+
+
+class CronRepository(Protocol):
+    """Crons, each owned by one API key, and the claiming of their due ticks."""
+
+    async def insert(self, cron: CronRecord) -> None:
+        """Store a new cron."""
+        ...
+
+    async def get(self, owner: str, cron_id: str) -> CronRecord | None:
+        """Return the owner's cron, or None (also when another owner has it)."""
+        ...
+
+    async def replace(self, cron: CronRecord) -> bool:
+        """Write a cron's schedule, payload, state and next tick; False when it is gone."""
+        ...
+
+    async def delete(self, owner: str, cron_id: str) -> bool:
+        """Delete the owner's cron; False when the owner has none by that id."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        assistant_id: str | None = None,
+        thread_id: str | None = None,
+        enabled: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[CronRecord]:
+        """Return the owner's crons matching every given filter."""
+        ...
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        assistant_id: str | None = None,
+        thread_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Return how many of the owner's crons match every given filter."""
+        ...
+
+    def claim_due(self, now: str) -> AbstractAsyncContextManager[CronTick | None]:
+        """Claim one enabled cron whose `next_run_at` is at or before `now` (None: none is).
+
+        The claim holds until the block ends; a cron another process holds is skipped.
+        """
+        ...
+
+
 class RunBackend(Protocol):
     """One deployment's run engine parts, opened and closed together.
 
@@ -454,6 +543,11 @@ class RunBackend(Protocol):
     @property
     def queue_depth(self) -> Callable[[], Awaitable[int]] | None:
         """Reads how many runs wait in a shared queue (None: there is none)."""
+        ...
+
+    @property
+    def crons(self) -> CronRepository:
+        """The crons, and the claiming of their ticks."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

@@ -169,10 +169,44 @@ DROP INDEX runs_lease_expiry;
 ALTER TABLE runs SET (fillfactor = 80);
 """
 
+# Schema version 3: the webhooks' tables (issue 26, on their own branch). Until that
+# branch is merged, a no-op holds the number, so the versions stay 1..n: the merge puts
+# the webhooks' migration in its place.
+_V3 = "SELECT 1"
+
+# Schema version 4. Crons (engine/crons.py): `next_run_at` is the tick a cron fires next.
+# A scheduler claims a due cron with `SELECT … FOR UPDATE SKIP LOCKED` and, in the same
+# transaction, records the tick's run and moves `next_run_at` on (engine/postgres/crons.py).
+# No foreign key to threads: a thread's cron outlives a deleted thread, and its ticks are
+# then skipped (the run request is refused), as they are for a deleted assistant.
+_V4 = """
+CREATE TABLE crons (
+    cron_id           text PRIMARY KEY,
+    owner             text NOT NULL,
+    assistant_id      text NOT NULL,
+    thread_id         text,                 -- NULL: a new thread per run
+    schedule          text NOT NULL,
+    timezone          text,
+    payload           jsonb NOT NULL DEFAULT '{}',   -- the runs' options
+    metadata          jsonb NOT NULL DEFAULT '{}',
+    on_run_completed  text CHECK (on_run_completed IN ('delete', 'keep')),
+    end_time          timestamptz,
+    enabled           boolean NOT NULL DEFAULT true,
+    next_run_at       timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX crons_owner ON crons (owner, created_at);
+CREATE INDEX crons_metadata ON crons USING gin (metadata jsonb_path_ops);
+CREATE INDEX crons_due ON crons (next_run_at) WHERE enabled;
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
     Migration(2, "lease renewals update runs in place", _V2),
+    Migration(3, "reserved for the webhooks", _V3),
+    Migration(4, "crons", _V4),
 )
 
 _VERSION_TABLE = """

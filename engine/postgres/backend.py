@@ -26,6 +26,7 @@ from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
+from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
 from engine.postgres.signals import RunSignals
@@ -50,6 +51,8 @@ class PostgresRunBackend:
     fence: CheckpointFence
     checkpoints: PostgresCheckpoints
     signals: RunSignals
+    #: The crons; every API replica's run manager fires their ticks, each once.
+    crons: PostgresCronRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -171,5 +174,6 @@ async def open_postgres_backend(
             fence=fence,
             checkpoints=PostgresCheckpoints(checkpointer),
             signals=RunSignals(storage.runs, resources.redis),
+            crons=PostgresCronRepository(resources.pool),
             metrics=metrics,
         )

@@ -214,6 +214,47 @@ RETURNING {", ".join(f"runs.{c.strip()}" for c in RUN_COLUMNS.split(","))},
 """
 
 
+async def insert_run(
+    conn: AsyncConnection[DictRow],
+    run: RunRecord,
+    new_thread: ThreadRecord | None,
+    *,
+    exclusive: bool,
+) -> bool:
+    """Insert a run (and its new thread) inside a transaction (see `PostgresRunRepository.insert`).
+
+    Returns:
+        False when `exclusive` and the thread was busy (nothing is written).
+    """
+    if new_thread is not None:
+        await insert_thread(conn, new_thread)
+    await conn.execute(
+        "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (run.thread_id,)
+    )
+    if exclusive:
+        busy = await (
+            await conn.execute(
+                "SELECT 1 AS one FROM runs WHERE thread_id = %s "
+                "AND status IN ('pending', 'running') LIMIT 1",
+                (run.thread_id,),
+            )
+        ).fetchone()
+        if busy is not None:
+            return False
+    await conn.execute(
+        f"INSERT INTO runs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})", _run_params(run)
+    )
+    # Like LangGraph Platform, a thread learns the graph that first ran on it.
+    await conn.execute(
+        "UPDATE threads SET status = 'busy', updated_at = now(), metadata = CASE "
+        "WHEN coalesce(jsonb_typeof(metadata -> 'graph_id'), 'null') = 'null' "
+        "THEN metadata || jsonb_build_object('graph_id', %s::text, 'assistant_id', %s::text) "
+        "ELSE metadata END WHERE thread_id = %s",
+        (run.assistant_id, run.assistant_id, run.thread_id),
+    )
+    return True
+
+
 class PostgresRunRepository:
     """Runs in PostgreSQL (see `engine.protocols.RunRepository` and the module docstring)."""
 
@@ -244,46 +285,10 @@ class PostgresRunRepository:
         """
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                return await self._insert(conn, run, new_thread, exclusive=exclusive)
+                return await insert_run(conn, run, new_thread, exclusive=exclusive)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             log.exception("could not record a new run")
             raise StorageUnavailable(str(exc)) from exc
-
-    @staticmethod
-    async def _insert(
-        conn: AsyncConnection[DictRow],
-        run: RunRecord,
-        new_thread: ThreadRecord | None,
-        *,
-        exclusive: bool,
-    ) -> bool:
-        if new_thread is not None:
-            await insert_thread(conn, new_thread)
-        await conn.execute(
-            "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (run.thread_id,)
-        )
-        if exclusive:
-            busy = await (
-                await conn.execute(
-                    "SELECT 1 AS one FROM runs WHERE thread_id = %s "
-                    "AND status IN ('pending', 'running') LIMIT 1",
-                    (run.thread_id,),
-                )
-            ).fetchone()
-            if busy is not None:
-                return False
-        await conn.execute(
-            f"INSERT INTO runs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})", _run_params(run)
-        )
-        # Like LangGraph Platform, a thread learns the graph that first ran on it.
-        await conn.execute(
-            "UPDATE threads SET status = 'busy', updated_at = now(), metadata = CASE "
-            "WHEN coalesce(jsonb_typeof(metadata -> 'graph_id'), 'null') = 'null' "
-            "THEN metadata || jsonb_build_object('graph_id', %s::text, 'assistant_id', %s::text) "
-            "ELSE metadata END WHERE thread_id = %s",
-            (run.assistant_id, run.assistant_id, run.thread_id),
-        )
-        return True
 
     async def get(self, run_id: str) -> RunRecord | None:
         """Return a run by id."""

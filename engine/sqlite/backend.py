@@ -6,7 +6,8 @@ that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
 in-memory fan-out of their frames (`engine.hub.Hub`). The knowledge notes live in
 the same file but belong to the studio's services (`studio.services.open_services`
 opens them when the backend keeps none). Runs execute in this process
-(`engine.executor.InProcessExecutor`), which recovers the runs a previous one left.
+(`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
+and the crons' ticks fire here too (`engine.sqlite.crons`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.hub import Hub
 from engine.protocols import ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.checkpoints import SqliteCheckpoints
+from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.ownership import own_data_dir
 from knowledge.repository import NoteRepository
@@ -38,6 +40,8 @@ class SqliteRunBackend:
     live: Hub
     checkpointer: AsyncSqliteSaver
     checkpoints: SqliteCheckpoints
+    #: The crons, in the same file; this process's run manager fires them.
+    crons: SqliteCronRepository
     #: The studio opens its SQLite vault and file asset store itself.
     notes: NoteRepository | None = None
     assets: AssetStore | None = None
@@ -107,5 +111,6 @@ async def open_sqlite_backend(
                     live=hub,
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
+                    crons=SqliteCronRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )

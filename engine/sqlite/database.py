@@ -81,6 +81,27 @@ CREATE TABLE IF NOT EXISTS run_events (
     data    TEXT NOT NULL,
     PRIMARY KEY (run_id, id)
 ) WITHOUT ROWID;
+
+-- Crons (engine/crons.py): `next_run_at` is the tick a cron fires next, ISO 8601 in
+-- UTC (sortable as text); the tick's run is recorded with its move (engine/sqlite/crons.py).
+CREATE TABLE IF NOT EXISTS crons (
+    cron_id           TEXT PRIMARY KEY,
+    owner             TEXT NOT NULL,
+    assistant_id      TEXT NOT NULL,
+    thread_id         TEXT,                 -- NULL: a new thread per run
+    schedule          TEXT NOT NULL,
+    timezone          TEXT,
+    payload           TEXT NOT NULL,        -- the runs' options, JSON
+    metadata          TEXT NOT NULL DEFAULT '{}',
+    on_run_completed  TEXT,
+    end_time          TEXT,
+    enabled           INTEGER NOT NULL DEFAULT 1,
+    next_run_at       TEXT,
+    created_at        TEXT NOT NULL,
+    updated_at        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS crons_owner ON crons (owner, created_at);
+CREATE INDEX IF NOT EXISTS crons_due ON crons (next_run_at) WHERE enabled = 1;
 """
 
 

@@ -6,6 +6,8 @@ import logging
 import sqlite3
 from typing import Any
 
+import aiosqlite
+
 from engine.protocols import StorageUnavailable
 from engine.records import (
     ACTIVE_STATUSES,
@@ -67,6 +69,37 @@ def _run_params(run: RunRecord) -> tuple[Any, ...]:
     )
 
 
+async def insert_run(
+    db: aiosqlite.Connection, run: RunRecord, new_thread: ThreadRecord | None, *, exclusive: bool
+) -> bool:
+    """Insert a run (and its new thread) inside a write transaction (see `insert`).
+
+    Returns:
+        False when `exclusive` and the thread was busy (nothing is written).
+    """
+    if new_thread is not None:
+        await insert_thread(db, new_thread)
+    if exclusive:
+        cursor = await db.execute(
+            f"INSERT INTO runs ({_COLUMNS}) SELECT {_VALUES} WHERE NOT EXISTS "
+            "(SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running'))",
+            (*_run_params(run), run.thread_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+    else:
+        await db.execute(f"INSERT INTO runs ({_COLUMNS}) VALUES ({_VALUES})", _run_params(run))
+    # Like LangGraph Platform, a thread learns the graph that first ran on it.
+    await db.execute(
+        "UPDATE threads SET status = 'busy', updated_at = ?, metadata = CASE "
+        "WHEN json_extract(metadata, '$.graph_id') IS NULL "
+        "THEN json_set(metadata, '$.graph_id', ?, '$.assistant_id', ?) "
+        "ELSE metadata END WHERE thread_id = ?",
+        (now(), run.assistant_id, run.assistant_id, run.thread_id),
+    )
+    return True
+
+
 class SqliteRunRepository:
     """Runs in SQLite (see `engine.protocols.RunRepository`)."""
 
@@ -103,29 +136,7 @@ class SqliteRunRepository:
         self, run: RunRecord, new_thread: ThreadRecord | None, *, exclusive: bool
     ) -> bool:
         async with self._db.transaction() as db:
-            if new_thread is not None:
-                await insert_thread(db, new_thread)
-            if exclusive:
-                cursor = await db.execute(
-                    f"INSERT INTO runs ({_COLUMNS}) SELECT {_VALUES} WHERE NOT EXISTS "
-                    "(SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running'))",
-                    (*_run_params(run), run.thread_id),
-                )
-                if cursor.rowcount != 1:
-                    return False
-            else:
-                await db.execute(
-                    f"INSERT INTO runs ({_COLUMNS}) VALUES ({_VALUES})", _run_params(run)
-                )
-            # Like LangGraph Platform, a thread learns the graph that first ran on it.
-            await db.execute(
-                "UPDATE threads SET status = 'busy', updated_at = ?, metadata = CASE "
-                "WHEN json_extract(metadata, '$.graph_id') IS NULL "
-                "THEN json_set(metadata, '$.graph_id', ?, '$.assistant_id', ?) "
-                "ELSE metadata END WHERE thread_id = ?",
-                (now(), run.assistant_id, run.assistant_id, run.thread_id),
-            )
-        return True
+            return await insert_run(db, run, new_thread, exclusive=exclusive)
 
     async def get(self, run_id: str) -> RunRecord | None:
         """Return a run by id."""
