@@ -46,6 +46,10 @@ router = APIRouter(tags=["crons"])
 
 CronId = Annotated[str, Path(pattern=ID_PATTERN, description="Cron id.")]
 ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
+#: `POST /runs/crons` names its assistant in the body (the others have a path too).
+UNKNOWN_ASSISTANT: dict[int | str, dict[str, Any]] = {
+    404: {"description": "The body names an assistant this server does not run."}
+}
 
 #: Largest `metadata` of a cron, in keys.
 MAX_METADATA_KEYS = 64
@@ -284,7 +288,12 @@ async def _create(
     return cron_out(cron)
 
 
-@router.post("/runs/crons", response_model=CronOut, summary="Create a cron (a new thread per run)")
+@router.post(
+    "/runs/crons",
+    response_model=CronOut,
+    summary="Create a cron (a new thread per run)",
+    responses=UNKNOWN_ASSISTANT,
+)
 async def create_cron(body: CronCreate, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Schedule runs of an assistant, each on a new thread."""
     return await _create(manager, owner, None, body)

@@ -180,3 +180,38 @@ def test_query_integers_and_booleans_are_documented_with_their_bounds(
     cancel = document["paths"]["/threads/{thread_id}/runs/{run_id}/cancel"]["post"]
     wait = next(p for p in cancel["parameters"] if p["name"] == "wait")
     assert wait["schema"]["type"] == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "body", "answer", "statuses"),
+    [
+        ("/runs/crons", "post", "CronCreate", "CronOut", {"200", "404", "422"}),
+        ("/threads/{thread_id}/runs/crons", "post", "ThreadCronCreate", "CronOut", {"404"}),
+        ("/runs/crons/{cron_id}", "patch", "CronUpdate", "CronOut", {"404", "422"}),
+        ("/runs/crons/search", "post", "CronSearch", None, {"422"}),
+        ("/runs/crons/count", "post", "CronCount", None, {"422"}),
+    ],
+)
+def test_the_cron_routes_are_listed_with_typed_bodies(
+    document: dict[str, Any],
+    path: str,
+    method: str,
+    body: str,
+    answer: str | None,
+    statuses: set[str],
+) -> None:
+    operation = document["paths"][path][method]
+    request = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": f"#/components/schemas/{body}"}
+    assert statuses <= set(operation["responses"])
+    if answer is not None:
+        ok = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok == {"$ref": f"#/components/schemas/{answer}"}
+    schemas = document["components"]["schemas"]
+    assert schemas[body]["additionalProperties"] is False
+    assert {"204", "404"} <= set(document["paths"]["/runs/crons/{cron_id}"]["delete"]["responses"])
+
+
+def test_a_cron_schedule_documents_its_bounds(document: dict[str, Any]) -> None:
+    schedule = document["components"]["schemas"]["CronCreate"]["properties"]["schedule"]
+    assert schedule["maxLength"] == 256 and schedule["examples"]
