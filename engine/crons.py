@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ def check_schedule(schedule: str) -> str:
     """Return a five-field cron schedule, normalised to single spaces.
 
     Raises:
-        ValueError: It is not five fields, or croniter cannot read it.
+        ValueError: It is not five fields, croniter cannot read it, or it names no
+            date that exists (`0 0 31 2 *`).
     """
     fields = schedule.split()
     if len(fields) != 5:
@@ -111,6 +112,10 @@ def check_schedule(schedule: str) -> str:
     normalised = " ".join(fields)
     if not croniter.is_valid(normalised):
         raise ValueError(f"schedule {normalised!r} is not a valid cron expression")
+    try:
+        croniter(normalised, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except CroniterBadDateError:
+        raise ValueError(f"schedule {normalised!r} names no date that exists") from None
     return normalised
 
 

@@ -16,6 +16,7 @@ whatever the number of processes (engine/crons.py).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -41,6 +42,7 @@ from app.schemas import (
 from engine.crons import CronRecord, check_schedule, check_timezone
 from engine.frames import StreamModeName
 from engine.records import MultitaskStrategy
+from engine.serde import dumps
 
 router = APIRouter(tags=["crons"])
 
@@ -51,8 +53,12 @@ UNKNOWN_ASSISTANT: dict[int | str, dict[str, Any]] = {
     404: {"description": "The body names an assistant this server does not run."}
 }
 
-#: Largest `metadata` of a cron, in keys.
+#: Largest `metadata` of a cron, in keys and in bytes of JSON.
 MAX_METADATA_KEYS = 64
+MAX_METADATA_BYTES = 16_384
+#: Metadata keys a search filters by: the thread search's rule (no quote, backslash or
+#: control character, which a JSON path in SQL cannot carry).
+SEARCH_KEY = re.compile(r'^[^"\\\x00-\x1f\x7f]{1,128}$')
 #: Run options a cron stores for its runs (the rest of a body is the cron's own).
 RUN_OPTIONS = (
     "input",
@@ -136,6 +142,8 @@ class _CronFields(BaseModel):
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and len(value) > MAX_METADATA_KEYS:
             raise ValueError(f"metadata may have at most {MAX_METADATA_KEYS} keys")
+        if value is not None and len(dumps(value).encode()) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata may be at most {MAX_METADATA_BYTES} bytes of JSON")
         return check_json_integers(value)
 
     @field_validator("context")
@@ -150,8 +158,14 @@ class _CronFields(BaseModel):
 
     @field_validator("end_time")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        try:
+            return aware.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("end_time is outside the years 1-9999 in UTC") from None
 
     def run_options(self) -> dict[str, Any]:
         """Return the run options given, as each tick's run request takes them."""
@@ -193,6 +207,16 @@ class CronUpdate(_CronFields):
     on_run_completed: Literal["delete", "keep"] | None = None
 
 
+def _search_keys(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    for key in value or {}:
+        if not SEARCH_KEY.match(key):
+            raise ValueError(
+                "metadata keys to search by are 1-128 characters without double quotes, "
+                "backslashes or control characters"
+            )
+    return check_json_integers(value)
+
+
 class CronSearch(BaseModel):
     """Body of `POST /runs/crons/search`."""
 
@@ -218,6 +242,11 @@ class CronSearch(BaseModel):
         default=None, max_length=32, description="Fields to answer (default: all)."
     )
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _search_keys(value)
+
 
 class CronCount(BaseModel):
     """Body of `POST /runs/crons/count`."""
@@ -227,6 +256,11 @@ class CronCount(BaseModel):
     assistant_id: str | None = Field(default=None, max_length=128)
     thread_id: Annotated[str, StringConstraints(pattern=ID_PATTERN)] | None = None
     metadata: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _search_keys(value)
 
 
 class CronOut(BaseModel):

@@ -248,3 +248,26 @@ def test_a_bad_schedule_or_time_zone_is_a_422_naming_the_field(
     )
     assert answer.status_code == 422
     assert field in answer.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/runs/crons", {"schedule": "0 0 31 2 *"}, "schedule"),  # no such day
+        (
+            "/runs/crons",
+            {"schedule": "* * * * *", "end_time": "0001-01-01T00:00:00+01:00"},
+            "end_time",
+        ),
+        ("/runs/crons/search", {"metadata": {'a"b': 1}}, "metadata"),
+        ("/runs/crons/count", {"metadata": {"a\\b": 1}}, "metadata"),
+    ],
+)
+def test_what_no_cron_can_use_is_a_422_not_a_500(
+    server: LiveServer, path: str, body: dict[str, Any], field: str
+) -> None:
+    if path == "/runs/crons":
+        body = {"assistant_id": "studio", "input": studio_input(), **body}
+    answer = httpx.post(f"{server.url}{path}", json=body, headers={"X-Api-Key": KEY}, timeout=30)
+    assert answer.status_code == 422, answer.text
+    assert field in answer.text
