@@ -125,7 +125,9 @@ class _CronFields(BaseModel):
     enabled: StrictBool | None = Field(default=None, description="False: no run starts.")
     timezone: Timezone | None = None
     context: Any = Field(default=None, description="Refused when set (non-empty).")
-    checkpoint_during: bool | None = Field(default=None, description="Deprecated; ignored.")
+    checkpoint_during: bool | None = Field(
+        default=None, description="Deprecated form of durability: true async, false exit."
+    )
 
     @field_validator("schedule", check_fields=False)
     @classmethod
@@ -172,6 +174,8 @@ class _CronFields(BaseModel):
         options = self.model_dump(include=set(RUN_OPTIONS), exclude_none=True, mode="json")
         if "config" in options:
             options["config"] = self.config.model_dump(exclude_defaults=True) if self.config else {}
+        if self.checkpoint_during is not None and self.durability is None:
+            options["durability"] = "async" if self.checkpoint_during else "exit"
         mode = options.get("stream_mode")
         if isinstance(mode, str):
             options["stream_mode"] = [mode]
