@@ -650,7 +650,12 @@ class RunManager:
         return cron
 
     async def update_cron(self, owner: str, cron_id: str, changes: dict[str, Any]) -> CronRecord:
-        """Change some of a cron's fields; return it, with its next tick recomputed.
+        """Change some of a cron's fields; return it.
+
+        A new schedule, time zone, end time or `enabled` recomputes its next tick from
+        now; other changes keep it. The write is refused when a tick was fired since
+        the cron was read (its `next_run_at` moved), and the update is made again on
+        the cron as it is then, so an update never brings back a tick already fired.
 
         Args:
             owner: The caller.
@@ -662,22 +667,26 @@ class RunManager:
         Raises:
             RunsError: NotFound, or Invalid as `create_cron` raises it.
         """
-        cron = await self.get_cron(owner, cron_id)
-        updated = dataclasses.replace(cron, payload={**cron.payload, **changes.get("payload", {})})
-        for name in ("schedule", "timezone", "enabled", "metadata", "on_run_completed"):
-            if name in changes:
-                setattr(updated, name, changes[name])
-        if "end_time" in changes:
-            updated.end_time = iso(changes["end_time"])
-        if updated.thread_id is not None and updated.on_run_completed is not None:
-            raise Invalid(
-                "on_run_completed applies to crons without a thread", field="on_run_completed"
+        while True:
+            cron = await self.get_cron(owner, cron_id)
+            updated = dataclasses.replace(
+                cron, payload={**cron.payload, **changes.get("payload", {})}
             )
-        updated.updated_at = iso(self.cron_scheduler.clock()) or ""
-        self._check_cron(updated)
-        if not await self._crons.replace(updated):
-            raise NotFound(f"cron {cron_id!r} not found")
-        return updated
+            for name in ("schedule", "timezone", "enabled", "metadata", "on_run_completed"):
+                if name in changes:
+                    setattr(updated, name, changes[name])
+            if "end_time" in changes:
+                updated.end_time = iso(changes["end_time"])
+            if updated.thread_id is not None and updated.on_run_completed is not None:
+                raise Invalid(
+                    "on_run_completed applies to crons without a thread", field="on_run_completed"
+                )
+            updated.updated_at = iso(self.cron_scheduler.clock()) or ""
+            self._check_cron(updated)
+            if not {"schedule", "timezone", "end_time", "enabled"} & set(changes):
+                updated.next_run_at = cron.next_run_at
+            if await self._crons.replace(updated, previous_next_run_at=cron.next_run_at):
+                return updated
 
     async def delete_cron(self, owner: str, cron_id: str) -> None:
         """Delete the owner's cron: it fires no more (its runs so far stay)."""

@@ -449,8 +449,13 @@ class CronRepository(Protocol):
         """Return the owner's cron, or None (also when another owner has it)."""
         ...
 
-    async def replace(self, cron: CronRecord) -> bool:
-        """Write a cron's schedule, payload, state and next tick; False when it is gone."""
+    async def replace(self, cron: CronRecord, *, previous_next_run_at: str | None) -> bool:
+        """Write a cron's schedule, payload, state and next tick, if its tick did not move.
+
+        Returns:
+            False when its `next_run_at` is no longer `previous_next_run_at` (a tick
+            fired since it was read; read it again), or it is gone.
+        """
         ...
 
     async def delete(self, owner: str, cron_id: str) -> bool:

@@ -145,13 +145,18 @@ class PostgresCronRepository:
         )
         return cron_from_row(rows[0]) if rows else None
 
-    async def replace(self, cron: CronRecord) -> bool:
-        """Write every field of a cron but its id, owner and creation time."""
+    async def replace(self, cron: CronRecord, *, previous_next_run_at: str | None) -> bool:
+        """Write every field of a cron but its id, owner and creation time.
+
+        Only while its `next_run_at` is still `previous_next_run_at` (a claim's lock
+        makes the write wait for the claim's commit).
+        """
         rows = await self._fetch(
             "UPDATE crons SET schedule = %s, timezone = %s, payload = %s, metadata = %s, "
             "on_run_completed = %s, end_time = %s::timestamptz, enabled = %s, "
             "next_run_at = %s::timestamptz, updated_at = %s::timestamptz "
-            "WHERE cron_id = %s AND owner = %s RETURNING cron_id",
+            "WHERE cron_id = %s AND owner = %s "
+            "AND next_run_at IS NOT DISTINCT FROM %s::timestamptz RETURNING cron_id",
             (
                 cron.schedule,
                 cron.timezone,
@@ -164,6 +169,7 @@ class PostgresCronRepository:
                 cron.updated_at,
                 cron.cron_id,
                 cron.owner,
+                previous_next_run_at,
             ),
         )
         return bool(rows)

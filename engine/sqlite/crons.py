@@ -120,13 +120,16 @@ class SqliteCronRepository:
         )
         return cron_from_row(rows[0]) if rows else None
 
-    async def replace(self, cron: CronRecord) -> bool:
-        """Write every field of a cron but its id, owner and creation time."""
+    async def replace(self, cron: CronRecord, *, previous_next_run_at: str | None) -> bool:
+        """Write every field of a cron but its id, owner and creation time.
+
+        Only while its `next_run_at` is still `previous_next_run_at`.
+        """
         async with self._db.transaction() as db:
             cursor = await db.execute(
                 "UPDATE crons SET schedule = ?, timezone = ?, payload = ?, metadata = ?, "
                 "on_run_completed = ?, end_time = ?, enabled = ?, next_run_at = ?, "
-                "updated_at = ? WHERE cron_id = ? AND owner = ?",
+                "updated_at = ? WHERE cron_id = ? AND owner = ? AND next_run_at IS ?",
                 (
                     cron.schedule,
                     cron.timezone,
@@ -139,6 +142,7 @@ class SqliteCronRepository:
                     cron.updated_at,
                     cron.cron_id,
                     cron.owner,
+                    previous_next_run_at,
                 ),
             )
             return cursor.rowcount == 1

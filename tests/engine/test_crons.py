@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -169,3 +170,26 @@ async def test_two_schedulers_racing_for_a_tick_fire_it_once(opened: Opened) -> 
     assert sorted(await asyncio.gather(*tasks)) == [False, True]
     stored = [await opened.storage.runs.get(r) for r in ("r1", "r2")]
     assert sum(r is not None for r in stored) == 1
+
+
+async def test_an_update_read_before_a_tick_fired_does_not_bring_the_tick_back(
+    opened: Opened,
+) -> None:
+    crons = crons_of(opened)
+    await crons.insert(cron())
+    read = await crons.get("alice", "c1")
+    assert read is not None
+    async with crons.claim_due(iso(T0 + timedelta(minutes=1)) or "") as tick:
+        assert tick is not None
+        await tick.fire(iso(T0 + timedelta(minutes=2)), None)
+    stale = dataclasses.replace(read, metadata={"edited": True})
+    assert not await crons.replace(stale, previous_next_run_at=read.next_run_at)
+    fresh = await crons.get("alice", "c1")
+    assert fresh is not None and fresh.next_run_at != read.next_run_at
+    assert await crons.replace(
+        dataclasses.replace(fresh, metadata={"edited": True}),
+        previous_next_run_at=fresh.next_run_at,
+    )
+    edited = await crons.get("alice", "c1")
+    assert edited is not None and edited.metadata == {"edited": True}
+    assert edited.next_run_at == fresh.next_run_at
