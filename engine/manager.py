@@ -114,7 +114,10 @@ class RunManager:
         self.recovery_interval = recovery_interval if backend.recovers_runs else 0
         self.executor: RunExecutor = backend.executor(setup)
         self.preparation = RunPreparer(
-            storage=self._storage, executor=self.executor, checkpointer=self._checkpointer
+            storage=self._storage,
+            executor=self.executor,
+            checkpointer=self._checkpointer,
+            webhooks=setup.webhooks,
         )
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
@@ -176,6 +179,16 @@ class RunManager:
         """
         ended = self.executor.ended(run.run_id)
         return await reads.run_result(run, self._threads.get, ended[1] if ended else None)
+
+    async def deliveries(self, owner: str, thread_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Return the webhook deliveries of the owner's run, each with its attempts.
+
+        Raises:
+            NotFound: The owner has no such run on that thread.
+        """
+        if await self._runs.find(owner, thread_id, run_id) is None:
+            raise NotFound(f"run {run_id!r} not found")
+        return await self._storage.deliveries.for_run(run_id)
 
     # -- create --------------------------------------------------------------------
 

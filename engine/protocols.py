@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -74,6 +74,7 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
+from engine.webhooks import DeliveryStore, WebhookConfig
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
 from studio.context import AtelierContext
@@ -305,6 +306,11 @@ class RunStorage(Protocol):
         """The runs' event logs."""
         ...
 
+    @property
+    def deliveries(self) -> DeliveryStore:
+        """The webhook outbox (`engine.webhooks`)."""
+        ...
+
     async def ping(self) -> None:
         """Run a query (readiness); raise when the database cannot answer."""
         ...
@@ -332,6 +338,8 @@ class ExecutorSetup:
     metrics: RunMetrics | None = None
     #: LangChain callbacks every run's config carries (LLM metrics).
     callbacks: Sequence[BaseCallbackHandler] = ()
+    #: The webhook rules and delivery settings (a run's `webhook` is checked at creation).
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
 
 
 class RunExecutor(Protocol):

@@ -127,6 +127,7 @@ def _platform_options(body: RunCreate, config: dict[str, Any]) -> dict[str, Any]
         "durability": body.graph_durability(),
         "on_completion": body.on_completion,
         "after_seconds": body.after_seconds,
+        "webhook": body.webhook or None,
     }
     return {key: value for key, value in options.items() if value is not None}
 
@@ -410,6 +411,18 @@ async def get_run(
 ) -> dict[str, Any]:
     """Return one run record."""
     return (await manager.get_run(owner, thread_id, run_id)).to_json()
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/webhooks",
+    summary="List a run's webhook deliveries",
+    responses={200: {"content": {"application/json": {"schema": {"type": "array"}}}}},
+)
+async def run_webhooks(
+    thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
+) -> list[dict[str, Any]]:
+    """Return the run's webhook deliveries, each with every attempt (README "Webhooks")."""
+    return await manager.deliveries(owner, thread_id, run_id)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")

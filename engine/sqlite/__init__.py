@@ -20,6 +20,7 @@ from engine.sqlite.database import BUSY_TIMEOUT, SqliteDatabase
 from engine.sqlite.event_log import RETRY_FOR, SqliteEventLog
 from engine.sqlite.runs import SqliteRunRepository
 from engine.sqlite.threads import SqliteThreadRepository
+from engine.sqlite.webhooks import SqliteDeliveryStore
 
 
 class SqliteRunStorage:
@@ -47,6 +48,7 @@ class SqliteRunStorage:
         self.threads = SqliteThreadRepository(self.database)
         self.runs = SqliteRunRepository(self.database)
         self.events = SqliteEventLog(self.database, publish, retry_for=retry_for)
+        self.deliveries = SqliteDeliveryStore(self.database)
 
     async def open(self) -> Self:
         """Connect, create the tables and start the event writer."""
