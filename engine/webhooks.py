@@ -38,17 +38,14 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 
 from engine.errors import InvalidFields
-from engine.records import RunRecord, WebhookQueued, now
+from engine.records import RecordChange, RunRecord, WebhookQueued, now
 from engine.serde import dumps
 from providers.guarded_http import AddressRefused, guarded_client, url_refusal
-
-if TYPE_CHECKING:
-    from engine.protocols import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +171,14 @@ def delivery_body(
     )
 
 
+class ChangeLog(Protocol):
+    """Where a run's record changes are queued (an `engine.protocols.EventLog`)."""
+
+    def record(self, change: RecordChange, *, run_id: str | None = None) -> None: ...
+
+
 def enqueue_delivery(
-    events: EventLog,
+    events: ChangeLog,
     run: RunRecord,
     *,
     status: str,
