@@ -177,6 +177,31 @@ class ChangeLog(Protocol):
     def record(self, change: RecordChange, *, run_id: str | None = None) -> None: ...
 
 
+def queued_delivery(
+    run: RunRecord,
+    *,
+    status: str,
+    result: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    url: str | None = None,
+) -> WebhookQueued | None:
+    """Return the outbox change reporting a run's end to `url` (default: its `webhook`).
+
+    None when there is no URL.
+    """
+    url = url or run.kwargs.get("webhook")
+    if not url:
+        return None
+    return WebhookQueued(
+        delivery_id=delivery_id(run.run_id, url),
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        owner=run.owner,
+        url=url,
+        body=delivery_body(run, status=status, result=result, error=error),
+    )
+
+
 def enqueue_delivery(
     events: ChangeLog,
     run: RunRecord,
@@ -192,17 +217,9 @@ def enqueue_delivery(
     flush, so both commit in one transaction. `url` defaults to the run's `webhook`;
     None when there is none.
     """
-    url = url or run.kwargs.get("webhook")
-    if not url:
+    queued = queued_delivery(run, status=status, result=result, error=error, url=url)
+    if queued is None:
         return None
-    queued = WebhookQueued(
-        delivery_id=delivery_id(run.run_id, url),
-        run_id=run.run_id,
-        thread_id=run.thread_id,
-        owner=run.owner,
-        url=url,
-        body=delivery_body(run, status=status, result=result, error=error),
-    )
     events.record(queued, run_id=run.run_id)
     return queued.delivery_id
 
