@@ -65,9 +65,10 @@ async def test_postgres_deliverers_never_hold_one_delivery_at_once(
     ids = [d.delivery_id for d in first + second]
     assert sorted(ids) == [f"d{n}" for n in range(6)]  # each once, by one of them
     assert await b.deliveries.claim("w2", 10, 30) == []
-    held = first[0]
-    assert not await b.deliveries.record(held, attempt(1), worker="w2", retry_in=0)
-    assert await a.deliveries.record(held, attempt(1), worker="w1", retry_in=0.05)
+    holder, other = ("w1", "w2") if first else ("w2", "w1")  # b may have claimed first
+    held = (first + second)[0]
+    assert not await b.deliveries.record(held, attempt(1), worker=other, retry_in=0)
+    assert await a.deliveries.record(held, attempt(1), worker=holder, retry_in=0.05)
     await asyncio.sleep(0.1)
     (again,) = await b.deliveries.claim("w2", 10, 30)
     assert again.delivery_id == held.delivery_id and again.attempts == 1
