@@ -10,6 +10,7 @@
     GET  /threads/{t}/runs/{r}/stream join the stream (replay after a cursor, then live)
     GET  /threads/{t}/runs/{r}/join   wait for the run and answer its final values
     POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
+    GET  /threads/{t}/runs/{r}/webhooks the run's webhook deliveries and their attempts
 
 Handlers only parse, record and subscribe: the run executes in the run
 manager's task (engine/manager.py) and every stream response follows its event

@@ -5,9 +5,10 @@
     runs.py         SqliteRunRepository (RunRepository)
     event_log.py    SqliteEventLog (EventLog), group-committed appends
     checkpoints.py  SqliteCheckpoints: housekeeping of LangGraph's SQLite saver
+    webhooks.py     SqliteDeliveryStore: the webhook outbox (engine.webhooks.DeliveryStore)
     backend.py      open_sqlite_backend: the saver and the storage (a RunBackend)
 
-`SqliteRunStorage` opens the three repositories on one database file; use it as an
+`SqliteRunStorage` opens the three repositories and the outbox on one database file; use it as an
 async context manager.
 """
 
