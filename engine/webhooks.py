@@ -37,7 +37,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
@@ -303,9 +303,9 @@ class WebhookMetrics(Protocol):
 def retry_delay(attempts: int, backoff: float) -> float:
     """Return the wait before the next attempt after `attempts` failed ones.
 
-    Exponential (`backoff`, twice that, …, at most `MAX_BACKOFF`) with jitter: a
-    random half of the wait is taken off, so receivers that failed together are not
-    retried in step.
+    Exponential (`backoff`, twice that, …, at most `MAX_BACKOFF`) with jitter: up to
+    half of the wait is taken off at random, so receivers that failed together are
+    not retried in step.
     """
     delay = min(MAX_BACKOFF, backoff * 2 ** max(0, attempts - 1))
     return delay * (0.5 + random.random() / 2)
@@ -364,17 +364,25 @@ def webhook_metrics(metrics: object) -> WebhookMetrics | None:
     return metrics if isinstance(metrics, WebhookMetrics) else None
 
 
-@dataclass
 class Deliverer:
     """Claims and sends due deliveries until stopped (see the module docstring)."""
 
-    store: DeliveryStore
-    config: WebhookConfig
-    metrics: WebhookMetrics | None = None
-    worker: str = field(default_factory=lambda: f"deliverer-{uuid.uuid4().hex[:12]}")
-    _task: asyncio.Task[None] | None = None
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _client: httpx.AsyncClient | None = None
+    def __init__(
+        self,
+        store: DeliveryStore,
+        config: WebhookConfig,
+        metrics: WebhookMetrics | None = None,
+        *,
+        worker: str | None = None,
+    ) -> None:
+        """Deliver from `store` with `config`; `worker` names its leases (default: unique)."""
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self.worker = worker or f"deliverer-{uuid.uuid4().hex[:12]}"
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         """Start delivering in a task of this event loop."""

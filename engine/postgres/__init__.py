@@ -12,10 +12,10 @@
     webhooks.py     PostgresDeliveryStore: the webhook outbox, claimed with SKIP LOCKED
     backend.py      open_postgres_backend: all of the above for one process (RunBackend)
 
-`PostgresRunStorage` puts the three repositories and the outbox on one connection pool (opened and
-closed by its owner, `engine.db.backend.open_backend`, which `backend.py` enters);
-use it as an async context manager to start and stop the event writer. The tables
-are schema v1-v3's (`engine.db.migrations`).
+`PostgresRunStorage` puts the three repositories and the outbox on one connection
+pool (opened and closed by its owner, `engine.db.backend.open_backend`, which
+`backend.py` enters); use it as an async context manager to start and stop the event
+writer. The tables are schema v1-v3's (`engine.db.migrations`).
 """
 
 from __future__ import annotations
