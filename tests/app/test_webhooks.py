@@ -1,8 +1,9 @@
 """Webhooks end to end: a receiver on loopback gets each finished run once, signed.
 
 The receiver is a real HTTP server on 127.0.0.1 (allowed by WEBHOOK_ALLOW_PRIVATE in
-these tests) answering a script of status codes; the service runs embedded and
-scale-out (`serve_deployment`), and as a child process killed between two attempts.
+these tests) answering a script of status codes; the service runs in the three
+deployments (`serve_deployment`; with processes, the two `atelier worker`s deliver),
+and as a child process killed between two attempts.
 Without WEBHOOK_ALLOW_PRIVATE, loopback URLs are refused at creation and a name
 resolving to loopback fails its delivery with the reason recorded.
 """
@@ -24,9 +25,12 @@ import pytest
 
 from core.settings import Settings
 from tests.app.harness import (
+    DEPLOYMENTS,
     HOST,
+    LiveServer,
     Served,
     ServerProcess,
+    processes_deployment,
     serve_deployment,
     service_settings,
     wait_until,
@@ -96,11 +100,27 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
-@pytest.fixture(params=["embedded", "scale-out"])
+@pytest.fixture(scope="module")
+def processes(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    llm: ScriptedOpenAIServer,
+) -> Iterator[Any]:
+    """Two API replicas behind nginx and two `atelier worker`s, each worker delivering."""
+    env = {
+        "WEBHOOK_ALLOW_PRIVATE": "true",
+        "WEBHOOK_SECRET": SECRET,
+        "WEBHOOK_BACKOFF_SECONDS": "0.2",
+    }
+    with processes_deployment(request, tmp_path_factory, llm.base_url, env=env) as deployment:
+        yield deployment
+
+
+@pytest.fixture(params=DEPLOYMENTS)
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, llm: ScriptedOpenAIServer
 ) -> Iterator[Served]:
-    """The app, embedded and scale-out, delivering to loopback with a short backoff."""
+    """The app in each deployment, delivering to loopback with a short backoff."""
 
     def settings(**scale: Any) -> Settings:
         return service_settings(
@@ -150,7 +170,7 @@ def settled(http: httpx.Client, path: str, timeout: float) -> list[dict[str, Any
 
 
 def test_each_finished_run_is_delivered_once_with_a_valid_signature(
-    http: httpx.Client,
+    server: Served, http: httpx.Client
 ) -> None:
     with Receiver() as receiver:
         paths = [finish_run(http, "burst", {"count": 2}, receiver.url) for _ in range(2)]
@@ -181,13 +201,14 @@ def test_each_finished_run_is_delivered_once_with_a_valid_signature(
     assert "/srv/secret" not in json.dumps(failed)  # the public error only
     ok = next(body for body in bodies.values() if body["status"] == "success")
     assert ok["assistant_id"] == "burst" and ok["result"]["emitted"] == 2 and ok["error"] is None
-    metrics = http.get("/metrics").text
-    assert 'atelier_webhook_attempts_total{outcome="success"} 3.0' in metrics
-    assert 'atelier_webhook_deliveries_total{outcome="success"} 3.0' in metrics
+    if isinstance(server, LiveServer):  # the API's process delivers (not the processes')
+        metrics = http.get("/metrics").text
+        assert 'atelier_webhook_attempts_total{outcome="success"} 3.0' in metrics
+        assert 'atelier_webhook_deliveries_total{outcome="success"} 3.0' in metrics
 
 
 def test_a_receiver_failing_twice_gets_three_attempts_and_one_success(
-    http: httpx.Client,
+    server: Served, http: httpx.Client
 ) -> None:
     with Receiver([500, 500]) as receiver:
         path = finish_run(http, "burst", {"count": 1}, receiver.url)
@@ -203,8 +224,9 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_success(
     assert len(received) == 3
     assert len({headers["X-Atelier-Delivery"] for headers, _ in received}) == 1
     assert all(signed(headers, raw) for headers, raw in received)
-    metrics = http.get("/metrics").text
-    assert 'atelier_webhook_attempts_total{outcome="http_error"} 2.0' in metrics
+    if isinstance(server, LiveServer):
+        metrics = http.get("/metrics").text
+        assert 'atelier_webhook_attempts_total{outcome="http_error"} 2.0' in metrics
 
 
 def test_another_owners_run_shows_no_deliveries(http: httpx.Client) -> None:
