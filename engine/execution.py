@@ -8,11 +8,11 @@ config of a thread, and the end of a run that used up its attempts.
 
 `RunExecution` is one run's execution from its queue to its end: it streams the
 graph, appends every chunk to the run's event log as a frame with the next id
-(`engine.protocols.EventLog`), and records the outcome with its last frames (and,
-for a run with a `webhook`, its delivery in the outbox, in the same transaction:
-`engine.webhooks.enqueue_delivery`). The
-in-process executor (`engine.executor.InProcessExecutor`) runs one in a task per run;
-the scale-out workers execute their claimed runs through that same executor.
+(`engine.protocols.EventLog`), and records the outcome with its last frames — and,
+for a run with a `webhook`, its delivery in the outbox, in the same transaction
+(`engine.webhooks.enqueue_delivery`). The in-process executor
+(`engine.executor.InProcessExecutor`) runs one in a task per run; the scale-out
+workers execute their claimed runs through that same executor.
 
 Cancellation is `Task.cancel()`, which LangGraph honours: the running node's
 awaits (an LLM request included) are cancelled at once. The cancel reason decides

@@ -21,7 +21,8 @@ with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
     RunRepository     runs: insert (with the busy check), get, find, list, delete;
                       claiming a pending run for execution belongs here as well
     EventLog          each run's frames: append, read after an id, prune; the
-                      status and thread-state changes that go with them
+                      status and thread-state changes that go with them, and the
+                      webhook delivery queued with a run's end (`engine.webhooks`)
 
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
