@@ -31,6 +31,7 @@ from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup, RunBackend
 from engine.sqlite.backend import open_sqlite_backend
+from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from providers.fonts import web_cjk_font
 from studio.services import open_services
@@ -79,6 +80,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             run_timeout=settings.run_timeout,
             metrics=metrics,
             callbacks=[metrics.callback],
+            webhooks=WebhookConfig.from_settings(settings),
         )
         manager = RunManager(
             backend=backend,

@@ -72,6 +72,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
 from engine.records import RUN_STATUSES
+from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES
 from providers.usage import UNKNOWN_ROLE, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
@@ -187,6 +188,26 @@ class AtelierMetrics:
             "lagged or is not configured.",
             registry=r,
         )
+        self.webhook_attempts = Counter(
+            "atelier_webhook_attempts",
+            "Webhook delivery attempts of this process, by outcome (success, http_error, "
+            "network_error, refused).",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhook_attempt_duration = Histogram(
+            "atelier_webhook_attempt_duration_seconds",
+            "Wall time of one webhook delivery attempt.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.webhook_deliveries = Counter(
+            "atelier_webhook_deliveries",
+            "Webhook deliveries this process finished, by outcome (success; failed: out of "
+            "attempts or time, or refused by rule).",
+            ["outcome"],
+            registry=r,
+        )
         # Every label value shows from the start, so a dashboard sees zeros, not gaps.
         for status in RUN_STATUSES:
             self.runs.labels(status=status)
@@ -196,6 +217,10 @@ class AtelierMetrics:
             self.retries.labels(kind="llm", role=role)
             for reason in FAILURE_REASONS:
                 self.llm_failures.labels(role=role, reason=reason)
+        for outcome in ATTEMPT_OUTCOMES:
+            self.webhook_attempts.labels(outcome=outcome)
+        for finished in DELIVERY_OUTCOMES:
+            self.webhook_deliveries.labels(outcome=finished)
         self.callback = MetricsCallbackHandler(self)
 
     # --- runs -----------------------------------------------------------------
@@ -215,6 +240,15 @@ class AtelierMetrics:
     def run_left(self) -> None:
         """A run this process stopped executing without an outcome (left for recovery)."""
         self.active_runs.dec()
+
+    def webhook_attempted(self, outcome: str, seconds: float) -> None:
+        """Count a webhook delivery attempt and its wall time."""
+        self.webhook_attempts.labels(outcome=outcome).inc()
+        self.webhook_attempt_duration.observe(max(0.0, seconds))
+
+    def webhook_finished(self, outcome: str) -> None:
+        """Count a webhook delivery that succeeded or failed for good."""
+        self.webhook_deliveries.labels(outcome=outcome).inc()
 
     def run_claimed(self, seconds: float) -> None:
         """Record how long a worker's successful claim took."""

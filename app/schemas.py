@@ -216,7 +216,6 @@ class CheckpointRef(BaseModel):
 
 #: Run options of the current SDKs this server refuses, and why (README cross-check).
 REFUSED_RUN_OPTIONS: dict[str, str] = {
-    "webhook": "webhooks are not supported; follow the run with /join or its stream",
     "feedback_keys": "feedback keys need LangSmith, which this server does not use",
     "context": "the runtime context is the server's own (models, assets, notes); "
     "per-run settings go in config.configurable",
@@ -266,12 +265,16 @@ class RunPlatformOptions(_Strict):
         description="True (or unset): a resume must answer pending interrupts, which this "
         "server always checks; false is refused.",
     )
-    webhook: Any = Field(default=None, description="Refused when set.")
+    webhook: Annotated[str, StringConstraints(max_length=2048)] | None = Field(
+        default=None,
+        description='POST the run\'s end here, signed (README "Webhooks"): http(s) only, '
+        "by default https to a public host.",
+    )
     feedback_keys: Any = Field(default=None, description="Refused when set.")
     context: Any = Field(default=None, description="Refused when set (non-empty).")
     langsmith_tracer: Any = Field(default=None, description="Refused when set.")
 
-    @field_validator("webhook", "feedback_keys", "context", "langsmith_tracer")
+    @field_validator("feedback_keys", "context", "langsmith_tracer")
     @classmethod
     def _refuse(cls, value: Any, info: Any) -> Any:
         if value is None or value == {} or value == []:

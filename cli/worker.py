@@ -33,6 +33,7 @@ from cli.common import settings_or_exit
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
 from engine.protocols import ExecutorSetup
+from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from studio.services import open_services
 
@@ -88,6 +89,7 @@ async def serve_worker(
             run_timeout=settings.run_timeout,
             metrics=metrics,
             callbacks=[metrics.callback],
+            webhooks=WebhookConfig.from_settings(settings),
         )
         (worker,) = await stack.enter_async_context(
             backend.workers(setup, count=1, concurrency=concurrency)

@@ -201,6 +201,40 @@ class Settings(BaseSettings):
         "last frames and a rejoin gets a `gap` event (0 keeps every log forever).",
     )
 
+    # --- webhooks (engine/webhooks.py) ------------------------------------------
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="Key of the HMAC-SHA256 `X-Atelier-Signature` of every webhook delivery. "
+        "Unset: deliveries are sent unsigned (a warning says so at start-up).",
+    )
+    webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names a run's `webhook` may name (comma-separated or a JSON "
+        "array); unset: any public host.",
+    )
+    webhook_allow_private: bool = Field(
+        default=False,
+        description="Allow webhooks to http:// URLs and to loopback, private, link-local and "
+        "other non-public addresses (trusted networks only: it opens the server to SSRF).",
+    )
+    webhook_max_attempts: int = Field(
+        default=10, ge=1, le=20, description="Attempts of one webhook delivery, at most."
+    )
+    webhook_backoff_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds before a webhook's second attempt; each next wait doubles "
+        "(at most 6 h, minus up to half of it as jitter), and no attempt starts more "
+        "than 24 h after the run ended.",
+    )
+    webhook_connect_timeout: float = Field(
+        default=5.0, gt=0, le=60, description="Seconds a webhook attempt may take to connect."
+    )
+    webhook_read_timeout: float = Field(
+        default=10.0, gt=0, le=120, description="Seconds a webhook receiver may take to answer."
+    )
+
     # --- images ----------------------------------------------------------------
     image_provider: ImageProviderName = Field(
         default="local", description="Default image provider: local Pillow cards or an images API."
@@ -368,7 +402,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"LOCAL_MODEL_MAX_TOKENS[{role!r}] must be 16-32768")
         return value
 
-    @field_validator("auth_api_keys", "cors_origins", mode="before")
+    @field_validator("auth_api_keys", "cors_origins", "webhook_allowed_hosts", mode="before")
     @classmethod
     def _parse_list(cls, value: object) -> object:
         """Accept a list setting as a JSON array or a comma-separated string."""

@@ -8,9 +8,11 @@ config of a thread, and the end of a run that used up its attempts.
 
 `RunExecution` is one run's execution from its queue to its end: it streams the
 graph, appends every chunk to the run's event log as a frame with the next id
-(`engine.protocols.EventLog`), and records the outcome with its last frames. The
-in-process executor (`engine.executor.InProcessExecutor`) runs one in a task per run;
-the scale-out workers execute their claimed runs through that same executor.
+(`engine.protocols.EventLog`), and records the outcome with its last frames — and,
+for a run with a `webhook`, its delivery in the outbox, in the same transaction
+(`engine.webhooks.enqueue_delivery`). The in-process executor
+(`engine.executor.InProcessExecutor`) runs one in a task per run; the scale-out
+workers execute their claimed runs through that same executor.
 
 Cancellation is `Task.cancel()`, which LangGraph honours: the running node's
 awaits (an LLM request included) are cancelled at once. The cancel reason decides
@@ -64,6 +66,7 @@ from engine.records import (
     ThreadStatus,
 )
 from engine.serde import dumps
+from engine.webhooks import enqueue_delivery
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,7 @@ class Runner:
         self.events.append(run.run_id, Frame(next_id + 1, "end", dumps(end)))
         self.events.record(RunStatusChange(run.run_id, "error", error=error), run_id=run.run_id)
         self.events.record(ThreadStateChange(run.thread_id, "error"), run_id=run.run_id)
+        enqueue_delivery(self.events, run, status="error", error=error)
         try:
             await self.events.flush(run.run_id)
         finally:
@@ -465,6 +469,7 @@ class RunExecution:
         events.record(
             ThreadStateChange(run.thread_id, thread_status, values, interrupts), run_id=run.run_id
         )
+        enqueue_delivery(events, run, status=outcome.status, result=values, error=outcome.error)
         await events.flush(run.run_id)
         if runner.metrics is not None:
             runner.metrics.run_finished(outcome.status, time.monotonic() - self.started)

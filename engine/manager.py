@@ -80,6 +80,7 @@ from engine.records import (
     now,
     out_of_attempts,
 )
+from engine.webhooks import check_webhook
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,10 @@ class RunManager:
         self.recovery_interval = recovery_interval if backend.recovers_runs else 0
         self.executor: RunExecutor = backend.executor(setup)
         self.preparation = RunPreparer(
-            storage=self._storage, executor=self.executor, checkpointer=self._checkpointer
+            storage=self._storage,
+            executor=self.executor,
+            checkpointer=self._checkpointer,
+            webhooks=setup.webhooks,
         )
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False
@@ -204,6 +208,16 @@ class RunManager:
         """
         ended = self.executor.ended(run.run_id)
         return await reads.run_result(run, self._threads.get, ended[1] if ended else None)
+
+    async def deliveries(self, owner: str, thread_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Return the webhook deliveries of the owner's run, each with its attempts.
+
+        Raises:
+            NotFound: The owner has no such run on that thread.
+        """
+        if await self._runs.find(owner, thread_id, run_id) is None:
+            raise NotFound(f"run {run_id!r} not found")
+        return await self._storage.deliveries.for_run(run_id)
 
     # -- create --------------------------------------------------------------------
 
@@ -747,6 +761,8 @@ class RunManager:
         except ValueError as exc:
             raise Invalid(str(exc), field="timezone") from None
         self.preparation.check_request(self._cron_request(cron))
+        # Each tick's run is checked again; refuse at once what every tick would refuse.
+        check_webhook(cron.payload.get("webhook"), self.preparation.webhooks)
         tick = next_tick(
             cron.schedule, cron.timezone, self.cron_scheduler.clock(), parse_time(cron.end_time)
         )

@@ -9,7 +9,8 @@ the run it created; a thread the caller does not own is created
 (`if_not_exists=create`) or refused; a busy thread is handled by the multitask
 strategy (`reject` refuses, `interrupt` and `rollback` cancel its runs first,
 `enqueue` queues after them); a `command` (resume, update), a start checkpoint and
-a run without input are checked against the graph's state. Nothing is written
+a run without input are checked against the graph's state; a `webhook` URL against
+the deployment's rules (`engine.webhooks.check_webhook`). Nothing is written
 here, so a refused request leaves no thread or run behind; `RunManager.create`
 records and starts what it returns.
 """
@@ -33,6 +34,7 @@ from engine.execution import graph_config
 from engine.protocols import RunExecutor, RunStorage
 from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
 from engine.serde import dumps
+from engine.webhooks import WebhookConfig, check_webhook
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -103,13 +105,22 @@ class RunPreparer:
     """Check run requests and apply multitask strategies (`RunPreparation`)."""
 
     def __init__(
-        self, *, storage: RunStorage, executor: RunExecutor, checkpointer: BaseCheckpointSaver
+        self,
+        *,
+        storage: RunStorage,
+        executor: RunExecutor,
+        checkpointer: BaseCheckpointSaver,
+        webhooks: WebhookConfig | None = None,
     ) -> None:
-        """Read threads and runs from `storage`; cancel through `executor`."""
+        """Read threads and runs from `storage`; cancel through `executor`.
+
+        `webhooks` holds the rules a run's `webhook` URL is checked against.
+        """
         self.threads = storage.threads
         self.runs = storage.runs
         self.executor = executor
         self.checkpointer = checkpointer
+        self.webhooks = webhooks or WebhookConfig()
 
     async def prepare(self, request: RunRequest) -> PreparedRun:
         """Check a run request and apply its thread's multitask strategy.
@@ -122,6 +133,8 @@ class RunPreparer:
         """
         owner, thread_id, assistant = request.owner, request.thread_id, request.assistant
         kwargs, multitask_strategy = self.check_request(request), request.multitask_strategy
+        if kwargs.get("webhook") is not None:
+            kwargs["webhook"] = check_webhook(kwargs["webhook"], self.webhooks)
         idempotency_key, request_hash = request.idempotency_key, request.request_hash
         if idempotency_key is not None:
             existing = await self.runs.find_idempotent(owner, idempotency_key)

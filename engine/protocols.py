@@ -21,7 +21,8 @@ with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
     RunRepository     runs: insert (with the busy check), get, find, list, delete;
                       claiming a pending run for execution belongs here as well
     EventLog          each run's frames: append, read after an id, prune; the
-                      status and thread-state changes that go with them
+                      status and thread-state changes that go with them, and the
+                      webhook delivery queued with a run's end (`engine.webhooks`)
 
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
@@ -58,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -76,6 +77,7 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
+from engine.webhooks import DeliveryStore, WebhookConfig
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
 from studio.context import AtelierContext
@@ -307,6 +309,11 @@ class RunStorage(Protocol):
         """The runs' event logs."""
         ...
 
+    @property
+    def deliveries(self) -> DeliveryStore:
+        """The webhook outbox (`engine.webhooks`)."""
+        ...
+
     async def ping(self) -> None:
         """Run a query (readiness); raise when the database cannot answer."""
         ...
@@ -334,6 +341,8 @@ class ExecutorSetup:
     metrics: RunMetrics | None = None
     #: LangChain callbacks every run's config carries (LLM metrics).
     callbacks: Sequence[BaseCallbackHandler] = ()
+    #: The webhook rules and delivery settings (a run's `webhook` is checked at creation).
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
 
 
 class RunExecutor(Protocol):

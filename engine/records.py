@@ -209,4 +209,19 @@ class ThreadStateChange:
     interrupts: dict[str, Any] | None = None
 
 
-RecordChange = RunStatusChange | ThreadStateChange
+@dataclass(frozen=True, slots=True)
+class WebhookQueued:
+    """A webhook delivery of a run's end, written with the run's terminal status (the outbox).
+
+    `body` is the JSON text POSTed on every attempt (`engine.webhooks.delivery_body`).
+    """
+
+    delivery_id: str
+    run_id: str
+    thread_id: str
+    owner: str
+    url: str
+    body: str
+
+
+RecordChange = RunStatusChange | ThreadStateChange | WebhookQueued

@@ -10,6 +10,7 @@
     GET  /threads/{t}/runs/{r}/stream join the stream (replay after a cursor, then live)
     GET  /threads/{t}/runs/{r}/join   wait for the run and answer its final values
     POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
+    GET  /threads/{t}/runs/{r}/webhooks the run's webhook deliveries and their attempts
 
 Handlers only parse, record and subscribe: the run executes in the run
 manager's task (engine/manager.py) and every stream response follows its event
@@ -127,6 +128,7 @@ def _platform_options(body: RunCreate, config: dict[str, Any]) -> dict[str, Any]
         "durability": body.graph_durability(),
         "on_completion": body.on_completion,
         "after_seconds": body.after_seconds,
+        "webhook": body.webhook or None,
     }
     return {key: value for key, value in options.items() if value is not None}
 
@@ -410,6 +412,18 @@ async def get_run(
 ) -> dict[str, Any]:
     """Return one run record."""
     return (await manager.get_run(owner, thread_id, run_id)).to_json()
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/webhooks",
+    summary="List a run's webhook deliveries",
+    responses={200: {"content": {"application/json": {"schema": {"type": "array"}}}}},
+)
+async def run_webhooks(
+    thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
+) -> list[dict[str, Any]]:
+    """Return the run's webhook deliveries, each with every attempt (README "Webhooks")."""
+    return await manager.deliveries(owner, thread_id, run_id)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")

@@ -169,10 +169,45 @@ DROP INDEX runs_lease_expiry;
 ALTER TABLE runs SET (fillfactor = 80);
 """
 
-# Schema version 3: the webhooks' tables (issue 26, on their own branch). Until that
-# branch is merged, a no-op holds the number, so the versions stay 1..n: the merge puts
-# the webhooks' migration in its place.
-_V3 = "SELECT 1"
+# Schema version 3: the webhook outbox (engine/webhooks.py). A delivery is queued in the
+# transaction of its run's terminal status; no foreign key to runs, so a run deleted
+# as it ended is still reported. Deliverers claim due rows with FOR UPDATE SKIP LOCKED
+# and a lease compared with the database clock.
+_V3 = """
+CREATE TABLE webhook_deliveries (
+    delivery_id       text PRIMARY KEY,
+    run_id            text NOT NULL,
+    thread_id         text NOT NULL,
+    owner             text NOT NULL,
+    url               text NOT NULL,
+    body              text NOT NULL,        -- the JSON POSTed on every attempt
+    status            text NOT NULL DEFAULT 'pending'
+                      CHECK (status IN ('pending', 'success', 'failed')),
+    attempts          integer NOT NULL DEFAULT 0,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    next_attempt_at   timestamptz NOT NULL DEFAULT now(),
+    lease_owner       text,
+    lease_expires_at  timestamptz,
+    last_error        text
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+    WHERE status = 'pending';
+CREATE INDEX webhook_deliveries_run ON webhook_deliveries (run_id);
+
+CREATE TABLE webhook_attempts (
+    delivery_id  text NOT NULL REFERENCES webhook_deliveries (delivery_id) ON DELETE CASCADE,
+    attempt      integer NOT NULL CHECK (attempt >= 1),
+    started_at   timestamptz NOT NULL,
+    outcome      text NOT NULL
+                 CHECK (outcome IN ('success', 'http_error', 'network_error', 'refused')),
+    status_code  integer,
+    latency_ms   double precision NOT NULL,
+    error        text,
+    excerpt      text,                      -- the start of a failing receiver's answer
+    PRIMARY KEY (delivery_id, attempt)
+);
+"""
 
 # Schema version 4. Crons (engine/crons.py): `next_run_at` is the tick a cron fires next.
 # A scheduler claims a due cron with `SELECT … FOR UPDATE SKIP LOCKED` and, in the same
@@ -205,7 +240,7 @@ CREATE INDEX crons_due ON crons (next_run_at) WHERE enabled;
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
     Migration(2, "lease renewals update runs in place", _V2),
-    Migration(3, "reserved for the webhooks", _V3),
+    Migration(3, "webhook outbox", _V3),
     Migration(4, "crons", _V4),
 )
 

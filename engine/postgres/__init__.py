@@ -9,12 +9,13 @@
     checkpoints.py  the saver fenced by leases, PostgresCheckpoints (housekeeping)
     queue.py        QueueExecutor: the API's executor, which leaves runs to the workers
     worker.py       RunWorker: claims runs, executes them under a lease, hands them back
+    webhooks.py     PostgresDeliveryStore: the webhook outbox, claimed with SKIP LOCKED
     backend.py      open_postgres_backend: all of the above for one process (RunBackend)
 
-`PostgresRunStorage` puts the three repositories on one connection pool (opened and
-closed by its owner, `engine.db.backend.open_backend`, which `backend.py` enters);
-use it as an async context manager to start and stop the event writer. The tables
-are schema v1's (`engine.db.migrations`).
+`PostgresRunStorage` puts the three repositories and the outbox on one connection
+pool (opened and closed by its owner, `engine.db.backend.open_backend`, which
+`backend.py` enters); use it as an async context manager to start and stop the event
+writer. The tables are schema v1-v3's (`engine.db.migrations`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from engine.group_commit import RETRY_FOR
 from engine.postgres.event_log import LEASE_SECONDS, LeaseLost, PostgresEventLog
 from engine.postgres.runs import Claim, Lease, PostgresRunRepository, Sweep
 from engine.postgres.threads import PostgresThreadRepository
+from engine.postgres.webhooks import PostgresDeliveryStore
 from engine.protocols import Publish
 
 
@@ -51,6 +53,7 @@ class PostgresRunStorage:
         self.threads = PostgresThreadRepository(pool)
         self.runs = PostgresRunRepository(pool)
         self.events = PostgresEventLog(pool, publish, retry_for=retry_for)
+        self.deliveries = PostgresDeliveryStore(pool)
         self._started = False
 
     async def open(self) -> Self:

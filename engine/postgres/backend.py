@@ -32,6 +32,7 @@ from engine.postgres.queue import QueueExecutor
 from engine.postgres.signals import RunSignals
 from engine.postgres.worker import RunWorker
 from engine.protocols import ExecutorSetup
+from engine.webhooks import Deliverer, webhook_metrics
 from knowledge.postgres import PostgresNoteRepository
 from providers.pg_assets import PostgresAssetStore
 
@@ -96,6 +97,9 @@ class PostgresRunBackend:
     ) -> AsyncIterator[list[RunWorker]]:
         """Run workers in this process for the block: claim, execute, hand back on exit.
 
+        With at least one worker, a webhook deliverer (`engine.webhooks`) runs beside them,
+        sharing the outbox with every other process's.
+
         Args:
             setup: What they execute runs with.
             count: How many (default RUN_WORKERS).
@@ -106,6 +110,11 @@ class PostgresRunBackend:
             concurrency = self.settings.run_worker_concurrency
         async with contextlib.AsyncExitStack() as stack:
             started = [await self._start_worker(stack, setup, concurrency) for _ in range(count)]
+            if started:  # a process that executes runs reports their ends too
+                metrics = webhook_metrics(setup.metrics) or webhook_metrics(self.metrics)
+                deliverer = Deliverer(self.storage.deliveries, setup.webhooks, metrics)
+                await deliverer.start()
+                stack.push_async_callback(deliverer.stop)
             yield started
 
     async def _start_worker(

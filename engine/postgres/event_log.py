@@ -39,8 +39,16 @@ from engine.postgres.runs import (
     run_status_statement,
 )
 from engine.postgres.threads import Statement, thread_state_statement
+from engine.postgres.webhooks import webhook_queued_statement
 from engine.protocols import Publish
-from engine.records import KEPT_AFTER_PRUNING, CancelAction, Frame, RecordChange, RunStatusChange
+from engine.records import (
+    KEPT_AFTER_PRUNING,
+    CancelAction,
+    Frame,
+    RecordChange,
+    RunStatusChange,
+    WebhookQueued,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +73,11 @@ class LeaseLost(RuntimeError):
 
 
 def change_statement(change: RecordChange) -> Statement:
-    """Return the statement that writes a run-status or thread-state change."""
+    """Return the statement that writes a run-status, thread-state or outbox change."""
     if isinstance(change, RunStatusChange):
         return run_status_statement(change)
+    if isinstance(change, WebhookQueued):
+        return webhook_queued_statement(change)
     return thread_state_statement(change)
 
 

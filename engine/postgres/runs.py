@@ -33,6 +33,7 @@ from psycopg_pool import PoolTimeout
 
 from engine.db.pool import AsyncPool
 from engine.postgres.threads import Statement, insert_thread, stamp
+from engine.postgres.webhooks import webhook_queued_statement
 from engine.protocols import StorageUnavailable
 from engine.records import (
     ACTIVE_STATUSES,
@@ -46,6 +47,7 @@ from engine.records import (
     run_from_row,
 )
 from engine.serde import dumps
+from engine.webhooks import queued_delivery
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +450,20 @@ class PostgresRunRepository:
         return result
 
     @staticmethod
+    async def _queue_webhook(
+        conn: AsyncConnection[DictRow], run_id: str, error: dict[str, Any]
+    ) -> None:
+        """Queue the webhook delivery of a run the sweep ends, in the sweep's transaction."""
+        found = await (
+            await conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,))
+        ).fetchone()
+        if found is None:
+            return
+        queued = queued_delivery(run_from_row(found, stamp), status="error", error=error)
+        if queued is not None:
+            await conn.execute(*webhook_queued_statement(queued))
+
+    @staticmethod
     async def _abandon(conn: AsyncConnection[DictRow], row: DictRow) -> list[Frame]:
         run_id, attempt = row["run_id"], row["attempt"]
         last = await (
@@ -472,6 +488,7 @@ class PostgresRunRepository:
             )
         sql, params = run_status_statement(RunStatusChange(run_id, "error", error=error))
         await conn.execute(sql, params)
+        await PostgresRunRepository._queue_webhook(conn, run_id, error)
         await conn.execute(
             "UPDATE threads SET status = 'error', updated_at = now() WHERE thread_id = %s "
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE thread_id = %s "

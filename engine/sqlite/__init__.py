@@ -5,9 +5,10 @@
     runs.py         SqliteRunRepository (RunRepository)
     event_log.py    SqliteEventLog (EventLog), group-committed appends
     checkpoints.py  SqliteCheckpoints: housekeeping of LangGraph's SQLite saver
+    webhooks.py     SqliteDeliveryStore: the webhook outbox (engine.webhooks.DeliveryStore)
     backend.py      open_sqlite_backend: the saver and the storage (a RunBackend)
 
-`SqliteRunStorage` opens the three repositories on one database file; use it as an
+`SqliteRunStorage` opens the three repositories and the outbox on one database file; use it as an
 async context manager.
 """
 
@@ -20,6 +21,7 @@ from engine.sqlite.database import BUSY_TIMEOUT, SqliteDatabase
 from engine.sqlite.event_log import RETRY_FOR, SqliteEventLog
 from engine.sqlite.runs import SqliteRunRepository
 from engine.sqlite.threads import SqliteThreadRepository
+from engine.sqlite.webhooks import SqliteDeliveryStore
 
 
 class SqliteRunStorage:
@@ -47,6 +49,7 @@ class SqliteRunStorage:
         self.threads = SqliteThreadRepository(self.database)
         self.runs = SqliteRunRepository(self.database)
         self.events = SqliteEventLog(self.database, publish, retry_for=retry_for)
+        self.deliveries = SqliteDeliveryStore(self.database)
 
     async def open(self) -> Self:
         """Connect, create the tables and start the event writer."""

@@ -28,6 +28,7 @@ from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.ownership import own_data_dir
+from engine.webhooks import Deliverer, webhook_metrics
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
 
@@ -61,8 +62,19 @@ class SqliteRunBackend:
 
     @contextlib.asynccontextmanager
     async def workers(self, setup: ExecutorSetup) -> AsyncIterator[list[object]]:
-        """Start no worker: the run manager's executor runs every run here."""
-        yield []
+        """Start no worker (the run manager's executor runs every run here); deliver webhooks.
+
+        The webhook deliverer runs for the block; the leases a stopped process left are
+        freed first, so its deliveries resume at once.
+        """
+        deliveries = self.storage.deliveries
+        await deliveries.clear_leases()
+        deliverer = Deliverer(deliveries, setup.webhooks, webhook_metrics(setup.metrics))
+        await deliverer.start()
+        try:
+            yield []
+        finally:
+            await deliverer.stop()
 
 
 @contextlib.asynccontextmanager

@@ -102,6 +102,42 @@ CREATE TABLE IF NOT EXISTS crons (
 );
 CREATE INDEX IF NOT EXISTS crons_owner ON crons (owner, created_at);
 CREATE INDEX IF NOT EXISTS crons_due ON crons (next_run_at) WHERE enabled = 1;
+
+-- The webhook outbox (engine/webhooks.py): one row per run end to report, queued in the
+-- transaction of the run's terminal status; no foreign key, so a run deleted as it
+-- ended (rollback, on_completion delete) is still reported. Times to compare are Unix
+-- seconds.
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    delivery_id      TEXT PRIMARY KEY,
+    run_id           TEXT NOT NULL,
+    thread_id        TEXT NOT NULL,
+    owner            TEXT NOT NULL,
+    url              TEXT NOT NULL,
+    body             TEXT NOT NULL,            -- the JSON POSTed on every attempt
+    status           TEXT NOT NULL DEFAULT 'pending',  -- pending, success, failed
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL,
+    next_attempt_at  REAL NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    last_error       TEXT
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due
+    ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS webhook_deliveries_run ON webhook_deliveries (run_id);
+
+CREATE TABLE IF NOT EXISTS webhook_attempts (
+    delivery_id  TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    started_at   TEXT NOT NULL,
+    outcome      TEXT NOT NULL,  -- success, http_error, network_error, refused
+    status_code  INTEGER,
+    latency_ms   REAL NOT NULL,
+    error        TEXT,
+    excerpt      TEXT,           -- the start of a failing receiver's answer
+    PRIMARY KEY (delivery_id, attempt)
+) WITHOUT ROWID;
 """
 
 

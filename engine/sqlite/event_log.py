@@ -13,10 +13,17 @@ import aiosqlite
 
 from engine.group_commit import RETRY_FOR, GroupCommitEventLog, QueuedWrite, write_in_order
 from engine.protocols import Publish
-from engine.records import KEPT_AFTER_PRUNING, Frame, RecordChange, RunStatusChange
+from engine.records import (
+    KEPT_AFTER_PRUNING,
+    Frame,
+    RecordChange,
+    RunStatusChange,
+    WebhookQueued,
+)
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.runs import run_status_statement
 from engine.sqlite.threads import Statement, thread_state_statement
+from engine.sqlite.webhooks import webhook_queued_statement
 
 _INSERT_FRAME = "INSERT INTO run_events (run_id, id, event, data) VALUES (?, ?, ?, ?)"
 
@@ -24,9 +31,11 @@ __all__ = ["RETRY_FOR", "SqliteEventLog", "change_statement"]
 
 
 def change_statement(change: RecordChange) -> Statement:
-    """Return the statement that writes a run-status or thread-state change."""
+    """Return the statement that writes a run-status, thread-state or outbox change."""
     if isinstance(change, RunStatusChange):
         return run_status_statement(change)
+    if isinstance(change, WebhookQueued):
+        return webhook_queued_statement(change)
     return thread_state_statement(change)
 
 

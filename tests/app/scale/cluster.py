@@ -279,6 +279,9 @@ TEST_DATA_TABLES = (
     "checkpoints",
     "checkpoint_blobs",
     "checkpoint_writes",
+    "webhook_deliveries",
+    "webhook_attempts",
+    "crons",
 )
 
 

@@ -1,0 +1,242 @@
+"""Webhook signing, URL rules, the SSRF address checks and one attempt, table by table."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.errors import InvalidFields
+from engine.webhooks import (
+    EXCERPT_CHARS,
+    MAX_BACKOFF,
+    Delivery,
+    WebhookConfig,
+    check_webhook,
+    delivery_id,
+    retry_delay,
+    send,
+    sign,
+)
+from providers import guarded_http
+from providers.guarded_http import GuardedTransport, address_refusal, url_refusal
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = json.loads((ROOT / "../shared/cases/webhook_signatures.json").read_text())["cases"]
+
+
+def readme_verify() -> Any:
+    """Return `verify` from the README's "Webhooks" section, run as written."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Webhooks") :]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S)
+    assert snippet is not None, "the README's Webhooks section has a Python snippet"
+    namespace: dict[str, Any] = {}
+    exec(snippet.group(1), namespace)
+    return namespace["verify"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["signature"][7:15])
+def test_signature_vectors(case: dict[str, str]) -> None:
+    body = case["body"].encode()
+    assert sign(case["secret"], case["timestamp"], body) == case["signature"]
+    verify = readme_verify()
+    headers = {"X-Atelier-Timestamp": case["timestamp"], "X-Atelier-Signature": case["signature"]}
+    forever = 10**10
+    assert verify(case["secret"], headers, body, tolerance=forever)
+    assert not verify(case["secret"], headers, body + b" ", tolerance=forever)
+    assert not verify("another secret", headers, body, tolerance=forever)
+    assert not verify(case["secret"], headers, body)  # an old timestamp: a replay
+
+
+REFUSED = [
+    ("127.0.0.1", "loopback"),
+    ("127.1.2.3", "loopback"),
+    ("10.0.0.1", "private"),
+    ("172.16.5.4", "private"),
+    ("192.168.1.1", "private"),
+    ("169.254.169.254", "metadata"),
+    ("169.254.1.1", "link-local"),
+    ("100.64.0.1", "CGNAT"),
+    ("100.100.100.200", "metadata"),
+    ("0.0.0.0", "unspecified"),
+    ("224.0.0.1", "multicast"),
+    ("240.0.0.1", "reserved"),
+    ("255.255.255.255", "reserved"),
+    ("192.0.0.8", "IETF"),
+    ("198.18.0.1", "benchmarking"),
+    ("192.0.2.1", "private"),  # documentation
+    ("::1", "loopback"),
+    ("::", "unspecified"),
+    ("fe80::1", "link-local"),
+    ("fc00::1", "private"),
+    ("fd00:ec2::254", "metadata"),
+    ("ff02::1", "multicast"),
+    ("2001:db8::1", "private"),  # documentation
+    ("::ffff:127.0.0.1", "loopback"),
+    ("::ffff:10.0.0.1", "private"),
+    ("::ffff:169.254.169.254", "metadata"),
+    ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+
+
+@pytest.mark.parametrize(("address", "why"), REFUSED)
+def test_non_public_addresses_are_refused_with_their_reason(address: str, why: str) -> None:
+    reason = address_refusal(ipaddress.ip_address(address))
+    assert reason is not None and why in reason, reason
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+def test_public_addresses_pass(address: str) -> None:
+    assert address_refusal(ipaddress.ip_address(address)) is None
+
+
+URLS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("https://hooks.example.com/atelier", {}, None),
+    ("https://hooks.example.com:8443/a?b=c", {}, None),
+    ("ftp://hooks.example.com/x", {}, "only http(s)"),
+    ("file:///etc/passwd", {}, "only http(s)"),
+    ("http://hooks.example.com/x", {}, "only https"),
+    ("https:///nohost", {}, "no host"),
+    ("https://user:pw@hooks.example.com/", {}, "credentials"),
+    ("https://127.0.0.1/hook", {}, "loopback"),
+    ("https://[::1]:9/hook", {}, "loopback"),
+    ("https://[::ffff:10.1.2.3]/hook", {}, "private"),
+    ("https://169.254.169.254/latest/meta-data", {}, "metadata"),
+    ("https://hooks.example.com:99999/", {}, "malformed"),
+    ("https://localhost/hook", {}, None),  # a name: checked when it is resolved
+    ("https://other.example.com/", {"allowed_hosts": ["hooks.example.com"]}, "ALLOWED_HOSTS"),
+    ("https://HOOKS.example.com/", {"allowed_hosts": ["hooks.example.com"]}, None),
+    ("http://127.0.0.1:9/hook", {"allow_private": True}, None),
+]
+
+
+@pytest.mark.parametrize(("url", "options", "why"), URLS)
+def test_url_rules(url: str, options: dict[str, Any], why: str | None) -> None:
+    reason = url_refusal(url, **options)
+    assert (reason is None) if why is None else (reason is not None and why in reason), reason
+
+
+def test_a_refused_webhook_is_an_error_naming_the_field_and_the_rule() -> None:
+    with pytest.raises(InvalidFields) as caught:
+        check_webhook("http://127.0.0.1/hook", WebhookConfig())
+    (error,) = caught.value.errors
+    assert error["loc"] == ("webhook",) and "https" in error["msg"]
+    assert check_webhook(None, WebhookConfig()) is None
+    assert check_webhook("https://a.example/h", WebhookConfig()) == "https://a.example/h"
+    with pytest.raises(InvalidFields):
+        check_webhook("https://a.example/" + "x" * 3000, WebhookConfig())
+
+
+def resolving_to(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> list[str]:
+    """Make the transport's resolver answer `addresses`; return the names it was asked."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[Any]:
+        asked.append(host)
+        return [ipaddress.ip_address(a) for a in addresses]
+
+    monkeypatch.setattr(guarded_http, "resolve", resolve)
+    return asked
+
+
+async def test_the_transport_connects_to_the_checked_address_with_the_original_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked = resolving_to(monkeypatch, "93.184.216.34")
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    transport = GuardedTransport(inner=httpx.MockTransport(answer))
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.post("https://hooks.example.com:8443/in", content=b"{}")
+    assert response.status_code == 204 and asked == ["hooks.example.com"]
+    (request,) = seen
+    assert request.url.host == "93.184.216.34" and request.url.port == 8443
+    assert request.headers["host"] == "hooks.example.com:8443"
+    assert request.extensions["sni_hostname"] == "hooks.example.com"
+
+
+@pytest.mark.parametrize(
+    "addresses", [("127.0.0.1",), ("93.184.216.34", "10.0.0.7"), ("::ffff:169.254.169.254",)]
+)
+async def test_a_name_resolving_to_any_refused_address_is_never_connected(
+    monkeypatch: pytest.MonkeyPatch, addresses: tuple[str, ...]
+) -> None:
+    resolving_to(monkeypatch, *addresses)
+    connected: list[httpx.Request] = []
+    transport = GuardedTransport(inner=httpx.MockTransport(lambda r: connected.append(r)))  # type: ignore[arg-type, func-returns-value]
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(guarded_http.AddressRefused, match="resolves to"):
+            await client.post("https://rebind.example.com/in", content=b"{}")
+    assert connected == []
+
+
+async def test_localhost_is_refused_at_connect_time_by_the_real_resolver() -> None:
+    async with httpx.AsyncClient(transport=GuardedTransport()) as client:
+        with pytest.raises(guarded_http.AddressRefused, match="loopback"):
+            await client.get("https://localhost:9/hook")
+
+
+def delivery(url: str = "https://hooks.example.com/in") -> Delivery:
+    return Delivery(delivery_id("run-1", url), "run-1", url, '{"status":"success"}', 0, time.time())
+
+
+async def attempt_against(answer: httpx.Response, config: WebhookConfig) -> Any:
+    def respond(request: httpx.Request) -> httpx.Response:
+        respond.request = request  # type: ignore[attr-defined]
+        return answer
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(respond)) as client:
+        attempt = await send(client, config, delivery(), 1)
+    return attempt, getattr(respond, "request", None)
+
+
+async def test_an_attempt_is_signed_and_carries_the_delivery_id() -> None:
+    attempt, request = await attempt_against(httpx.Response(200), WebhookConfig(secret="s3cret"))
+    assert attempt.outcome == "success" and attempt.status_code == 200
+    stamp = request.headers["X-Atelier-Timestamp"]
+    assert abs(int(stamp) - time.time()) < 5
+    assert request.headers["X-Atelier-Signature"] == sign("s3cret", stamp, request.content)
+    assert request.headers["X-Atelier-Delivery"] == delivery().delivery_id
+    _, request = await attempt_against(httpx.Response(200), WebhookConfig())
+    assert "X-Atelier-Signature" not in request.headers
+
+
+async def test_a_failing_answer_keeps_only_a_short_excerpt_and_redirects_are_not_followed() -> None:
+    attempt, _ = await attempt_against(httpx.Response(500, text="x" * 100_000), WebhookConfig())
+    assert attempt.outcome == "http_error" and attempt.error == "HTTP 500"
+    assert attempt.excerpt == "x" * EXCERPT_CHARS
+    moved = httpx.Response(302, headers={"Location": "http://169.254.169.254/"})
+    attempt, _ = await attempt_against(moved, WebhookConfig())
+    assert attempt.outcome == "http_error" and "redirects are not followed" in attempt.error
+
+
+async def test_a_url_refused_by_todays_rules_is_a_refused_attempt() -> None:
+    config = WebhookConfig(allowed_hosts=("elsewhere.example.com",))
+    attempt, request = await attempt_against(httpx.Response(200), config)
+    assert attempt.outcome == "refused" and "WEBHOOK_ALLOWED_HOSTS" in attempt.error
+    assert request is None
+
+
+def test_backoff_doubles_with_jitter_up_to_its_bound() -> None:
+    for attempts in range(1, 12):
+        full = min(MAX_BACKOFF, 30 * 2 ** (attempts - 1))
+        delays = [retry_delay(attempts, 30) for _ in range(50)]
+        assert all(full / 2 <= d <= full for d in delays)
+    assert retry_delay(30, 30) <= MAX_BACKOFF
+
+
+def test_a_runs_delivery_id_is_stable() -> None:
+    assert delivery_id("r", "https://a/") == delivery_id("r", "https://a/")
+    assert delivery_id("r", "https://a/") != delivery_id("r2", "https://a/")
