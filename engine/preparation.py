@@ -237,9 +237,9 @@ class RunPreparer:
         """Return the run's kwargs, a chat message to a waiting thread made its answer.
 
         A run whose input has `messages` (and no command), on a thread with a
-        pending interrupt, resumes it: `command.resume` is the last human message's
-        text (the assistant's `chat_text`), and `command.update` adds the messages
-        to the conversation. Any other run is returned as it is.
+        pending interrupt, resumes it: `command.resume` is the input's request (the
+        last human message's text, `chat_text`, unless the input names one), and
+        `command.update` adds the messages to the conversation. Any other run is returned as it is.
         """
         graph_input = kwargs.get("input")
         read = assistant.spec.chat_text
@@ -249,7 +249,8 @@ class RunPreparer:
         snapshot = await assistant.graph.aget_state(config)
         if not snapshot.interrupts:
             return kwargs
-        command = {"resume": read(graph_input), "update": {"messages": graph_input["messages"]}}
+        answer = graph_input.get("request") or read(graph_input)  # an explicit request wins
+        command = {"resume": answer, "update": {"messages": graph_input["messages"]}}
         return {**kwargs, "input": None, "command": command}
 
     @staticmethod

@@ -31,6 +31,26 @@ def _field(message: Any, name: str) -> Any:
     return message.get(name) if isinstance(message, Mapping) else getattr(message, name, None)
 
 
+#: The roles a client's message may have, in either form (what LangChain converts
+#: without more fields; tool messages need their call's id, and a client sends none).
+CLIENT_ROLES = frozenset({"human", "user", "ai", "assistant", "system", "developer"})
+
+
+def malformed(message: Any) -> str | None:
+    """Say what is wrong with a client's message (JSON form), or None when it is usable."""
+    if not isinstance(message, Mapping):
+        return "a message is an object"
+    role = message.get("type", message.get("role"))
+    if not isinstance(role, str) or role not in CLIENT_ROLES:
+        return f"a message's type (or role) is one of {', '.join(sorted(CLIENT_ROLES))}"
+    content = message.get("content")
+    if not isinstance(content, str | list):
+        return "a message's content is a string or a list of content blocks"
+    if "id" in message and not isinstance(message["id"], str | None):
+        return "a message's id is a string"
+    return None
+
+
 def is_human(message: Any) -> bool:
     """Tell whether a message (object or JSON) is the user's."""
     role = _field(message, "type") or _field(message, "role")
@@ -43,7 +63,7 @@ def message_text(message: Any) -> str:
     if isinstance(content, str):
         return content.strip()
     parts: list[str] = []
-    for block in content or []:
+    for block in content if isinstance(content, list) else []:
         if isinstance(block, str):
             parts.append(block)
         elif isinstance(block, Mapping) and block.get("type") == "text":

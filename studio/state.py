@@ -39,7 +39,7 @@ from typing_extensions import TypedDict
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
-from studio.chat import chat_request
+from studio.chat import chat_request, malformed
 from studio.checks import Constraints
 from studio.limits import TeamLimits
 
@@ -302,6 +302,10 @@ class ChatInputRules(BaseModel):
     @field_validator("messages", check_fields=False)
     @classmethod
     def _human_text(cls, value: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
+        for index, message in enumerate(value):
+            wrong = malformed(message)
+            if wrong:
+                raise ValueError(f"messages[{index}]: {wrong}")
         if value and "request" not in info.data and not chat_request(value):
             raise ValueError("messages needs a human message with text (the request)")
         return value

@@ -239,3 +239,18 @@ async def test_a_message_after_a_post_revises_it(tmp_path: Path) -> None:
     writer_prompt = models.calls_for("writer_agent")[-1].prompt
     assert previous["title"] in writer_prompt and "标题短一点" in writer_prompt
     assert len(ai_messages(second.state)) == 2  # one AI message per post
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "human", "content": 5},
+        {"type": "tool", "content": "x"},
+        {"role": "user"},
+        {"type": "human", "content": "x", "id": 3},
+    ],
+)
+def test_a_malformed_message_is_refused_at_input_messages(message: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as raised:
+        AtelierInput.model_validate({"request": "写", "messages": [message]})
+    assert [e["loc"] for e in raised.value.errors()] == [("messages",)]
