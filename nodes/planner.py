@@ -417,8 +417,17 @@ def _failure(message: str) -> dict[str, Any]:
 
 
 def question_pending(state: Mapping[str, Any]) -> bool:
-    """Tell whether the planner wrote its question and is to pause for the answer next."""
-    return bool(state.get("question")) and state.get("clarification") is None
+    """Tell whether the planner wrote its question and is to pause for the answer next.
+
+    Only for the request it was asked about: a new request sent to a thread left
+    waiting at a question is assessed afresh.
+    """
+    question = state.get("question") or {}
+    return (
+        bool(question.get("value"))
+        and question.get("request") == state.get("request")
+        and state.get("clarification") is None
+    )
 
 
 async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
@@ -430,7 +439,7 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
         if not replanning and question_pending(state):
             # Pauses the run; on resume the node re-runs from the top and
             # interrupt() returns the answer instead of pausing again.
-            answer = parse_resume(interrupt(state["question"]))
+            answer = parse_resume(interrupt(state["question"]["value"]))
             update.update(clarification=answer, question=None)
             state = {**state, "clarification": answer}
             if answer["choice"] == "rejected":
@@ -444,7 +453,8 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
                 # here (graphs.pipeline) and pauses on it (above).
                 question = clarification_request(clarity)
                 asked = AIMessage(content=question["question"], id=f"question-{uuid.uuid4()}")
-                return {**update, "question": question, "messages": [asked]}
+                pending = {"value": question, "request": state.get("request")}
+                return {**update, "question": pending, "messages": [asked]}
 
         request = effective_request(state)
         messages = [

@@ -397,7 +397,9 @@ class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     session_id: str  # run start: thread id (or a run-scoped id) → rag, critic (coordinator key)
     clarity: dict[str, Any] | None  # planner: {score, dimensions, missing} → finalize, events
     clarification: dict[str, Any] | None  # planner after a question: {choice, details} → planner
-    question: dict[str, Any] | None  # planner: the question it wrote and pauses on next → planner
+    # planner: {value: the interrupt value, request: what it asks about} → planner, which
+    # pauses on it next (nodes.planner.question_pending)
+    question: dict[str, Any] | None
     intent: dict[str, Any] | None  # planner: action, topic, …, constraints → rag, executor, critic
     max_attempts: int  # run start: 1 + MAX_RETRY_COUNT, 1 in fast mode → critic, route_from_critic
     team_limits: TeamLimits  # run start: the team's bounds, fast mode applied → executor

@@ -254,3 +254,16 @@ def test_a_malformed_message_is_refused_at_input_messages(message: dict[str, Any
     with pytest.raises(ValidationError) as raised:
         AtelierInput.model_validate({"request": "写", "messages": [message]})
     assert [e["loc"] for e in raised.value.errors()] == [("messages",)]
+
+
+async def test_a_new_request_on_a_thread_left_at_a_question_is_assessed_afresh(
+    tmp_path: Path,
+) -> None:
+    models = models_for(judge_reply())
+    graph = build_pipeline(InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "left"}}
+    first = await run_pipeline(models, tmp_path, graph=graph, config=config, request="写一篇笔记")
+    assert first.interrupts
+    clear = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
+    second = await run_pipeline(models, tmp_path, graph=graph, config=config, request=clear)
+    assert not second.interrupts and second.result["outcome"] == "completed"
