@@ -439,7 +439,7 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
         if not replanning and question_pending(state):
             # Pauses the run; on resume the node re-runs from the top and
             # interrupt() returns the answer instead of pausing again.
-            answer = parse_resume(interrupt(state["question"]["value"]))
+            answer = parse_resume(interrupt((state.get("question") or {})["value"]))
             update.update(clarification=answer, question=None)
             state = {**state, "clarification": answer}
             if answer["choice"] == "rejected":
