@@ -389,6 +389,8 @@ class RunCreate(RunPlatformOptions, _Strict):
 
     @model_validator(mode="after")
     def _input_or_command(self) -> RunCreate:
+        if self.input == {} and self.command is not None:
+            self.input = None  # what LangChain's chat UIs send with a resume: no input
         if self.input is not None and self.command is not None:
             raise ValueError("input and command are mutually exclusive")
         # Neither: continue a thread paused at a breakpoint (checked by the run manager).

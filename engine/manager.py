@@ -250,6 +250,10 @@ class RunManager:
                 busy = await self._runs.active(run.thread_id)
                 other = busy[0].run_id if busy else "?"
                 raise Conflict(f"thread {run.thread_id!r} is busy with run {other!r}")
+            if prepared.thread_metadata:  # the title and assistant an older thread lacks
+                await self._threads.merge_metadata(
+                    run.owner, run.thread_id, prepared.thread_metadata
+                )
             self.executor.start(run, after=prepared.after, next_id=1)
             return run, True
 

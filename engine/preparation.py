@@ -13,6 +13,14 @@ a run without input are checked against the graph's state; a `webhook` URL again
 the deployment's rules (`engine.webhooks.check_webhook`). Nothing is written
 here, so a refused request leaves no thread or run behind; `RunManager.create`
 records and starts what it returns.
+
+Chat clients (Agent Chat UI, `useStream`) are met here too: a chat message
+(`input.messages`, for an assistant with `chat_text`) on a thread waiting at an
+interrupt answers it — the run becomes `command.resume` with the message's text,
+the message added to the conversation; `command.goto: "__end__"` answers a
+pending interrupt with a HITL `reject`; a thread gets a `title` (its first
+request) and its assistant in its metadata; and the run's config carries the
+server's base URL (`configurable.base_url`), which a graph links images with.
 """
 
 from __future__ import annotations
@@ -69,6 +77,8 @@ class RunRequest:
     idempotency_key: str | None = None
     #: Fingerprint of the request (`request_fingerprint`), to refuse a reused key.
     request_hash: str | None = None
+    #: The server's base URL the client reached (absolute links in the run's output).
+    base_url: str | None = None
 
 
 @dataclass
@@ -83,6 +93,8 @@ class PreparedRun:
     new_thread: ThreadRecord | None = None
     #: Runs of the thread this process executes that the run waits for (enqueue).
     after: list[str] = field(default_factory=list)
+    #: Keys to merge into an existing thread's metadata with the run (title, assistant).
+    thread_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class RunPreparation(Protocol):
@@ -147,7 +159,9 @@ class RunPreparer:
                 return PreparedRun(existing, new=False)
 
         new_thread: ThreadRecord | None = None
-        if thread_id is None or await self.threads.get(owner, thread_id) is None:
+        thread = await self.threads.get(owner, thread_id) if thread_id is not None else None
+        labels = self.thread_labels(assistant, kwargs)
+        if thread is None:
             if thread_id is not None and request.if_not_exists != "create":
                 raise NotFound(f"thread {thread_id!r} not found")
             if thread_id is not None and await self.threads.exists(thread_id):
@@ -158,10 +172,7 @@ class RunPreparer:
                 owner=owner,
                 created_at=stamp,
                 updated_at=stamp,
-                metadata={
-                    "graph_id": assistant.graph_id,
-                    "assistant_id": assistant.assistant_id,
-                },
+                metadata=labels,
             )
         tid = new_thread.thread_id if new_thread else thread_id
         assert tid is not None
@@ -180,6 +191,7 @@ class RunPreparer:
                 await self.executor.cancel_all([r.run_id for r in busy], multitask_strategy)
             elif busy:  # enqueue: start after every active run of the thread
                 after = [r.run_id for r in busy if self.executor.is_active(r.run_id)]
+            kwargs = await self.chat_answer(assistant, tid, kwargs)
             if kwargs.get("command"):
                 await self.check_command(
                     assistant, tid, kwargs["command"], kwargs.get("checkpoint")
@@ -208,7 +220,51 @@ class RunPreparer:
             idempotency_key=idempotency_key,
             request_hash=request_hash,
         )
-        return PreparedRun(run, new_thread=new_thread, after=after)
+        known = thread.metadata if thread is not None else {}
+        missing = {k: v for k, v in labels.items() if k not in known}
+        return PreparedRun(run, new_thread=new_thread, after=after, thread_metadata=missing)
+
+    @staticmethod
+    def thread_labels(assistant: Assistant, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Return the metadata a run gives its thread: its assistant, and a title.
+
+        The title is the first line of the run's request (at most 80 characters),
+        for a chat client's history list; a thread keeps the first one it got.
+        """
+        labels: dict[str, Any] = {
+            "graph_id": assistant.graph_id,
+            "assistant_id": assistant.assistant_id,
+        }
+        graph_input = kwargs.get("input") or {}
+        request = graph_input.get("request") if isinstance(graph_input, dict) else None
+        if not request and assistant.spec.chat_text is not None and graph_input:
+            request = assistant.spec.chat_text(graph_input)
+        line = next((ln.strip() for ln in str(request or "").splitlines() if ln.strip()), "")
+        if line:
+            labels["title"] = line if len(line) <= 80 else line[:79] + "…"
+        return labels
+
+    async def chat_answer(
+        self, assistant: Assistant, thread_id: str, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Return the run's kwargs, a chat message to a waiting thread made its answer.
+
+        A run whose input has `messages` (and no command), on a thread with a
+        pending interrupt, resumes it: `command.resume` is the input's request (the
+        last human message's text, `chat_text`, unless the input names one), and
+        `command.update` adds the messages to the conversation. Any other run is returned as it is.
+        """
+        graph_input = kwargs.get("input")
+        read = assistant.spec.chat_text
+        if read is None or not isinstance(graph_input, dict) or not graph_input.get("messages"):
+            return kwargs
+        config = self.at_checkpoint(thread_id, kwargs.get("checkpoint"))
+        snapshot = await assistant.graph.aget_state(config)
+        if not snapshot.interrupts:
+            return kwargs
+        answer = graph_input.get("request") or read(graph_input)  # an explicit request wins
+        command = {"resume": answer, "update": {"messages": graph_input["messages"]}}
+        return {**kwargs, "input": None, "command": command}
 
     @staticmethod
     def check_request(request: RunRequest) -> dict[str, Any]:
@@ -224,6 +280,10 @@ class RunPreparer:
         assistant, kwargs = request.assistant, request.kwargs
         command = kwargs.get("command") or {}
         goto = command.get("goto")
+        if goto in ("__end__", ["__end__"]) and set(command) == {"goto"}:
+            # A chat UI's "end here": the pending interrupt's HITL answer `reject`.
+            command = {"resume": {"decisions": [{"type": "reject"}]}}
+            kwargs, goto = {**kwargs, "command": command}, None
         targets = [goto] if isinstance(goto, str) else list(goto or [])
         nodes = assistant.node_names
         unknown = sorted(set(targets) - set(nodes))
@@ -266,6 +326,10 @@ class RunPreparer:
                 raise InvalidFields.at(
                     option, f"{option} names unknown nodes {unknown}; nodes: {nodes}"
                 )
+        if request.base_url:
+            config = dict(kwargs.get("config") or {})
+            configurable = {**(config.get("configurable") or {}), "base_url": request.base_url}
+            kwargs = {**kwargs, "config": {**config, "configurable": configurable}}
         return {**kwargs, "input": graph_input}
 
     def at_checkpoint(self, thread_id: str, checkpoint: dict[str, Any] | None) -> RunnableConfig:

@@ -5,6 +5,11 @@
               clarification question (`check_clarification_answer`); a state update
               may ask for a card to be redrawn (`check_pipeline_update`); only the
               writing roles' tokens are streamed (`writer_tokens_only`).
+    team      the executor team alone (`graphs.team.build_team`), as `langgraph.json`
+              declares it: its input is `TeamRunInput`; the same token filter.
+
+Both take LangChain chat input (`messages`; `chat_text` reads the request of a
+chat message) and keep the conversation in their state (PRODUCT.md §7).
 
 Whoever opens the run engine (the app, `atelier worker`) hands `ASSISTANTS` to its
 registry (`engine.assistants.build_assistants`), which compiles each graph on the
@@ -29,9 +34,11 @@ from pydantic import (
 
 from graphs.pipeline import build_pipeline
 from graphs.spec import AssistantSpec
+from graphs.team import build_team
 from providers.llm import streams_to_users
+from studio.chat import chat_request
 from studio.post import card_to_redraw
-from studio.state import AtelierInput
+from studio.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
 
 
 class ClarificationDetails(BaseModel):
@@ -49,16 +56,62 @@ class ClarificationDetails(BaseModel):
         return self
 
 
+class EditedClarification(BaseModel):
+    """The args of an `edit` decision: the details the user added."""
+
+    details: str = Field(min_length=1, max_length=4000)
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> EditedClarification:
+        if not self.details.strip():
+            raise ValueError("details must not be blank")
+        return self
+
+
+class EditedAction(BaseModel):
+    """The action an `edit` decision sends back, with its edited args."""
+
+    name: str = Field(max_length=128)
+    args: EditedClarification
+
+
+class ClarificationDecision(BaseModel):
+    """One HITL decision on the clarification question (what Agent Chat UI sends).
+
+    `approve` continues with defaults, `edit` carries the details in
+    `edited_action.args.details`, `reject` ends the run as `needs_clarification`.
+    """
+
+    type: Literal["approve", "edit", "reject"]
+    edited_action: EditedAction | None = None
+    message: str | None = Field(default=None, max_length=4000)
+
+    @model_validator(mode="after")
+    def _edit_has_details(self) -> ClarificationDecision:
+        if self.type == "edit" and self.edited_action is None:
+            raise ValueError("an edit decision needs edited_action.args.details")
+        return self
+
+
+class ClarificationDecisions(BaseModel):
+    """A HITL answer: one decision for the one action the question offers."""
+
+    decisions: list[ClarificationDecision] = Field(min_length=1, max_length=1)
+
+
 _CLARIFICATION_ANSWER: TypeAdapter[Any] = TypeAdapter(
-    Annotated[str, StringConstraints(min_length=1, max_length=4000)] | ClarificationDetails
+    Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+    | ClarificationDetails
+    | ClarificationDecisions
 )
 
 
 def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> None:
     """Check a resume value for the planner's clarification question.
 
-    Accepted: "defaults", any other text (1–4000 characters, added as details), or
-    `{"action": "defaults"}` / `{"action": "details", "details": "..."}`.
+    Accepted: "defaults", any other text (1–4000 characters, added as details),
+    `{"action": "defaults"}` / `{"action": "details", "details": "..."}`, or a
+    HITL answer `{"decisions": [{"type": "approve" | "edit" | "reject", …}]}`.
 
     Raises:
         ValueError: The value is none of those.
@@ -72,8 +125,10 @@ def check_clarification_answer(value: Any, interrupts: Sequence[Interrupt]) -> N
         _CLARIFICATION_ANSWER.validate_python(value)
     except ValidationError:
         raise ValueError(
-            'a clarification answer is "defaults", a text of 1-4000 characters, or '
-            '{"action": "defaults"} / {"action": "details", "details": "..."}'
+            'a clarification answer is "defaults", a text of 1-4000 characters, '
+            '{"action": "defaults"} / {"action": "details", "details": "..."}, or '
+            '{"decisions": [{"type": "approve"}]} (or "reject", or "edit" with '
+            '{"edited_action": {"name": "clarify_request", "args": {"details": "..."}}})'
         ) from None
 
 
@@ -107,6 +162,26 @@ def check_pipeline_update(
 #: The `atelier` assistant's token filter: the writing roles' tokens only.
 writer_tokens_only = streams_to_users
 
+
+def chat_text(graph_input: Mapping[str, Any]) -> str:
+    """Return what a run input says as a chat message: its last human message's text."""
+    return chat_request(graph_input.get("messages"))
+
+
+class TeamRunInput(ChatInputRules):
+    """The `input` of a run of the `team` assistant: `studio.state.TeamInput`.
+
+    The request (or chat `messages`, as for `atelier`) is checked; the team's
+    other keys (`platform`, `constraints`, `intent`, `limits`, …) go to its entry
+    node as they are.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    request: RequestText
+    messages: ChatMessages = Field(default_factory=list)
+
+
 ATELIER = AssistantSpec(
     assistant_id="atelier",
     build_graph=build_pipeline,
@@ -116,7 +191,18 @@ ATELIER = AssistantSpec(
     check_resume=check_clarification_answer,
     check_update=check_pipeline_update,
     keep_message=writer_tokens_only,
+    chat_text=chat_text,
 )
 
-#: Every assistant the service serves.
-ASSISTANTS: tuple[AssistantSpec, ...] = (ATELIER,)
+TEAM = AssistantSpec(
+    assistant_id="team",
+    build_graph=build_team,
+    name="team",
+    description="The executor team alone: research, write, illustrate and review one draft.",
+    input_model=TeamRunInput,
+    keep_message=writer_tokens_only,
+    chat_text=chat_text,
+)
+
+#: Every assistant the service serves: every graph `langgraph.json` declares.
+ASSISTANTS: tuple[AssistantSpec, ...] = (ATELIER, TEAM)

@@ -5,6 +5,7 @@ START → planner → rag → executor → critic ─┬─ passed / exhausted /
           ↑        ↑                        ├─ retry (attempts left) → rag
           └────────┴─ replan (ignored blocker note, once) ┘
 planner ── unknown intent / LLM failure ──→ finalize
+planner ── question written ──→ planner (pauses on it: `interrupt()`)
 ```
 
 Loop bounds live in state, not in `recursion_limit`: the critic writes
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -45,7 +46,7 @@ from graphs.team import build_team, team_recursion_limit
 from nodes.critic import critic
 from nodes.executor import make_executor
 from nodes.finalize import finalize
-from nodes.planner import planner
+from nodes.planner import planner, question_pending
 from nodes.rag import rag
 from nodes.redraw_card import redraw_card
 from providers.usage import metering
@@ -84,6 +85,11 @@ def metered(node: Node, *, draft_source: str | None = None) -> Node:
         return update
 
     return run
+
+
+def route_after_planner_step(state: PipelineState) -> Literal["planner", "rag", "finalize"]:
+    """Come back to the planner to pause on the question it just wrote, else route on."""
+    return "planner" if question_pending(state) else route_after_planner(state)
 
 
 def pipeline_supersteps(max_retry_count: int = 3, max_replans: int = 1) -> int:
@@ -149,7 +155,9 @@ def build_pipeline(
     builder.add_node("redraw_card", metered(redraw_card))
 
     builder.add_edge(START, "planner")
-    builder.add_conditional_edges("planner", route_after_planner, ["rag", "finalize"])
+    builder.add_conditional_edges(
+        "planner", route_after_planner_step, ["planner", "rag", "finalize"]
+    )
     builder.add_edge("rag", "executor")
     builder.add_edge("executor", "critic")
     builder.add_edge("redraw_card", "critic")

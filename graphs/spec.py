@@ -3,10 +3,11 @@
 An `AssistantSpec` says everything the run engine needs to serve a graph under an
 assistant id: how to build the graph on the service's checkpointer, the strict
 Pydantic model a run's `input` must satisfy, a check of resume values against the
-pending interrupts, a check of state updates, and which LLM tokens reach the
-`messages` stream. It holds no compiled graph and no connection, so it can be
-declared at import (`graphs.assistants`), stored, or made by a user (a preset).
-The engine's registry (`engine.assistants.build_assistants`) compiles the graphs.
+pending interrupts, a check of state updates, which LLM tokens reach the
+`messages` stream, and how to read its input as a chat message. It holds no
+compiled graph and no connection, so it can be declared at import
+(`graphs.assistants`), stored, or made by a user (a preset). The engine's
+registry (`engine.assistants.build_assistants`) compiles the graphs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ ResumeCheck = Callable[[Any, Sequence[Interrupt]], None]
 UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[str]], None]
 #: Decide from a token's `messages` metadata whether it is streamed.
 TokenFilter = Callable[[Mapping[str, Any]], bool]
+#: Read what a (validated) run input says as a chat message: the text of its last
+#: human message, "" when it has none.
+ChatReader = Callable[[Mapping[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,6 @@ class AssistantSpec:
     check_resume: ResumeCheck | None = None  # `command.resume` values
     check_update: UpdateCheck | None = None  # `command.update` and POST …/state values
     keep_message: TokenFilter | None = None  # None streams every token LangGraph emits
+    # Chat input (`messages`): a message on a thread waiting at an interrupt answers it;
+    # None: the assistant takes no chat input.
+    chat_text: ChatReader | None = None

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -123,11 +124,19 @@ def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
 
 
 def build_team(
-    *, limits: TeamLimits | None = None, context_schema: type[Any] = AtelierContext
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    *,
+    limits: TeamLimits | None = None,
+    context_schema: type[Any] = AtelierContext,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Build and compile the executor team graph (named "team").
 
     Args:
+        checkpointer: Where checkpoints go when the team is served on its own
+            (`graphs.assistants.TEAM`); as the pipeline's executor it has none
+            and runs under the pipeline's. A mapping (a run's config, as
+            LangGraph's server passes a one-argument graph factory) is taken as
+            "no checkpointer".
         limits: Loop bounds the run will use, only to size the default
             `recursion_limit` (`team_recursion_limit`); the bounds themselves
             come from the input's `limits` and the run's `AtelierContext`.
@@ -173,5 +182,7 @@ def build_team(
     builder.add_edge("image_tools", "image_agent")
     builder.add_conditional_edges("review_agent", should_continue_review, [END, "supervisor"])
 
-    graph = builder.compile(name="team")
+    if isinstance(checkpointer, Mapping):
+        checkpointer = None
+    graph = builder.compile(checkpointer=checkpointer, name="team")
     return graph.with_config(recursion_limit=team_recursion_limit(limits))

@@ -41,6 +41,7 @@ from langgraph.runtime import Runtime
 
 from core.events import AttemptStarted, emit, stage_events
 from providers.llm import model_crash
+from studio.chat import base_url_of, draft_text, post_message_update
 from studio.context import AtelierContext
 from studio.post import MODEL_CRASHED_MESSAGE, effective_request, post_platform
 from studio.state import PipelineState, TeamInput, TeamOutput
@@ -144,7 +145,13 @@ def make_executor(
                     MODEL_CRASHED_MESSAGE.format(reason=crash) if crash else TEAM_FAILED_MESSAGE
                 )
                 return {**team_update(None), "failure": _failure(message)}
-            return {**team_update(output), "failure": None}
+            update = {**team_update(output), "failure": None}
+            content = update.get("generated_content")
+            if content:  # the draft, in the conversation where its tokens streamed
+                text = draft_text(content, update.get("images") or [], base_url_of(config))
+                message_id = update.get("draft_message_id")
+                update.update(post_message_update(text, message_id, state.get("post_message_id")))
+            return update
 
     return executor
 

@@ -67,10 +67,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from core.events import stage_events
 from providers.usage import usage_totals
+from studio.chat import base_url_of, post_message_update, post_text
 from studio.context import AtelierContext, context_of
 from studio.pipeline_routing import NOT_JUDGED, REVISIONS
 from studio.post import best_attempt, post_platform
@@ -281,11 +283,20 @@ def published_artefacts(state: Mapping[str, Any]) -> dict[str, Any]:
     return update
 
 
-async def finalize(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
-    """Write the run's result payload."""
+async def finalize(
+    state: PipelineState, runtime: Runtime[AtelierContext], config: RunnableConfig
+) -> dict[str, Any]:
+    """Write the run's result payload, and show it in the conversation.
+
+    The post replaces the run's draft message in place (`studio.chat`): same id,
+    its text now the published post with absolute image URLs (the server's base
+    URL from the run's config); a run without a post says why in a new message.
+    """
     ctx = context_of(runtime)
     with stage_events(runtime.stream_writer, "finalize", int(state.get("attempt") or 0)):
         result = build_result(state, ctx.critic_pass_threshold)
+        text = post_text(result, base_url_of(config))
+        shown = post_message_update(text, None, state.get("post_message_id"))
         # `redraw` cleared: a card redraw runs only when asked for after this (see
         # studio.pipeline_routing.route_after_finalize).
-        return {"result": result, "redraw": None, **published_artefacts(state)}
+        return {"result": result, "redraw": None, **published_artefacts(state), **shown}

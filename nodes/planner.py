@@ -6,9 +6,13 @@ One node, three steps:
    scenario, constraints, length — each 0 or 1, averaged. When the score is
    below `CLARITY_THRESHOLD`, the request has no "just do it" phrase
    (`JUST_DO_IT_PHRASES`), `auto_confirm` is false and no question was asked
-   yet, the run pauses with `interrupt()` (value: `clarification_request`).
-   The question comes *before* the LLM call: `interrupt()` re-runs the node from
-   the top on resume, and this way the planner's LLM is paid once per plan.
+   yet, the planner asks in two steps: it writes the question to the
+   conversation (an AI message, `question`) and comes back to itself, then
+   pauses with `interrupt()` (value: `clarification_request`), so a chat client
+   shows the question while the run waits. The question comes *before* the LLM
+   call: `interrupt()` re-runs the node from the top on resume, and this way the
+   planner's LLM is paid once per plan. A message that follows a post
+   (`previous_post`) revises it: no question is asked.
 2. **Intent, by LLM** (`PlannerIntent`, forced tool call): action, topic,
    audience, goal, style, platform, constraints, confidence. A transport error
    (after the client's own retries) or two unreadable replies → `failure`, and
@@ -29,17 +33,22 @@ there, before the planner sees the state.
 Resume values accepted after the clarification interrupt (`parse_resume`):
 ``"defaults"`` or ``{"action": "defaults"}`` → continue with defaults;
 ``{"action": "details", "details": "..."}`` or any other non-empty string →
-the text is added to the request as details. Anything empty → defaults.
+the text is added to the request as details. Anything empty → defaults. The
+interrupt value is also a HITL request (`action_requests` + `review_configs`,
+the shape Agent Chat UI renders), answered with ``{"decisions": [d]}``:
+``approve`` → defaults, ``edit`` → the edited args' `details`, ``reject`` →
+the run ends with outcome `needs_clarification`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
@@ -188,7 +197,14 @@ def should_ask(state: Mapping[str, Any], clarity: Mapping[str, Any]) -> bool:
         and not has_just_do_it_phrase(str(state.get("request") or ""))
         and not state.get("auto_confirm")
         and state.get("clarification") is None
+        and not state.get("previous_post")
     )
+
+
+#: The HITL action the clarification question offers (its `action_requests[0].name`).
+CLARIFY_ACTION = "clarify_request"
+#: The decisions a chat client may send for it.
+CLARIFY_DECISIONS = ("approve", "edit", "reject")
 
 
 def clarification_request(clarity: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,20 +212,44 @@ def clarification_request(clarity: Mapping[str, Any]) -> dict[str, Any]:
 
     Shape: ``{"type": "clarification", "question": str, "options": [{"id":
     "defaults", "label": ...}, {"id": "details", "label": ...}], "missing":
-    [dimension names], "clarity": float}``.
+    [dimension names], "clarity": float}``, plus the same question as a HITL
+    request (LangChain's human-in-the-loop shape, which Agent Chat UI renders):
+    ``"action_requests": [{"name": "clarify_request", "args": {"details": ""},
+    "description": question}], "review_configs": [{"action_name":
+    "clarify_request", "allowed_decisions": ["approve", "edit", "reject"]}]``.
     """
     missing = list(clarity["missing"])
     labels = "、".join(prompt.DIMENSION_LABELS[name] for name in missing) or "细节"
+    question = prompt.CLARIFY_QUESTION.format(missing=labels)
     return {
         "type": "clarification",
-        "question": prompt.CLARIFY_QUESTION.format(missing=labels),
+        "question": question,
         "options": [
             {"id": "defaults", "label": prompt.DEFAULTS_LABEL},
             {"id": "details", "label": prompt.DETAILS_LABEL},
         ],
         "missing": missing,
         "clarity": float(clarity["score"]),
+        "action_requests": [
+            {"name": CLARIFY_ACTION, "args": {"details": ""}, "description": question}
+        ],
+        "review_configs": [
+            {"action_name": CLARIFY_ACTION, "allowed_decisions": list(CLARIFY_DECISIONS)}
+        ],
     }
+
+
+def _decision_answer(decision: Any) -> dict[str, Any]:
+    """Read one HITL decision: approve → defaults, edit → its details, reject → ended."""
+    kind = decision.get("type") if isinstance(decision, Mapping) else None
+    if kind == "reject":
+        return {"choice": "rejected", "details": ""}
+    if kind == "edit":
+        action = decision.get("edited_action") or {}
+        args = action.get("args") if isinstance(action, Mapping) else None
+        details = args.get("details") if isinstance(args, Mapping) else None
+        return parse_resume({"action": "details", "details": details or ""})
+    return {"choice": "defaults", "details": ""}
 
 
 def parse_resume(value: Any) -> dict[str, Any]:
@@ -219,9 +259,13 @@ def parse_resume(value: Any) -> dict[str, Any]:
         ``{"choice": "defaults", "details": ""}`` for ``"defaults"``,
         ``{"action": "defaults"}`` or an empty answer; ``{"choice": "details",
         "details": text}`` for ``{"action": "details", "details": text}`` or any
-        other non-empty string. Details are capped at 4000 characters.
+        other non-empty string; a HITL answer ``{"decisions": [d]}`` as
+        `_decision_answer` reads it (``{"choice": "rejected"}`` for reject).
+        Details are capped at 4000 characters.
     """
     details = ""
+    if isinstance(value, Mapping) and isinstance(value.get("decisions"), list):
+        return _decision_answer(value["decisions"][0] if value["decisions"] else None)
     if isinstance(value, Mapping):
         if value.get("action") != "defaults":
             details = str(value.get("details") or "").strip()
@@ -286,6 +330,8 @@ FAILED_MESSAGE = (
     "规划这一步没能从语言模型拿到结果（已自动重试）。请确认模型服务可用"
     "（LLM_BASE_URL / LLM_MODEL 或内置模型），稍后再试。"
 )
+#: The run's message when the user declined to answer the clarification question.
+REJECTED_MESSAGE = "已按你的选择结束：需求还不够清楚，补充细节后再发一次即可。"
 UNREADABLE_MESSAGE = (
     "规划模型两次都没有返回可读的结构化结果。"
     "请重试，或为 planner 角色配置更强的模型（LLM_MODELS）。"
@@ -370,21 +416,45 @@ def _failure(message: str) -> dict[str, Any]:
     return {"failure": {"stage": "planner", "message": message}}
 
 
+def question_pending(state: Mapping[str, Any]) -> bool:
+    """Tell whether the planner wrote its question and is to pause for the answer next.
+
+    Only for the request it was asked about: a new request sent to a thread left
+    waiting at a question is assessed afresh.
+    """
+    question = state.get("question") or {}
+    return (
+        bool(question.get("value"))
+        and question.get("request") == state.get("request")
+        and state.get("clarification") is None
+    )
+
+
 async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Plan the post: ask when the request is vague, then extract the intent and constraints."""
     ctx = context_of(runtime)
     update: dict[str, Any] = {}
     replanning = bool(state.get("replan_notes")) and bool(state.get("intent"))
     with stage_events(runtime.stream_writer, "planner", int(state.get("attempt") or 0)):
-        if not replanning:
+        if not replanning and question_pending(state):
+            # Pauses the run; on resume the node re-runs from the top and
+            # interrupt() returns the answer instead of pausing again.
+            answer = parse_resume(interrupt((state.get("question") or {})["value"]))
+            update.update(clarification=answer, question=None)
+            state = {**state, "clarification": answer}
+            if answer["choice"] == "rejected":
+                update["intent"] = {"action": "unknown", "message": REJECTED_MESSAGE}
+                return update
+        elif not replanning:
             clarity = assess_clarity(state)
             update["clarity"] = clarity
             if should_ask(state, clarity):
-                # Pauses the run; on resume the node re-runs from the top and
-                # interrupt() returns the answer instead of pausing again.
-                answer = parse_resume(interrupt(clarification_request(clarity)))
-                update["clarification"] = answer
-                state = {**state, "clarification": answer}
+                # The question goes to the conversation first; the graph comes back
+                # here (graphs.pipeline) and pauses on it (above).
+                question = clarification_request(clarity)
+                asked = AIMessage(content=question["question"], id=f"question-{uuid.uuid4()}")
+                pending = {"value": question, "request": state.get("request")}
+                return {**update, "question": pending, "messages": [asked]}
 
         request = effective_request(state)
         messages = [
@@ -440,4 +510,6 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
         }
         update["replan_notes"] = []
         update["failure"] = None
+        if intent.action != "revise_post":
+            update["previous_post"] = None  # a new request: nothing to revise
         return update

@@ -11,10 +11,12 @@ import json
 import re
 from typing import Any
 
+from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from prompts import writer as prompt
+from studio.chat import draft_text
 from studio.checks import normalize_tags
 from studio.common import agent_error, build_messages, clear_agent_error, parse_constraints
 from studio.context import AtelierContext, context_of
@@ -168,4 +170,12 @@ async def writer_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> di
     if tag_max is not None:
         tags = tags[:tag_max]
     content = {"title": post.title, "body": post.body, "tags": tags}
-    return {"generated_content": content, **clear_agent_error(state, AGENT)}
+    # The draft, in the conversation under the id its streamed tokens carry; the
+    # pipeline shows it in its own (nodes.executor), the team served alone here.
+    draft = AIMessage(content=draft_text(content), id=reply.id)
+    return {
+        "generated_content": content,
+        "draft_message_id": reply.id,
+        "messages": [draft],
+        **clear_agent_error(state, AGENT),
+    }

@@ -31,11 +31,24 @@ BRIEF_WRITTEN_FIELDS: tuple[str, ...] = ("topic", "audience", "goal", "constrain
 
 
 def effective_request(state: Mapping[str, Any]) -> str:
-    """Return the request with any details the user added when asked."""
+    """Return the request with any details the user added when asked, and the post to revise.
+
+    `previous_post` ({title, body, tags}) is the post a chat message after it asks
+    to change (`studio.run_start.chat_start`); the planner clears it when the
+    message is a new request instead.
+    """
     request = str(state.get("request") or "").strip()
     clarification = state.get("clarification") or {}
     details = str(clarification.get("details") or "").strip()
-    return f"{request}\n\n补充说明：{details}" if details else request
+    text = f"{request}\n\n补充说明：{details}" if details else request
+    previous = state.get("previous_post") or {}
+    if previous.get("title") or previous.get("body"):
+        tags = " ".join(f"#{t}" for t in previous.get("tags") or [])
+        text += (
+            f"\n\n要修改的上一篇帖子：\n标题：{previous.get('title') or ''}\n"
+            f"正文：\n{previous.get('body') or ''}\n标签：{tags}"
+        )
+    return text
 
 
 def post_platform(state: Mapping[str, Any]) -> str:

@@ -10,22 +10,28 @@ and result. It also fixes the run's budget here, once: `max_attempts`
 The pipeline enters its first node through `starting_run` (`graphs.pipeline`
 wraps the planner with it), so the reset is part of the planner's step: no
 extra node or superstep, and nothing is written before the planner's own
-update. That means, too, that until the planner gets past a clarification
-question (`interrupt()` re-runs the node from the top on resume) the thread's
-state still shows the previous run's fields.
+update. A planner that asks a question first writes it with the reset
+(`nodes.planner`), so a thread waiting for an answer shows the new run's state.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from langgraph.runtime import Runtime
 
+from studio.chat import chat_request, image_blocks, is_human
 from studio.context import AtelierContext, context_of
 from studio.limits import fast_mode_limits, resolve_limits
 from studio.state import PipelineState
+
+log = logging.getLogger(__name__)
+
+#: The most reference images a run takes (`studio.state.ReferenceImages`).
+_MAX_REFERENCE_IMAGES = 9
 
 
 class PipelineNode(Protocol):
@@ -62,9 +68,41 @@ def new_run_state(ctx: AtelierContext, state: Mapping[str, Any], session_id: str
         "retry_context": None,
         "replan_notes": [],
         "clarification": None,
+        "question": None,
         "failure": None,
         "result": None,
+        "previous_post": None,
+        "post_message_id": None,
     }
+
+
+async def chat_start(ctx: AtelierContext, state: Mapping[str, Any]) -> dict[str, Any]:
+    """Return what a new run takes from the chat message that started it (module docstring).
+
+    Empty unless the conversation's last message is the user's: a run started with
+    `request` alone on a chat thread leaves the conversation as it was.
+    """
+    messages = list(state.get("messages") or [])
+    if not messages or not is_human(messages[-1]):
+        return {}
+    update: dict[str, Any] = {}
+    if not str(state.get("request") or "").strip():
+        update["request"] = chat_request(messages)[:4000]
+    references = list(state.get("reference_images") or [])
+    for data, mime in image_blocks(messages[-1]):
+        try:
+            record = await ctx.assets.aput(data, mime, kind="uploaded", meta={"source": "chat"})
+        except ValueError:
+            log.warning("a chat image is not a readable image; skipped")
+            continue
+        if record.asset_id not in references:
+            references.append(record.asset_id)
+    if references != list(state.get("reference_images") or []):
+        update["reference_images"] = references[:_MAX_REFERENCE_IMAGES]
+    previous = (state.get("result") or {}).get("post") or {}
+    if previous.get("title") or previous.get("blocks"):
+        update["previous_post"] = state.get("generated_content") or previous
+    return update
 
 
 def session_id_of(runtime: Runtime[Any]) -> str:
@@ -88,7 +126,11 @@ def starting_run(node: PipelineNode) -> PipelineNode:
     async def entered(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
         if not starts_new_run(state):
             return await node(state, runtime)
-        start = new_run_state(context_of(runtime), state, session_id_of(runtime))
+        ctx = context_of(runtime)
+        start = {
+            **new_run_state(ctx, state, session_id_of(runtime)),
+            **await chat_start(ctx, state),
+        }
         update = await node({**state, **start}, runtime)  # type: ignore[typeddict-item]
         return {**start, **update}
 

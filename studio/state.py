@@ -19,6 +19,7 @@ from typing import (
 )
 
 import orjson
+from langgraph.graph.message import add_messages
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -26,8 +27,10 @@ from pydantic import (
     Strict,
     StrictBool,
     StringConstraints,
+    ValidationInfo,
     create_model,
     field_validator,
+    model_validator,
 )
 
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
@@ -36,6 +39,7 @@ from typing_extensions import TypedDict
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
+from studio.chat import chat_request, malformed
 from studio.checks import Constraints
 from studio.limits import TeamLimits
 
@@ -51,6 +55,8 @@ ReferenceTexts = Annotated[
     list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]], Field(max_length=5)
 ]
 LayoutPreference = Literal["balanced", "image_heavy", "text_heavy"]
+#: A conversation as a client sends it: LangChain messages in their JSON form.
+ChatMessages = Annotated[list[dict[str, Any]], Field(max_length=200)]
 ImageCount = Annotated[int, Field(ge=1, le=9)]
 
 
@@ -95,6 +101,9 @@ class TeamInput(TypedDict, total=False):
     # Loop bounds; unset ones come from the context, then the defaults. The team's entry
     # node resolves them (studio.limits); routers and nodes read them (limits_of).
     limits: TeamLimits
+    # The conversation when the team is served on its own (PRODUCT.md §7): the client's
+    # messages, then writer_agent's draft as an AI message. The pipeline passes none.
+    messages: Annotated[list[Any], add_messages]
 
 
 class TeamOutput(TypedDict, total=False):
@@ -107,6 +116,9 @@ class TeamOutput(TypedDict, total=False):
     layout_spec: dict[str, Any] | None  # layout_planner_agent → image_planner_agent
     image_plans: list[dict[str, Any]]  # image_planner_agent → image_agent
     generated_content: dict[str, Any] | None  # writer_agent {title, body, tags} → review, critic
+    # writer_agent: its reply's id, which its streamed tokens carry → executor (the draft
+    # message of the conversation, `studio.chat.post_message_update`)
+    draft_message_id: str | None
     review_feedback: dict[str, Any] | None  # review_agent → supervisor, routers
     quality_scores: dict[str, float]  # review_agent → should_continue_review, quality_fallback
     reviewed_digest: str | None  # review_agent: fingerprint of the draft it judged (staleness)
@@ -248,13 +260,58 @@ class PipelineInput(TypedDict, total=False):
     auto_confirm: Annotated[
         StrictBool, Field(default=False, description="Never ask a clarification question.")
     ]
+    # The conversation (PRODUCT.md §7): the client's messages are added with their ids;
+    # the planner's question and the post are added as AI messages. Run start reads the
+    # last human message's images (reference images); planner, writer the previous post.
+    messages: Annotated[
+        ChatMessages,
+        Field(
+            default_factory=list,
+            description="LangChain chat input: when `request` is absent, it is the text of "
+            "the last human message (string content, or its text blocks joined with "
+            "newlines); that message's image blocks become reference images.",
+            examples=[[{"type": "human", "content": "写一篇小红书笔记：平价护肤"}]],
+        ),
+        add_messages,
+    ]
 
 
 #: Largest JSON form of the `constraints` input.
 MAX_CONSTRAINTS_BYTES = 16_384
 
 
-class _InputRules(BaseModel):
+class ChatInputRules(BaseModel):
+    """The rules of chat input (`messages`), for a model with `request` and `messages`.
+
+    When `request` is absent it is the text of the last human message
+    (`studio.chat.chat_request`); a conversation with no human text is refused at
+    `messages`.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _request_from_messages(cls, data: Any) -> Any:
+        # An explicit request wins; a conversation without human text is refused at
+        # `messages` (below), where the client can see what to fix.
+        if isinstance(data, dict) and "request" not in data and data.get("messages"):
+            request = chat_request(data["messages"]) if isinstance(data["messages"], list) else ""
+            if request:
+                return {**data, "request": request}
+        return data
+
+    @field_validator("messages", check_fields=False)
+    @classmethod
+    def _human_text(cls, value: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
+        for index, message in enumerate(value):
+            wrong = malformed(message)
+            if wrong:
+                raise ValueError(f"messages[{index}]: {wrong}")
+        if value and "request" not in info.data and not chat_request(value):
+            raise ValueError("messages needs a human message with text (the request)")
+        return value
+
+
+class _InputRules(ChatInputRules):
     """What `AtelierInput` checks beyond each field's type and bounds."""
 
     model_config = ConfigDict(extra="forbid")
@@ -340,6 +397,9 @@ class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     session_id: str  # run start: thread id (or a run-scoped id) → rag, critic (coordinator key)
     clarity: dict[str, Any] | None  # planner: {score, dimensions, missing} → finalize, events
     clarification: dict[str, Any] | None  # planner after a question: {choice, details} → planner
+    # planner: {value: the interrupt value, request: what it asks about} → planner, which
+    # pauses on it next (nodes.planner.question_pending)
+    question: dict[str, Any] | None
     intent: dict[str, Any] | None  # planner: action, topic, …, constraints → rag, executor, critic
     max_attempts: int  # run start: 1 + MAX_RETRY_COUNT, 1 in fast mode → critic, route_from_critic
     team_limits: TeamLimits  # run start: the team's bounds, fast mode applied → executor
@@ -357,6 +417,12 @@ class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     # None (the critic's reset) then a state update: a person's edit. critic reads, resets.
     draft_source: str | None
     redraw: dict[str, Any] | None  # client (command.update): {slot, prompt} → redraw_card
+    # The thread's last post {title, body, tags} when a chat message follows it (run start);
+    # the planner clears it for a new request. Read through `studio.post.effective_request`.
+    previous_post: dict[str, Any] | None
+    # The id of the conversation's AI message for this run's post: the writer's streamed
+    # tokens' id (executor), replaced by each draft and by the post (finalize).
+    post_message_id: str | None
     # LLM calls, tokens and time by role, summed over every node of every run of the thread
     # (providers.usage); each metered pipeline node adds its own → finalize (result.usage).
     usage: Annotated[dict[str, dict[str, Any]], add_usage]

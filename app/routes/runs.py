@@ -134,13 +134,18 @@ def _platform_options(body: RunCreate, config: dict[str, Any]) -> dict[str, Any]
 
 
 async def _create(
+    request: Request,
     manager: RunManager,
     owner: str,
     thread_id: str | None,
     body: RunCreate,
     idempotency_key: str | None,
 ) -> tuple[RunRecord, bool]:
-    """Hand a run request to the run manager, which checks, records and starts it."""
+    """Hand a run request to the run manager, which checks, records and starts it.
+
+    The request's base URL goes with it: a run links its images with it (behind a
+    proxy, the Host header the proxy forwards).
+    """
     if idempotency_key is not None and not IDEMPOTENCY_KEY_RE.match(idempotency_key):
         raise _header_error(
             "Idempotency-Key", "Idempotency-Key must be 1-255 printable ASCII characters"
@@ -170,6 +175,7 @@ async def _create(
             if_not_exists=body.if_not_exists,
             idempotency_key=idempotency_key,
             request_hash=fingerprint,
+            base_url=str(request.base_url),
         )
     )
 
@@ -246,6 +252,7 @@ def _wait_response(
 
 @router.post("/threads/{thread_id}/runs", response_model=RunOut, summary="Start a background run")
 async def create_run(
+    request: Request,
     thread_id: ThreadId,
     body: RunCreate,
     manager: RunsDep,
@@ -254,13 +261,14 @@ async def create_run(
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Start a run on a thread and answer its record at once."""
-    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    run, _ = await _create(request, manager, owner, thread_id, body, idempotency_key)
     response.headers.update(_run_headers(run, resumable=body.stream_resumable))
     return run.to_json()
 
 
 @router.post("/runs", response_model=RunOut, summary="Start a background run on a new thread")
 async def create_threadless_run(
+    request: Request,
     body: RunCreate,
     manager: RunsDep,
     owner: PrincipalDep,
@@ -268,7 +276,7 @@ async def create_threadless_run(
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Start a run on a new thread and answer its record at once."""
-    run, _ = await _create(manager, owner, None, body, idempotency_key)
+    run, _ = await _create(request, manager, owner, None, body, idempotency_key)
     response.headers.update(_run_headers(run, resumable=body.stream_resumable))
     return run.to_json()
 
@@ -287,7 +295,7 @@ async def _stream_new_run(
         after = parse_cursor(last_event_id, None)
     except ValueError as exc:
         raise _header_error("Last-Event-ID", str(exc)) from None
-    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    run, _ = await _create(request, manager, owner, thread_id, body, idempotency_key)
     return _stream_response(
         request,
         manager,
@@ -349,6 +357,7 @@ async def stream_threadless_run(
     responses=WAIT_RESPONSES,
 )
 async def wait_run(
+    request: Request,
     thread_id: ThreadId,
     body: RunCreate,
     manager: RunsDep,
@@ -357,7 +366,7 @@ async def wait_run(
     idempotency_key: IdempotencyKey = None,
 ) -> DisconnectAwareResponse:
     """Start a run on a thread and answer the thread's values once it ends."""
-    run, _ = await _create(manager, owner, thread_id, body, idempotency_key)
+    run, _ = await _create(request, manager, owner, thread_id, body, idempotency_key)
     return _wait_response(
         manager,
         run,
@@ -373,6 +382,7 @@ async def wait_run(
     responses=WAIT_RESPONSES,
 )
 async def wait_threadless_run(
+    request: Request,
     body: RunCreate,
     manager: RunsDep,
     settings: SettingsDep,
@@ -380,7 +390,7 @@ async def wait_threadless_run(
     idempotency_key: IdempotencyKey = None,
 ) -> DisconnectAwareResponse:
     """Start a run on a new thread and answer its values once it ends."""
-    run, _ = await _create(manager, owner, None, body, idempotency_key)
+    run, _ = await _create(request, manager, owner, None, body, idempotency_key)
     return _wait_response(
         manager,
         run,

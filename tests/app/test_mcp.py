@@ -395,7 +395,7 @@ async def test_with_a_key_the_call_works_and_its_run_belongs_to_that_key(
     keyed_server: LiveServer,
 ) -> None:
     async with mcp_session(keyed_server.url, {"Authorization": f"Bearer {KEY}"}) as session:
-        assert [tool.name for tool in (await session.list_tools()).tools] == ["atelier"]
+        assert [tool.name for tool in (await session.list_tools()).tools] == ["atelier", "team"]
         result = await session.call_tool("atelier", {"request": REQUEST})
     assert not result.is_error, result.content
     assert result.structured_content is not None

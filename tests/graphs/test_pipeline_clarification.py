@@ -36,7 +36,7 @@ async def ask(saver: AsyncSqliteSaver, tmp_path: Path, thread: str) -> tuple[Any
     models = models_for(judge_reply())
     graph = build_pipeline(saver)
     first = await run_pipeline(models, tmp_path, graph=graph, config=config(thread), request=VAGUE)
-    assert "result" not in first.state
+    assert first.state.get("result") is None
     (pause,) = first.interrupts
     assert pause.value == {
         "type": "clarification",
@@ -44,8 +44,21 @@ async def ask(saver: AsyncSqliteSaver, tmp_path: Path, thread: str) -> tuple[Any
         "options": CONTRACT_OPTIONS,
         "missing": ["audience", "goal", "scenario", "length"],  # image_count=1 is a constraint
         "clarity": 0.2,
+        # The same question as a HITL request, which Agent Chat UI renders.
+        "action_requests": [
+            {
+                "name": "clarify_request",
+                "args": {"details": ""},
+                "description": pause.value["question"],
+            }
+        ],
+        "review_configs": [
+            {"action_name": "clarify_request", "allowed_decisions": ["approve", "edit", "reject"]}
+        ],
     }
     assert "目标读者" in pause.value["question"]
+    # The conversation shows the question while the run waits.
+    assert first.state["messages"][-1].content == pause.value["question"]
     snapshot = await graph.aget_state(config(thread))
     assert snapshot.next == ("planner",)
     assert snapshot.interrupts[0].value == pause.value

@@ -33,6 +33,7 @@ def test_the_pipeline_has_the_five_nodes_and_the_edges_of_the_spec_and_the_card_
         ("__start__", "planner", False),
         ("planner", "rag", True),
         ("planner", "finalize", True),  # unknown intent / unrecoverable error
+        ("planner", "planner", True),  # the question written, then the pause on it
         ("rag", "executor", False),
         ("executor", "critic", False),
         ("critic", "finalize", True),  # passed, exhausted or failed

@@ -5,10 +5,16 @@
 // Each flow checks what a user would see (messages, interrupt, branches) and what
 // the SDK sent (the fetch log), prints `RESULT <json>` and exits 0; any failed
 // check throws, and node exits non-zero with the message.
+//
+// The `atelier-*` flows drive the product's own `atelier` graph (on a scripted
+// model) mounted as Agent Chat UI mounts useStream: `messages` input, stream modes
+// values + messages-tuple + custom, subgraphs, fetchStateHistory, reconnectOnMount
+// (resumable streams). Usage: node flows.mjs atelier-<flow> <apiUrl> [apiKey]
 import { Client } from "@langchain/langgraph-sdk";
 import { check, mount, requests, texts, waitFor } from "./harness.mjs";
 
-const [flow, apiUrl] = process.argv.slice(2);
+const [flow, apiUrl, apiKey] = process.argv.slice(2);
+const keyed = apiKey ? { "X-Api-Key": apiKey } : undefined;
 const human = (content) => ({ type: "human", content });
 const runBodies = () => requests.filter((r) => r.method === "POST" && r.path.endsWith("/runs/stream"));
 
@@ -16,8 +22,8 @@ function chat(extra = {}) {
   return mount({ apiUrl, assistantId: "chat", fetchStateHistory: true, ...extra });
 }
 
-async function settled(probe, what) {
-  await waitFor(() => probe.current && !probe.current.isLoading && !probe.current.isThreadLoading, what);
+async function settled(probe, what, timeoutMs) {
+  await waitFor(() => probe.current && !probe.current.isLoading && !probe.current.isThreadLoading, what, timeoutMs);
   return probe.current;
 }
 
@@ -229,6 +235,223 @@ const flows = {
     return { history: history.length, copy: copy.thread_id };
   },
 };
+
+// ---------------------------------------------------------------------------
+// The product's `atelier` graph, as Agent Chat UI drives it
+// ---------------------------------------------------------------------------
+
+let humanIds = 0;
+/** A human message as Agent Chat UI's composer makes it: an id and text blocks. */
+const composed = (text) => ({ id: `human-${process.pid}-${++humanIds}`, type: "human", content: [{ type: "text", text }] });
+const LONG = 60000; // a whole pipeline run, on a loaded machine
+/**
+ * Wait until a run's end has reached useStream's history: after a run the hook
+ * refetches the thread's history, and until that lands its head is a state from
+ * the run's start (a message sent then would fork from there, as a user's would).
+ */
+async function ready(probe, what) {
+  await settled(probe, what, LONG);
+  const head = () => probe.current.history?.at(-1); // oldest first
+  const ids = (state) => (state?.values?.messages ?? []).map((m) => m.id).join();
+  await waitFor(() => head() && ids(head()) === ids(probe.current), `${what}: the history's head`, LONG);
+  return probe.current;
+}
+
+/** Wait for `predicate`, or fail at once with the error a failed run left in useStream. */
+async function until(probe, predicate, what) {
+  const got = await waitFor(() => probe.current?.error || predicate(), what, LONG).catch((error) => {
+    const s = probe.current;
+    const seen = { loading: s.isLoading, messages: s.messages.map((m) => `${m.type}:${m.id}`), history: s.history?.length, requests: requests.slice(-6).map((r) => `${r.method} ${r.path}`) };
+    throw new Error(`${error.message}\n${JSON.stringify(seen, null, 1)}`);
+  });
+  check(probe.current.error == null, `no error while waiting for ${what}`, String(probe.current.error));
+  return got;
+}
+
+const CLEAR = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚";
+const VAGUE = "写一篇笔记";
+
+function studio(extra = {}) {
+  return mount({
+    apiUrl,
+    assistantId: "atelier",
+    defaultHeaders: keyed,
+    fetchStateHistory: true,
+    reconnectOnMount: true,
+    onCustomEvent: () => {},
+    ...extra,
+  });
+}
+
+/** Send a message as Agent Chat UI's composer does (Thread's handleSubmit). */
+async function send(stream, message, extra = {}) {
+  await stream.submit(
+    { messages: [message] },
+    {
+      streamMode: ["values"],
+      streamSubgraphs: true,
+      streamResumable: true,
+      optimisticValues: (prev) => ({ ...prev, messages: [...(prev.messages ?? []), message] }),
+      ...extra,
+    },
+  );
+}
+
+const text = (m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content));
+const imageUrls = (m) => [...text(m).matchAll(/!\[[^\]]*\]\(([^)]+)\)/g)].map((x) => x[1]);
+
+/** Check that a post message shows the post: a bold title and an image URL that loads. */
+async function checkPost(message) {
+  check(message?.type === "ai", "the last message is the AI's", message);
+  check(/^\*\*.+\*\*/.test(text(message)), "the post starts with its title", text(message));
+  const [url] = imageUrls(message);
+  check(url && url.startsWith(apiUrl), "an absolute image URL on this server", text(message));
+  const image = await fetch(url, { headers: keyed ?? {} });
+  check(image.status === 200, "the image loads", { url, status: image.status });
+  return url;
+}
+
+async function checkHistory(client, threadId) {
+  const history = await client.threads.getHistory(threadId, { limit: 100 });
+  check(history.length > 0, "the thread has history");
+  const bare = history.filter((s) => !Array.isArray(s.values?.messages));
+  check(bare.length === 0, "every history state carries messages", bare.map((s) => s.checkpoint));
+  return history.length;
+}
+
+Object.assign(flows, {
+  // A first message: the writer's tokens stream into one AI message that ends as the post.
+  async "atelier-post"() {
+    const ids = {};
+    const probe = studio({ onThreadId: (id) => (ids.thread = id) });
+    await settled(probe, "mounted", LONG);
+    const message = composed(CLEAR);
+    await send(probe.current, message);
+    const stream = await ready(probe, "the post");
+    check(stream.error == null, "no error", String(stream.error));
+    const [mine, post, ...more] = stream.messages;
+    check(more.length === 0 && mine.id === message.id, "the human message kept its id, one answer", stream.messages);
+    const url = await checkPost(post);
+    const streamed = probe.aiTexts.filter((t, i) => probe.aiIds[i] === post.id && t !== text(post));
+    check(streamed.length > 0, "the post's message showed drafts before the post, under its id", probe.aiIds);
+    const shownIds = new Set(probe.aiIds.filter(Boolean));
+    check(shownIds.size === 1, "one AI message from first token to post (no flicker)", [...shownIds]);
+    const body = runBodies()[0].body;
+    for (const mode of ["values", "messages-tuple", "custom"]) {
+      check(body.stream_mode.includes(mode), `stream mode ${mode}`, body.stream_mode);
+    }
+    check(body.stream_resumable === true && body.stream_subgraphs === true, "resumable, subgraphs", body);
+    const client = new Client({ apiUrl, defaultHeaders: keyed });
+    const threadId = ids.thread;
+    const states = await checkHistory(client, threadId);
+    const found = await client.threads.search({ metadata: { graph_id: "atelier" }, limit: 100 });
+    const thread = found.find((t) => t.thread_id === threadId);
+    check(thread?.metadata?.title === CLEAR, "threads.search shows the title", thread?.metadata);
+    return { thread_id: threadId, post: text(post), image: url, states };
+  },
+
+  // A vague message: the question as an AI message and a HITL interrupt; approve resumes.
+  async "atelier-question"() {
+    const probe = studio();
+    await settled(probe, "mounted", LONG);
+    await send(probe.current, composed(VAGUE));
+    const asked = await waitFor(() => !probe.current.isLoading && probe.current.interrupt, "the question", LONG);
+    await ready(probe, "the question");
+    const hitl = asked.value;
+    check(hitl.action_requests?.[0]?.name === "clarify_request" && hitl.action_requests[0].args, "an action request", hitl);
+    check(hitl.review_configs?.[0]?.action_name === "clarify_request", "its review config", hitl);
+    const allowed = hitl.review_configs[0].allowed_decisions ?? hitl.review_configs[0].allowedDecisions;
+    check(["approve", "edit", "reject"].every((d) => allowed.includes(d)), "approve, edit, reject", hitl);
+    const question = probe.current.messages.at(-1);
+    check(question.type === "ai" && text(question) === hitl.action_requests[0].description, "the question is an AI message", probe.current.messages);
+    // Agent Chat UI's approve: no input, the decision as command.resume.
+    await probe.current.submit({}, { command: { resume: { decisions: [{ type: "approve" }] } }, streamResumable: true });
+    const stream = await ready(probe, "the post after approving");
+    check(stream.interrupt === undefined, "no interrupt left", stream.interrupt);
+    await checkPost(stream.messages.at(-1));
+    const resume = runBodies()[1].body;
+    check(JSON.stringify(resume.input) === "{}" && resume.command.resume.decisions[0].type === "approve", "input {} with the command", resume);
+
+    // On a second thread, a message typed in the composer answers the question.
+    const typed = studio();
+    await settled(typed, "mounted again", LONG);
+    await send(typed.current, composed(VAGUE));
+    await waitFor(() => !typed.current.isLoading && typed.current.interrupt, "the second question", LONG);
+    await ready(typed, "the second question");
+    await send(typed.current, composed("写给大学新生，讲清楚平价护肤的成分"));
+    const answered = await ready(typed, "the post after a typed answer");
+    check(answered.interrupt === undefined, "the typed answer resumed the run", answered.interrupt);
+    const kinds = answered.messages.map((m) => m.type).join();
+    check(kinds === "human,ai,human,ai", "question, answer, post", answered.messages);
+    await checkPost(answered.messages.at(-1));
+    return { question: hitl.action_requests[0].description };
+  },
+
+  // A second message revises the post: a second post follows, written from the first.
+  async "atelier-revise"() {
+    const probe = studio();
+    await settled(probe, "mounted", LONG);
+    await send(probe.current, composed(CLEAR));
+    let stream = await ready(probe, "the first post");
+    const first = stream.messages.at(-1);
+    await send(stream, composed("标题短一点"));
+    await until(probe, () => probe.current.messages.length === 4 && !probe.current.isLoading, "the revised post");
+    stream = await ready(probe, "settled");
+    check(stream.messages.map((m) => m.type).join() === "human,ai,human,ai", "two turns", stream.messages);
+    check(stream.messages[1].id === first.id && text(stream.messages[1]) === text(first), "the first post stays", stream.messages);
+    await checkPost(stream.messages[3]);
+    const body = runBodies()[1].body;
+    check(typeof body.checkpoint?.checkpoint_id === "string", "the second message names the head", body);
+    const title = text(first).match(/^\*\*(.+?)\*\*/)[1];
+    return { previous_title: title };
+  },
+
+  // Edit-and-resend forks from the message's checkpoint; regenerate writes a new attempt.
+  async "atelier-branch"() {
+    const ids = {};
+    const probe = studio({ onThreadId: (id) => (ids.thread = id) });
+    await settled(probe, "mounted", LONG);
+    await send(probe.current, composed(CLEAR));
+    await ready(probe, "the first post");
+    await send(probe.current, composed("标题短一点"));
+    await until(probe, () => probe.current.messages.length === 4 && !probe.current.isLoading, "the second post");
+    let stream = await ready(probe, "settled");
+
+    // Edit the second message (Agent Chat UI's HumanMessage edit).
+    const meta = stream.getMessagesMetadata(stream.messages[2], 2);
+    const editFrom = meta?.firstSeenState?.parent_checkpoint;
+    check(editFrom?.checkpoint_id, "the edited message has a parent checkpoint", meta);
+    const edited = composed("标题再短一点，加一个表情");
+    await send(stream, edited, { checkpoint: editFrom });
+    await until(probe, () => probe.current.messages[2]?.id === edited.id && probe.current.messages.length === 4 && !probe.current.isLoading, "the edited branch");
+    stream = await ready(probe, "settled after edit");
+    check(stream.messages[2].id === edited.id, "the edited message replaces the second", stream.messages);
+    const client = new Client({ apiUrl, defaultHeaders: keyed });
+    const forks = async (from) => {
+      const history = await client.threads.getHistory(ids.thread, { limit: 200 });
+      return history.filter((s) => s.parent_checkpoint?.checkpoint_id === from.checkpoint_id).length;
+    };
+    // useStream loads the last 10 states only (fetchStateHistory: true), fewer than one
+    // pipeline run writes, so the fork shows in the thread's whole history.
+    check((await forks(editFrom)) === 2, "the edit forked from the message's parent checkpoint");
+    await checkPost(stream.messages[3]);
+
+    // Regenerate the post (Agent Chat UI's AssistantMessage regenerate): a new attempt.
+    const before = stream.messages[3].id;
+    const aiMeta = stream.getMessagesMetadata(stream.messages[3], 3);
+    const regenerateFrom = aiMeta?.firstSeenState?.parent_checkpoint;
+    check(regenerateFrom?.checkpoint_id, "the post has a parent checkpoint", aiMeta);
+    await stream.submit(undefined, { checkpoint: regenerateFrom, streamMode: ["values"], streamSubgraphs: true, streamResumable: true });
+    await until(probe, () => probe.current.messages[3]?.id !== before && !probe.current.isLoading, "a regenerated post");
+    stream = await ready(probe, "settled after regenerate");
+    check(stream.messages.length === 4, "still one post for the message", stream.messages);
+    await checkPost(stream.messages[3]);
+    check((await forks(regenerateFrom)) === 2, "the regenerate forked from the post's parent checkpoint");
+    const runs = await client.runs.list(ids.thread);
+    check(runs.length === 4 && runs.every((r) => r.status === "success"), "four runs, all successful", runs);
+    return { edit_from: editFrom.checkpoint_id, regenerate_from: regenerateFrom.checkpoint_id };
+  },
+});
 
 try {
   if (!flows[flow]) throw new Error(`unknown flow ${flow}; flows: ${Object.keys(flows).join(", ")}`);

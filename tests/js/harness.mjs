@@ -38,7 +38,7 @@ const { useStream } = await import("@langchain/langgraph-sdk/react");
 
 /** Mount a component that calls useStream(options) and keeps its latest return value. */
 export function mount(options) {
-  const probe = { current: null, renders: 0, aiTexts: [] };
+  const probe = { current: null, renders: 0, aiTexts: [], aiIds: [] };
   function Probe() {
     const stream = useStream(options);
     // Read what a chat UI reads, so the hook asks for the same stream modes.
@@ -48,6 +48,7 @@ export function mount(options) {
     const last = messages.at(-1);
     if (last && (last.type === "ai" || last.type === "AIMessageChunk")) {
       probe.aiTexts.push(typeof last.content === "string" ? last.content : JSON.stringify(last.content));
+      probe.aiIds.push(last.id);
     }
     probe.current = stream;
     probe.renders += 1;

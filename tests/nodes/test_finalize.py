@@ -142,6 +142,7 @@ async def test_the_node_writes_result_and_stage_events(tmp_path: Path) -> None:
     update = await finalize(
         {"intent": {"action": "unknown"}, "attempt": 0},
         Runtime(context=ctx, stream_writer=events.append),
+        {},
     )
     assert update["result"]["outcome"] == "needs_clarification"
     assert [e["type"] for e in events] == ["stage.started", "stage.completed"]

@@ -1,0 +1,113 @@
+"""Chat input over HTTP (PRODUCT.md §7 "Conversation"): what the engine's preparation does.
+
+A real uvicorn serves the default assistants (`atelier`, `team`) on the scripted
+model; the official `langgraph-sdk` client sends what chat clients send. The
+useStream flows on every deployment are in `tests/app/test_js_sdk.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+
+from tests.app.atelier_llm import atelier_responder
+from tests.app.harness import LiveServer, service_settings
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+pytestmark = pytest.mark.slow
+
+VAGUE = {"messages": [{"id": "h-1", "type": "human", "content": "写一篇笔记"}]}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with ScriptedOpenAIServer(atelier_responder()) as llm:
+        settings = service_settings(tmp_path_factory.mktemp("data"), llm.base_url)
+        with LiveServer(settings, None) as live:
+            yield live
+
+
+async def asked(client: Any) -> str:
+    """Start a vague chat message on a new thread; return the thread, paused at the question."""
+    thread = await client.threads.create()
+    await client.runs.wait(thread["thread_id"], "atelier", input=VAGUE)
+    state = await client.threads.get_state(thread["thread_id"])
+    assert state["next"] == ["planner"] and state["tasks"][0]["interrupts"]
+    return str(thread["thread_id"])
+
+
+async def test_every_declared_graph_is_served_and_team_takes_chat_input(server: LiveServer) -> None:
+    client = get_client(url=server.url)
+    found = await client.assistants.search()
+    assert sorted(a["assistant_id"] for a in found) == ["atelier", "team"]
+    values = await client.runs.wait(
+        None,
+        "team",
+        input={"messages": [{"id": "t-1", "type": "human", "content": "写一篇平价护肤笔记"}]},
+    )
+    assert isinstance(values, dict)
+    human, *rest = values["messages"]
+    assert human["id"] == "t-1" and rest and rest[-1]["type"] == "ai"
+    assert values["generated_content"]["title"] in rest[-1]["content"]
+
+
+def test_a_message_without_human_text_is_refused_at_input_messages(server: LiveServer) -> None:
+    response = httpx.post(
+        f"{server.url}/runs/wait",
+        json={"assistant_id": "atelier", "input": {"messages": [{"type": "ai", "content": "x"}]}},
+    )
+    assert response.status_code == 422
+    assert "input.messages" in response.text
+
+
+async def test_a_message_on_a_waiting_thread_answers_the_question(server: LiveServer) -> None:
+    client = get_client(url=server.url)
+    tid = await asked(client)
+    answer = {"id": "h-2", "type": "human", "content": "写给大学新生"}
+    values = await client.runs.wait(tid, "atelier", input={"messages": [answer]})
+    assert isinstance(values, dict)
+    assert values["clarification"] == {"choice": "details", "details": "写给大学新生"}
+    assert [m["id"] for m in values["messages"]][::2] == ["h-1", "h-2"]
+    assert [m["type"] for m in values["messages"]] == ["human", "ai", "human", "ai"]
+    assert values["result"]["outcome"] == "completed"
+    thread = await client.threads.get(tid)
+    assert thread["metadata"]["title"] == "写一篇笔记"
+    assert thread["metadata"]["graph_id"] == "atelier"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        {"resume": {"decisions": [{"type": "reject"}]}},
+        {"goto": "__end__"},
+    ],
+)
+async def test_reject_or_goto_end_ends_the_run_as_needs_clarification(
+    server: LiveServer, command: dict[str, Any]
+) -> None:
+    client = get_client(url=server.url)
+    tid = await asked(client)
+    async with httpx.AsyncClient(timeout=60) as http:
+        response = await http.post(
+            f"{server.url}/threads/{tid}/runs/wait",
+            json={"assistant_id": "atelier", "input": {}, "command": command},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["outcome"] == "needs_clarification"
+
+
+async def test_post_images_link_to_the_address_the_client_called(server: LiveServer) -> None:
+    client = get_client(url=server.url)
+    values = await client.runs.wait(
+        None, "atelier", input={"request": "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"}
+    )
+    assert isinstance(values, dict)
+    post = values["messages"][-1]["content"]
+    url = f"{server.url}/assets/{values['result']['images'][0]['asset_id']}"
+    assert f"]({url})" in post
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url)).status_code == 200
