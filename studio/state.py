@@ -42,6 +42,7 @@ from providers.usage import add_usage
 from studio.chat import chat_request, malformed
 from studio.checks import Constraints
 from studio.limits import TeamLimits
+from studio.post import DEFAULT_PLATFORM
 
 # The types and bounds of the pipeline's input fields (`PipelineInput`).
 RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
@@ -207,7 +208,7 @@ class PipelineInput(TypedDict, total=False):
     # Target platform; planner → intent, team.
     platform: Annotated[
         PlatformName,
-        Field(default="xiaohongshu", description="Target platform.", examples=["xiaohongshu"]),
+        Field(default=DEFAULT_PLATFORM, description="Target platform.", examples=["xiaohongshu"]),
     ]
     # Who the post is for, if the user said; planner, clarity.
     audience: Annotated[
