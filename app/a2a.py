@@ -100,7 +100,6 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
-from pydantic import ValidationError
 from starlette.requests import Request as StarletteRequest
 
 from app.deps import PrincipalDep, RunsDep
@@ -410,7 +409,7 @@ class AtelierRequestHandler(RequestHandler):
                 call.owner,
                 call.assistant,
                 message.context_id,
-                graph_input=self._input(call, text),
+                graph_input={"request": text},  # checked by the engine's preparation
             )
         except RunsError as exc:
             raise _engine_error(exc) from None
@@ -434,21 +433,6 @@ class AtelierRequestHandler(RequestHandler):
         if not runs:
             raise TaskNotFoundError()
         return runs[-1]
-
-    @staticmethod
-    def _input(call: Call, text: str) -> dict[str, Any]:
-        """Return the run input of a request text, checked by the assistant's input model."""
-        graph_input: dict[str, Any] = {"request": text}
-        model = call.assistant.spec.input_model
-        if model is not None:
-            try:
-                graph_input = model.model_validate(graph_input).model_dump(
-                    mode="json", exclude_unset=True
-                )
-            except ValidationError as exc:
-                problems = "; ".join(str(e["msg"]) for e in exc.errors(include_url=False))
-                raise InvalidParamsError(message=f"the message's text: {problems}") from None
-        return graph_input
 
     async def _task(self, call: Call, run: RunRecord) -> Task:
         """Return the task whose latest run is `run`, read from the run store."""

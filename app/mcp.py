@@ -54,7 +54,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -63,7 +62,7 @@ from app.errors import error_response, validation_message
 from app.routes.exports import post_markdown
 from app.security import PRINCIPAL_STATE_KEY
 from engine.assistants import Assistant
-from engine.errors import NotFound, RunsError
+from engine.errors import InvalidFields, NotFound, RunsError
 from engine.follow import Stopped, follow_frames
 from engine.manager import RunManager
 from engine.preparation import RunRequest
@@ -166,21 +165,25 @@ def input_schema(assistant: Assistant) -> dict[str, Any]:
 
 
 def tool_input(assistant: Assistant, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Check a call's arguments as the HTTP API checks `input`; return the graph input.
+    """Return the run input of a call's arguments; the engine checks it as HTTP `input`.
 
     `auto_confirm` is set wherever the input model has it (see the module docstring).
-
-    Raises:
-        ValidationError: An argument breaks the input model.
     """
-    if assistant.spec.input_model is None:
-        return dict(arguments)
-    graph_input = assistant.spec.input_model.model_validate(arguments).model_dump(
-        mode="json", exclude_unset=True
-    )
-    if "auto_confirm" in assistant.spec.input_model.model_fields:
+    graph_input = dict(arguments)
+    model = assistant.spec.input_model
+    if model is not None and "auto_confirm" in model.model_fields:
         graph_input["auto_confirm"] = True
     return graph_input
+
+
+def as_arguments(exc: InvalidFields) -> list[dict[str, Any]]:
+    """Return the engine's field errors of a run's `input` as errors of the call's arguments."""
+    return [
+        {**error, "loc": ("arguments", *error["loc"][1:])}
+        if error["loc"][:1] == ("input",)
+        else error
+        for error in exc.errors
+    ]
 
 
 def progress_label(event: Mapping[str, Any]) -> str | None:
@@ -290,16 +293,11 @@ def mcp_server(app: FastAPI) -> Server[Any]:
         if not isinstance(request, Request):  # only HTTP serves this server
             raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
         owner = caller(request)
-        try:
-            graph_input = tool_input(assistant, params.arguments or {})
-        except ValidationError as exc:
-            errors = [
-                {**error, "loc": ("arguments", *error["loc"])}
-                for error in exc.errors(include_url=False)
-            ]
-            return error_result(validation_message(errors))
+        graph_input = tool_input(assistant, params.arguments or {})
         try:
             run = await start_run(manager, owner, assistant, graph_input)
+        except InvalidFields as exc:
+            return error_result(validation_message(as_arguments(exc)))
         except RunsError as exc:
             return error_result(exc.message)
         finished = False
