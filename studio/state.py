@@ -39,6 +39,7 @@ from typing_extensions import TypedDict
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
+from studio.brand import BrandPreset
 from studio.chat import chat_request, malformed
 from studio.checks import Constraints
 from studio.limits import TeamLimits
@@ -260,6 +261,15 @@ class PipelineInput(TypedDict, total=False):
     # Never ask a clarification question; planner.
     auto_confirm: Annotated[
         StrictBool, Field(default=False, description="Never ask a clarification question.")
+    ]
+    # The brand preset the run was started with (`studio.brand`): the fields it shares
+    # with the input are merged into it (the input wins); writer, critic, rag read the rest.
+    brand: Annotated[
+        BrandPreset | None,
+        Field(
+            default=None,
+            description="The brand preset (an assistant's context) the run writes for.",
+        ),
     ]
     # The conversation (PRODUCT.md §7): the client's messages are added with their ids;
     # the planner's question and the post are added as AI messages. Run start reads the

@@ -1,0 +1,83 @@
+"""A brand preset: what an `atelier` assistant carries so that its runs sound like one brand.
+
+`BrandPreset` is the one declaration of a preset's fields, their types and bounds.
+It is the context schema an `atelier` assistant publishes (`GET /assistants/{id}/schemas`)
+and validates its `context` with, and the shape of the pipeline input's `brand` key
+(`studio.state.PipelineInput`), where the preset a run was started with is recorded.
+
+Some fields have a home in the run's input already (`audience`, `platform`,
+`image_provider`, `image_count`; the terms and lengths are `constraints`;
+`example_posts` are `reference_texts`): the run's own input overrides those field by
+field. The rest is the brand's alone and the agents read it from `state["brand"]`:
+`brand_name` and `voice` (the writer's and the critic's instructions),
+`critic_pass_threshold` (instead of the server's `CRITIC_PASS_THRESHOLD`) and
+`knowledge_namespace` (the vault notes the run may retrieve).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints
+from typing_extensions import TypedDict
+
+from core.settings import ImageProviderName
+
+#: One term a post must use or must never use.
+Term = Annotated[str, StringConstraints(min_length=1, max_length=50)]
+Terms = Annotated[list[Term], Field(max_length=50)]
+#: A namespace of vault notes: lower-case words joined by `-`, `_` or `.`.
+NamespaceName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+]
+TitleLength = Annotated[int, Field(ge=0, le=1000)]
+BodyLength = Annotated[int, Field(ge=0, le=100_000)]
+
+
+class BrandPreset(TypedDict, total=False):
+    """A brand's voice, audience, terms, lengths, examples and notes (every field optional)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    brand_name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=80),
+        Field(description="The brand's name, as posts may mention it.", examples=["青禾护肤"]),
+    ]
+    voice: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=2000),
+        Field(
+            description="Voice and tone, in free text.",
+            examples=["像学姐一样亲切，讲成分不讲玄学，少用感叹号"],
+        ),
+    ]
+    audience: Annotated[
+        str,
+        StringConstraints(max_length=200),
+        Field(description="Who the brand writes for.", examples=["大学生"]),
+    ]
+    platform: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$"),
+        Field(description="The platform the brand posts on.", examples=["xiaohongshu"]),
+    ]
+    image_provider: Annotated[ImageProviderName, Field(description="Image provider.")]
+    image_count: Annotated[int, Field(ge=1, le=9, description="Images per post (1–9).")]
+    must_include: Annotated[Terms, Field(description="Terms every post must use.")]
+    must_avoid: Annotated[Terms, Field(description="Terms no post may use.")]
+    title_min: Annotated[TitleLength, Field(description="Min title characters.")]
+    title_max: Annotated[TitleLength, Field(description="Max title characters.")]
+    body_min: Annotated[BodyLength, Field(description="Min body characters.")]
+    body_max: Annotated[BodyLength, Field(description="Max body characters.")]
+    example_posts: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]],
+        Field(max_length=5, description="Posts in the brand's voice, to imitate."),
+    ]
+    critic_pass_threshold: Annotated[
+        float, Field(ge=0, le=1, description="Judge score a post needs to pass (0–1).")
+    ]
+    knowledge_namespace: Annotated[
+        NamespaceName,
+        Field(description="The vault namespace whose notes the brand's runs read."),
+    ]
