@@ -87,7 +87,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             setup=setup,
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours,
-            cron_interval=CRON_POLL,  # the server fires the crons' ticks
+            cron_interval=CRON_POLL if settings.cron_scheduler else 0,  # fires due ticks
         )
         app.state.runs = await stack.enter_async_context(manager)
         await stack.enter_async_context(backend.workers(setup))

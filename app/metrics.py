@@ -72,7 +72,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
 from engine.records import RUN_STATUSES
-from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES
+from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
 from providers.usage import UNKNOWN_ROLE, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
@@ -208,6 +208,23 @@ class AtelierMetrics:
             ["outcome"],
             registry=r,
         )
+        # The whole deployment's outbox, read from the database at each scrape
+        # (`read_outbox`): in scale-out the workers send the deliveries, and these
+        # show them on every API replica's /metrics.
+        self.webhook_outbox_deliveries = Gauge(
+            "atelier_webhook_outbox_deliveries",
+            "Webhook deliveries in the outbox, every process's, by status (pending, success, "
+            "failed; read from the database at scrape).",
+            ["status"],
+            registry=r,
+        )
+        self.webhook_outbox_attempts = Gauge(
+            "atelier_webhook_outbox_attempts",
+            "Webhook delivery attempts recorded in the outbox, every process's, by outcome "
+            "(read from the database at scrape).",
+            ["outcome"],
+            registry=r,
+        )
         # Every label value shows from the start, so a dashboard sees zeros, not gaps.
         for status in RUN_STATUSES:
             self.runs.labels(status=status)
@@ -221,6 +238,7 @@ class AtelierMetrics:
             self.webhook_attempts.labels(outcome=outcome)
         for finished in DELIVERY_OUTCOMES:
             self.webhook_deliveries.labels(outcome=finished)
+        self.read_outbox(OutboxTotals.of((), ()))
         self.callback = MetricsCallbackHandler(self)
 
     # --- runs -----------------------------------------------------------------
@@ -249,6 +267,13 @@ class AtelierMetrics:
     def webhook_finished(self, outcome: str) -> None:
         """Count a webhook delivery that succeeded or failed for good."""
         self.webhook_deliveries.labels(outcome=outcome).inc()
+
+    def read_outbox(self, totals: OutboxTotals) -> None:
+        """Set the outbox gauges to what the database holds now."""
+        for status, count in totals.deliveries.items():
+            self.webhook_outbox_deliveries.labels(status=status).set(count)
+        for outcome, count in totals.attempts.items():
+            self.webhook_outbox_attempts.labels(outcome=outcome).set(count)
 
     def run_claimed(self, seconds: float) -> None:
         """Record how long a worker's successful claim took."""

@@ -13,6 +13,14 @@ runs and LLM calls it executed) are not in any replica's `/metrics`. With
 WORKER_METRICS_PORT it serves them itself, in the Prometheus text format at
 `http://WORKER_METRICS_HOST:PORT/metrics` (prometheus_client's own server, in a
 thread), for Prometheus to scrape each worker as it scrapes each replica.
+
+With CRON_SCHEDULER on (the default) a worker also runs the cron scheduler: a
+`RunManager` on the same backend whose only job here is `fire_due_crons` every
+second (it serves no request; its executor is the queue's, so a tick's run is
+recorded pending and claimed by whichever worker is free). A tick is claimed in the
+database (`FOR UPDATE SKIP LOCKED`), so it fires once whatever the number of
+replicas and workers running the scheduler: a deployment of workers only, or with
+API replicas that set CRON_SCHEDULER=off, still fires every cron.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from app.metrics import AtelierMetrics
 from cli.common import settings_or_exit
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
+from engine.crons import CRON_POLL
+from engine.manager import RunManager
 from engine.protocols import ExecutorSetup
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
@@ -94,6 +104,17 @@ async def serve_worker(
         (worker,) = await stack.enter_async_context(
             backend.workers(setup, count=1, concurrency=concurrency)
         )
+        if settings.cron_scheduler:
+            # Entered after the workers, so it stops first: no tick fires while they stop.
+            await stack.enter_async_context(
+                RunManager(
+                    backend=backend,
+                    setup=setup,
+                    max_attempts=settings.run_max_attempts,
+                    cron_interval=CRON_POLL,
+                )
+            )
+            log.info("worker %s runs the cron scheduler", worker.owner)
         log.info("worker %s ready", worker.owner)
         await stop.wait()
         log.info("worker %s stopping", worker.owner)

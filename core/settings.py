@@ -235,6 +235,15 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=120, description="Seconds a webhook receiver may take to answer."
     )
 
+    # --- crons (engine/crons.py) ------------------------------------------------
+    cron_scheduler: bool = Field(
+        default=True,
+        description="Run the cron scheduler in this process (`atelier serve`, and in "
+        "scale-out `atelier worker` too): it fires due crons' ticks. Each tick is claimed "
+        "in the database, so it fires once however many processes run it; off: this "
+        "process fires none (at least one process of the deployment must keep it on).",
+    )
+
     # --- images ----------------------------------------------------------------
     image_provider: ImageProviderName = Field(
         default="local", description="Default image provider: local Pillow cards or an images API."

@@ -80,7 +80,7 @@ from engine.records import (
     now,
     out_of_attempts,
 )
-from engine.webhooks import check_webhook
+from engine.webhooks import OutboxTotals, check_webhook
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,10 @@ class RunManager:
         if await self._runs.find(owner, thread_id, run_id) is None:
             raise NotFound(f"run {run_id!r} not found")
         return await self._storage.deliveries.for_run(run_id)
+
+    async def webhook_totals(self) -> OutboxTotals:
+        """Return the whole webhook outbox's deliveries by status and attempts by outcome."""
+        return await self._storage.deliveries.totals()
 
     # -- create --------------------------------------------------------------------
 

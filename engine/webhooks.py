@@ -36,9 +36,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import httpx
 
@@ -72,6 +72,7 @@ ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = (
     "refused",
 )
 DELIVERY_OUTCOMES: tuple[DeliveryStatus, ...] = ("success", "failed")
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = ("pending", "success", "failed")
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,34 @@ class DeliveryStore(Protocol):
     async def for_run(self, run_id: str) -> list[dict[str, Any]]:
         """Return a run's deliveries, each with its attempts (the API's shape)."""
         ...
+
+    async def totals(self) -> OutboxTotals:
+        """Return how many deliveries the outbox holds by status, and attempts by outcome."""
+        ...
+
+
+@dataclass(frozen=True)
+class OutboxTotals:
+    """What the whole outbox holds: every process's deliveries and attempts.
+
+    `/metrics` reports these, read from the database at scrape time, so an API
+    replica shows the deliveries the workers sent (a process's own counters only
+    show what it sent). Every status and outcome is a key, zero when none.
+    """
+
+    #: Deliveries by status: pending, success, failed.
+    deliveries: dict[str, int]
+    #: Attempts recorded, by outcome: success, http_error, network_error, refused.
+    attempts: dict[str, int]
+
+    @classmethod
+    def of(cls, deliveries: Iterable[tuple[str, int]], attempts: Iterable[tuple[str, int]]) -> Self:
+        """Return the totals of (status, count) and (outcome, count) rows."""
+        by_status: dict[str, int] = dict.fromkeys(DELIVERY_STATUSES, 0)
+        by_status.update((str(status), int(count)) for status, count in deliveries)
+        by_outcome: dict[str, int] = dict.fromkeys(ATTEMPT_OUTCOMES, 0)
+        by_outcome.update((str(outcome), int(count)) for outcome, count in attempts)
+        return cls(deliveries=by_status, attempts=by_outcome)
 
 
 @runtime_checkable

@@ -256,7 +256,8 @@ async def metrics(request: Request, metrics: MetricsDep) -> Response:
     """Serve the app's metrics in the Prometheus text exposition format.
 
     The scale-out deployment registers `app.state.queue_depth` (an async callable):
-    the shared queue's depth is read from the database at each scrape.
+    the shared queue's depth is read from the database at each scrape, as are the
+    webhook outbox's totals (every process's deliveries, whoever sent them).
     """
     queue_depth = getattr(request.app.state, "queue_depth", None)
     if queue_depth is not None:
@@ -264,5 +265,11 @@ async def metrics(request: Request, metrics: MetricsDep) -> Response:
             metrics.queue_depth.set(await asyncio.wait_for(queue_depth(), READY_TIMEOUT_S))
         except Exception:  # the database is away: the gauge keeps its last value
             log.warning("could not read the queue depth", exc_info=True)
+    runs = getattr(request.app.state, "runs", None)
+    if runs is not None:
+        try:
+            metrics.read_outbox(await asyncio.wait_for(runs.webhook_totals(), READY_TIMEOUT_S))
+        except Exception:  # the database is away: the gauges keep their last values
+            log.warning("could not read the webhook outbox", exc_info=True)
     content, content_type = metrics.render()
     return Response(content, media_type=content_type)

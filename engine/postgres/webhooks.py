@@ -14,7 +14,7 @@ from typing import Any
 from engine.db.pool import AsyncPool
 from engine.postgres.threads import Statement, stamp
 from engine.records import WebhookQueued
-from engine.webhooks import Attempt, Delivery, delivery_json
+from engine.webhooks import Attempt, Delivery, OutboxTotals, delivery_json
 
 
 def webhook_queued_statement(change: WebhookQueued) -> Statement:
@@ -162,3 +162,21 @@ class PostgresDeliveryStore:
                 shown = [{**a, "started_at": stamp(a["started_at"])} for a in attempts]
                 result.append(delivery_json({**row, **times}, shown))
         return result
+
+    async def totals(self) -> OutboxTotals:
+        """Return how many deliveries the outbox holds by status, and attempts by outcome."""
+        async with self._pool.connection() as conn:
+            deliveries = await (
+                await conn.execute(
+                    "SELECT status, count(*) AS n FROM webhook_deliveries GROUP BY status"
+                )
+            ).fetchall()
+            attempts = await (
+                await conn.execute(
+                    "SELECT outcome, count(*) AS n FROM webhook_attempts GROUP BY outcome"
+                )
+            ).fetchall()
+        return OutboxTotals.of(
+            ((row["status"], row["n"]) for row in deliveries),
+            ((row["outcome"], row["n"]) for row in attempts),
+        )

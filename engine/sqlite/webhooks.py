@@ -14,7 +14,7 @@ from typing import Any
 from engine.records import WebhookQueued, now
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.threads import Statement
-from engine.webhooks import Attempt, Delivery, delivery_json
+from engine.webhooks import Attempt, Delivery, OutboxTotals, delivery_json
 
 
 def webhook_queued_statement(change: WebhookQueued) -> Statement:
@@ -153,3 +153,15 @@ class SqliteDeliveryStore:
                 delivery_json({**dict(row), "next_attempt_at": due}, [dict(a) for a in attempts])
             )
         return result
+
+    async def totals(self) -> OutboxTotals:
+        """Return how many deliveries the outbox holds by status, and attempts by outcome."""
+        deliveries = await self._db.read(
+            "SELECT status, count(*) FROM webhook_deliveries GROUP BY status"
+        )
+        attempts = await self._db.read(
+            "SELECT outcome, count(*) FROM webhook_attempts GROUP BY outcome"
+        )
+        return OutboxTotals.of(
+            ((row[0], row[1]) for row in deliveries), ((row[0], row[1]) for row in attempts)
+        )

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.settings import Settings
 from tests.app.harness import (
@@ -207,13 +208,40 @@ def test_each_finished_run_is_delivered_once_with_a_valid_signature(
         assert 'atelier_webhook_deliveries_total{outcome="success"} 3.0' in metrics
 
 
+def outbox(http: httpx.Client) -> dict[str, float]:
+    """Return the outbox gauges of the API's /metrics (the database's, at scrape)."""
+    found = {}
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        if family.name.startswith("atelier_webhook_outbox_"):
+            for sample in family.samples:
+                label = sample.labels.get("status") or sample.labels["outcome"]
+                found[f"{family.name.removeprefix('atelier_webhook_outbox_')}:{label}"] = (
+                    sample.value
+                )
+    return found
+
+
 def test_a_receiver_failing_twice_gets_three_attempts_and_one_success(
     server: Served, http: httpx.Client
 ) -> None:
+    before = outbox(http)
     with Receiver([500, 500]) as receiver:
         path = finish_run(http, "burst", {"count": 1}, receiver.url)
         (delivery,) = settled(http, path, timeout=20)
         received = list(receiver.received)
+    # Whichever process delivered (a worker, in the processes deployment), the API's
+    # /metrics counts it: the outbox is read from the database at scrape.
+    after = outbox(http)
+    change = {key: after[key] - before[key] for key in after}
+    assert change == {
+        "deliveries:pending": 0,
+        "deliveries:success": 1,
+        "deliveries:failed": 0,
+        "attempts:success": 1,
+        "attempts:http_error": 2,
+        "attempts:network_error": 0,
+        "attempts:refused": 0,
+    }
     assert delivery["status"] == "success" and delivery["attempts"] == 3
     history = delivery["history"]
     assert [a["outcome"] for a in history] == ["http_error", "http_error", "success"]

@@ -1,15 +1,18 @@
 """Crons in the processes deployment: two API replicas and two workers, each tick once.
 
-Every API replica runs the cron scheduler against the one PostgreSQL database
-(`engine/postgres/crons.py`). The test makes a tick due by moving the cron's
-`next_run_at` into the past in the database (the schedulers' clocks are real), then
-checks that exactly one run was started for it, whoever raced for it, and that the run
-is an ordinary one: executed by a worker, its frames 1..n, resumed when its worker is
-killed.
+The cron scheduler runs against the one PostgreSQL database (`engine/postgres/crons.py`)
+in every process that has CRON_SCHEDULER on. Each test runs on two deployments: every
+process scheduling (the default), and the workers alone (the API replicas set
+CRON_SCHEDULER=off), where the logs show the workers fired every tick. The test makes
+a tick due by moving the cron's `next_run_at` into the past in the database (the
+schedulers' clocks are real), then checks that exactly one run was started for it,
+whoever raced for it, and that the run is an ordinary one: executed by a worker, its
+frames 1..n, resumed when its worker is killed.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -18,7 +21,7 @@ import pytest
 
 from tests.app.harness import SseFrame, parse_sse, wait_until
 from tests.app.sample_graphs import scripted_reply, slow_run
-from tests.app.scale.cluster import LEASE_SECONDS, Cluster
+from tests.app.scale.cluster import LEASE_SECONDS, Child, Cluster
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import PostgresCluster, RedisServer
 
@@ -36,8 +39,15 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
+#: Who runs the cron scheduler: every process, or the workers alone.
+SCHEDULERS = ("everyone", "workers")
+#: What the process that fired a tick logs (`engine.manager.RunManager._fire`).
+FIRED = re.compile(r"cron (\S+): tick \S+ started run")
+
+
+@pytest.fixture(scope="module", params=SCHEDULERS)
 def cluster(
+    request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     postgres_cluster: PostgresCluster,
     redis_server: RedisServer,
@@ -50,6 +60,9 @@ def cluster(
         redis_url=redis_server.url,
         llm_base_url=llm.base_url,
     )
+    if request.param == "workers":
+        for api in deployment.apis:
+            api.env["CRON_SCHEDULER"] = "off"
     try:
         yield deployment.start()
     finally:
@@ -62,6 +75,14 @@ def invariants(cluster: Cluster) -> Iterator[None]:
     cluster.ensure_running()
     yield
     cluster.check_invariants()
+    if all(api.env.get("CRON_SCHEDULER") == "off" for api in cluster.apis):
+        assert not any(fired_by(api) for api in cluster.apis), "a replica fired a tick"
+        assert any(fired_by(worker) for worker in cluster.workers), "no worker fired a tick"
+
+
+def fired_by(child: Child) -> set[str]:
+    """Return the crons whose ticks a process says it fired (its log)."""
+    return set(FIRED.findall(child.log_path.read_text(errors="replace")))
 
 
 def _create_cron(cluster: Cluster, steps: int, delay: float) -> str:
@@ -158,3 +179,15 @@ def test_a_replica_killed_as_a_tick_falls_due_leaves_exactly_one_run(cluster: Cl
     wait_until(lambda: _runs(cluster, cron_id)[0][2] not in ("pending", "running"), timeout=60)
     assert _runs(cluster, cron_id)[0][0] == run[0]
     httpx.delete(f"{cluster.apis[1].url}/runs/crons/{cron_id}", timeout=30).raise_for_status()
+
+
+def test_a_worker_killed_as_a_tick_falls_due_leaves_exactly_one_run(cluster: Cluster) -> None:
+    cron_id = _create_cron(cluster, 2, 0.1)
+    _make_due(cluster, cron_id)
+    cluster.workers[0].kill()  # firing it, or about to: either it committed, or another fires
+    wait_until(lambda: _runs(cluster, cron_id) or None, timeout=30)
+    time.sleep(PASSES)
+    (run,) = _runs(cluster, cron_id)
+    wait_until(lambda: _runs(cluster, cron_id)[0][2] not in ("pending", "running"), timeout=60)
+    assert _runs(cluster, cron_id) == [(run[0], run[1], "success")]
+    httpx.delete(f"{cluster.apis[0].url}/runs/crons/{cron_id}", timeout=30).raise_for_status()
