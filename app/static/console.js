@@ -345,6 +345,7 @@ async function settle() {
   }
   loadHistory();
   loadLibrary();
+  document.dispatchEvent(new Event("atelier:settled"));  // schedules.js: the run's deliveries
 }
 
 // A reopened post shows its own request and settings (the thread's input values).
@@ -530,6 +531,7 @@ function resetView() {
   state.result = null;
   state.pending = null;
   clearView();
+  document.dispatchEvent(new Event("atelier:reset"));
 }
 
 // After a language switch: draw what is shown again from the frames and result.
@@ -545,6 +547,7 @@ function rerender() {
   renderHistory();
   renderLibrary();
   renderInfo();
+  document.dispatchEvent(new Event("atelier:rerender"));
 }
 
 function setStatus(status) {
