@@ -9,6 +9,9 @@ tests/app/scale/test_crons_processes.py.
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +24,8 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import NotFoundError
 
 from core.settings import Settings
+from engine.crons import utc_now
+from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import LiveServer, serve_deployment, service_settings, wait_until
 from tests.app.sample_graphs import sample_assistants, scripted_reply
 from tests.support.scripted_openai import ScriptedOpenAIServer
@@ -271,3 +276,70 @@ def test_what_no_cron_can_use_is_a_422_not_a_500(
     answer = httpx.post(f"{server.url}{path}", json=body, headers={"X-Api-Key": KEY}, timeout=30)
     assert answer.status_code == 422, answer.text
     assert field in answer.text
+
+
+def test_a_process_with_the_scheduler_off_fires_nothing(
+    tmp_path: Path, llm: ScriptedOpenAIServer
+) -> None:
+    settings = service_settings(tmp_path / "data", llm.base_url, cron_scheduler=False)
+    with LiveServer(settings, sample_assistants) as live:
+        live.app.state.runs.cron_scheduler.clock = Clock(START)
+        answer = httpx.post(
+            f"{live.url}/runs/crons",
+            json={"assistant_id": "studio", "input": studio_input(), "schedule": "* * * * *"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        live.app.state.runs.cron_scheduler.clock = Clock(START + timedelta(minutes=5))
+        passes()
+        assert cron_threads(live, answer.json()["cron_id"]) == []  # stored, never fired
+        assert answer.json()["next_run_date"].startswith("2026-03-02T09:01:00")
+
+
+# --------------------------------------------------------------------------- README
+
+
+def readme_cron_example() -> str:
+    """Return the Python example of the README's "Crons" section."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Crons\n", 1)[1].split("\n### ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert match is not None, "the README's Crons section has a Python example"
+    return match.group(1)
+
+
+async def test_the_readme_cron_example_runs_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example, on the real pipeline, with the scheduler's clock two seconds short
+    of a minute (a real clock that runs ahead), so its tick comes without a minute's wait.
+    """
+    source = readme_cron_example()
+    url = "http://localhost:8000"
+    assert url in source
+    with (
+        ScriptedOpenAIServer(atelier_responder()) as model,
+        LiveServer(
+            service_settings(tmp_path / "data", model.base_url, auth_api_keys=[KEY]), None
+        ) as live,
+    ):
+        real = utc_now()
+        ahead = real.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=-2) - real
+        live.app.state.runs.cron_scheduler.clock = lambda: utc_now() + ahead
+        code = compile(
+            source.replace(url, live.url), "README", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        )
+        namespace: dict[str, Any] = {"KEY": KEY}
+        await asyncio.wait_for(eval(code, namespace), timeout=90)
+        printed = capsys.readouterr().out.strip()
+        assert datetime.fromisoformat(printed) == (real + ahead).replace(
+            second=0, microsecond=0
+        ) + timedelta(minutes=1)
+        (thread,) = namespace["threads"]
+        (run,) = namespace["runs"]
+        assert thread["metadata"]["cron_id"] == run["metadata"]["cron_id"]
+        assert run["metadata"]["series"] == "daily-tips"
+        client = get_client(url=live.url, api_key=KEY)
+        state = await client.threads.get_state(thread["thread_id"])
+        assert state["values"]["result"]["outcome"] == "completed"
+        assert await client.crons.search() == []  # the example deletes its cron
