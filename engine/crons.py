@@ -11,7 +11,8 @@ Exactly once. A cron's row carries `next_run_at`, the tick it fires next. The
 tick's run is recorded in the same transaction that moves `next_run_at` on, and
 only while `next_run_at` is still that tick (`engine.protocols.CronRepository`):
 embedded, the one process owning DATA_DIR does it under SQLite's write lock;
-scale-out, every API replica runs the scheduler and claims a due cron with
+scale-out, every API replica and every `atelier worker` (cli/worker.py) runs the
+scheduler — unless its CRON_SCHEDULER is off — and claims a due cron with
 `SELECT … FOR UPDATE SKIP LOCKED`, so one process records the tick's run and the
 others skip the row. A process killed between claim and commit commits nothing
 (its lock dies with its connection), and another one fires the tick.

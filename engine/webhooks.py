@@ -20,6 +20,10 @@ creation) or a `410 Gone` fails the delivery at once. A stopped process's claims
 run out with their lease (embedded: its restart clears them), so another deliverer,
 or the same after a restart, resumes them.
 
+Every attempt stays in the outbox; `DeliveryStore.totals` counts them, and the
+deliveries by status, for `/metrics` at scrape time (`OutboxTotals`): the whole
+deployment's, whichever process sent them.
+
 Each attempt is signed when WEBHOOK_SECRET is set: `X-Atelier-Signature:
 sha256=<hex HMAC-SHA256 of "<X-Atelier-Timestamp>.<body>">`, the timestamp being
 the attempt's Unix seconds; `X-Atelier-Delivery` is the same on every attempt.
