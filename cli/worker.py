@@ -13,6 +13,9 @@ runs and LLM calls it executed) are not in any replica's `/metrics`. With
 WORKER_METRICS_PORT it serves them itself, in the Prometheus text format at
 `http://WORKER_METRICS_HOST:PORT/metrics` (prometheus_client's own server, in a
 thread), for Prometheus to scrape each worker as it scrapes each replica.
+
+With an OTLP endpoint set (README "Tracing") it traces the runs it executes, each
+continuing the trace the API replica that recorded it started (`engine.tracing`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from cli.common import settings_or_exit
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry
 from engine.protocols import ExecutorSetup
+from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from studio.services import open_services
@@ -64,6 +68,8 @@ async def serve_worker(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = AtelierMetrics()
     async with contextlib.AsyncExitStack() as stack:
+        # First in, last out: spans of the runs stopped at shutdown are flushed too.
+        tracing = stack.enter_context(open_run_tracing(settings))
         if settings.worker_metrics_port is not None:
             server, _thread = start_http_server(
                 settings.worker_metrics_port,
@@ -90,6 +96,7 @@ async def serve_worker(
             metrics=metrics,
             callbacks=[metrics.callback],
             webhooks=WebhookConfig.from_settings(settings),
+            tracing=tracing,
         )
         (worker,) = await stack.enter_async_context(
             backend.workers(setup, count=1, concurrency=concurrency)
