@@ -7,8 +7,11 @@ OpenAI-compatible answer gives.
 
 from __future__ import annotations
 
+import base64
+import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -22,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util.re import parse_env_headers
 
 from core.settings import Settings
 from engine.records import RunRecord, now
@@ -378,3 +382,35 @@ async def test_calls_outside_a_traced_run_make_no_span(
     tracing = make_tracing(exporter)
     await build_graph(llm).ainvoke({"topic": "护肤"}, {"callbacks": [tracing.callback]})
     assert exporter.get_finished_spans() == ()
+
+
+# -- the README's settings ---------------------------------------------------------------
+
+
+def test_the_readmes_tracing_settings_turn_tracing_on_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in Settings.model_fields:  # only the blocks speak (the environment wins over .env)
+        if name.startswith("otel_"):
+            monkeypatch.delenv(name.upper(), raising=False)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Tracing\n(.*?)(?=^## )", readme, re.MULTILINE | re.DOTALL)
+    assert match, "README has no '## Tracing' section"
+    blocks = re.findall(r"```dotenv\n(.*?)```", match.group(1), re.DOTALL)
+    endpoints = []
+    for number, block in enumerate(blocks):
+        env_file = tmp_path / f"{number}.env"
+        env_file.write_text(block, encoding="utf-8")
+        configured = Settings(_env_file=env_file)  # type: ignore[call-arg]
+        endpoints.append(traces_endpoint(configured))
+        headers = configured.otel_exporter_otlp_headers
+        if headers is not None:  # Langfuse's: Basic auth the SDK's header parser decodes
+            parsed = parse_env_headers(headers.get_secret_value(), liberal=True)
+            auth = parsed["authorization"].removeprefix("Basic ")
+            assert base64.b64decode(auth) == b"pk-lf-...:sk-lf-..."
+            assert parsed["x-langfuse-ingestion-version"] == "4"
+    assert endpoints == [
+        "http://localhost:4318/v1/traces",
+        "http://localhost:6006/v1/traces",
+        "https://cloud.langfuse.com/api/public/otel/v1/traces",
+    ]
