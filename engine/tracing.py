@@ -103,9 +103,14 @@ class RunTracing:
         )
 
     def run_span(self, metadata: Mapping[str, Any] | None) -> Span | None:
-        """Return the span of the run a LangChain call's metadata (`run_id`) names."""
+        """Return the span of the run a LangChain call's metadata (`run_id`) names.
+
+        None for a run the sampler left out (OTEL_TRACES_SAMPLER): its graph makes no
+        spans at all, rather than spans nobody records.
+        """
         run_id = (metadata or {}).get("run_id")
-        return self._runs.get(run_id) if isinstance(run_id, str) else None
+        span = self._runs.get(run_id) if isinstance(run_id, str) else None
+        return span if span is not None and span.is_recording() else None
 
     def created(self, run: RunRecord, headers: Mapping[str, str]) -> RunRecord:
         """Record the `create_run` span of a new run; return the run carrying its context.

@@ -24,6 +24,7 @@ from langgraph.types import interrupt
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util.re import parse_env_headers
 
@@ -414,3 +415,17 @@ def test_the_readmes_tracing_settings_turn_tracing_on_as_written(
         "http://localhost:6006/v1/traces",
         "https://cloud.langfuse.com/api/public/otel/v1/traces",
     ]
+
+
+async def test_a_sampled_out_run_makes_no_graph_spans(
+    exporter: InMemorySpanExporter, llm: ScriptedOpenAIServer
+) -> None:
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = RunTracing(provider)
+    run = tracing.created(make_run(), {})
+    with tracing.executing(run):
+        assert tracing.run_span({"run_id": run.run_id}) is None
+    await run_graph(tracing, build_graph(llm), run)
+    assert exporter.get_finished_spans() == ()
+    assert tracing.callback._spans == {} and tracing.callback._parents == {}
