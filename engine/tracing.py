@@ -146,7 +146,10 @@ class RunTracing:
         traced = TracedRun(span, _trace_id(span))
         self._runs[run.run_id] = span
         try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False):
+            # No exception recorded: its message may hold data (the outcome says enough).
+            with trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
                 yield traced
         finally:
             self._runs.pop(run.run_id, None)

@@ -198,6 +198,7 @@ def test_a_stopped_execution_says_so(exporter: InMemorySpanExporter) -> None:
         raise RuntimeError("shutdown")
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None and span.attributes["atelier.outcome"] == "stopped"
+    assert span.status.status_code == StatusCode.UNSET and span.events == ()
 
 
 def test_feedback_is_an_event_on_the_runs_trace(exporter: InMemorySpanExporter) -> None:
