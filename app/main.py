@@ -31,6 +31,7 @@ from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup, RunBackend
 from engine.sqlite.backend import open_sqlite_backend
+from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from providers.fonts import web_cjk_font
@@ -53,13 +54,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     `LLM_BASE_URL` the embedded model is served for the app's lifetime
     (`providers.llm.open_model_factory`); if it cannot start or fails its self-test
     completion, start-up fails with its one-line reason, and once it crashed /ready
-    reports the model check failed with that reason.
+    reports the model check failed with that reason. With an OTLP endpoint set
+    (README "Tracing") runs are traced (`engine.tracing`; `app.state.tracing`, None
+    when off), and the spans left are flushed as the app stops.
     """
     settings: Settings = app.state.settings
     announce_auth_mode(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = app.state.metrics
     async with AsyncExitStack() as stack:
+        # First in, last out: the spans of everything closed after are flushed too.
+        app.state.tracing = tracing = stack.enter_context(open_run_tracing(settings))
         if settings.database_url is not None:
             backend: RunBackend = await open_scale_out(settings, stack, metrics)
         else:
@@ -81,6 +86,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             metrics=metrics,
             callbacks=[metrics.callback],
             webhooks=WebhookConfig.from_settings(settings),
+            tracing=tracing,
         )
         manager = RunManager(
             backend=backend,

@@ -21,6 +21,9 @@ recorded pending and claimed by whichever worker is free). A tick is claimed in 
 database (`FOR UPDATE SKIP LOCKED`), so it fires once whatever the number of
 replicas and workers running the scheduler: a deployment of workers only, or with
 API replicas that set CRON_SCHEDULER=off, still fires every cron.
+
+With an OTLP endpoint set (README "Tracing") it traces the runs it executes, each
+continuing the trace the API replica that recorded it started (`engine.tracing`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from engine.assistants import AssistantFactory, registry
 from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup
+from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from studio.services import open_services
@@ -74,6 +78,8 @@ async def serve_worker(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = AtelierMetrics()
     async with contextlib.AsyncExitStack() as stack:
+        # First in, last out: spans of the runs stopped at shutdown are flushed too.
+        tracing = stack.enter_context(open_run_tracing(settings))
         if settings.worker_metrics_port is not None:
             server, _thread = start_http_server(
                 settings.worker_metrics_port,
@@ -100,6 +106,7 @@ async def serve_worker(
             metrics=metrics,
             callbacks=[metrics.callback],
             webhooks=WebhookConfig.from_settings(settings),
+            tracing=tracing,
         )
         (worker,) = await stack.enter_async_context(
             backend.workers(setup, count=1, concurrency=concurrency)

@@ -350,6 +350,49 @@ class Settings(BaseSettings):
         "(replaces the built-in mapping).",
     )
 
+    # --- tracing: OpenTelemetry (engine/tracing.py, providers/tracing.py) -------------
+    # The standard OTEL_* names. The SDK reads the rest of its variables
+    # (OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*) from the process
+    # environment itself; these are settings so that `.env` sets them too.
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP base URL traces are sent to (`/v1/traces` is appended). "
+        "Unset (and no OTEL_EXPORTER_OTLP_TRACES_ENDPOINT): tracing is off.",
+        examples=["http://localhost:4318"],
+    )
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP URL of the traces endpoint itself (wins over "
+        "OTEL_EXPORTER_OTLP_ENDPOINT).",
+    )
+    otel_exporter_otlp_headers: SecretStr | None = Field(
+        default=None,
+        description="Headers of every export, `key=value` pairs separated by commas, values "
+        "URL-encoded (e.g. Langfuse's `Authorization=Basic%20<base64 pk:sk>`).",
+    )
+    otel_exporter_otlp_protocol: Literal["http/protobuf"] = Field(
+        default="http/protobuf",
+        description="OTLP transport; only http/protobuf is supported.",
+    )
+    otel_service_name: str = Field(
+        default="atelier", min_length=1, description="`service.name` of the exported spans."
+    )
+    otel_sdk_disabled: bool = Field(
+        default=False, description="true: no tracing even with an endpoint set."
+    )
+    otel_instrumentation_genai_capture_message_content: bool = Field(
+        default=False,
+        description="true: LLM spans carry the prompts and completions (`gen_ai.input.messages`, "
+        "`gen_ai.output.messages`) and tool spans their arguments and results; off, spans "
+        "carry no content.",
+    )
+
+    @property
+    def tracing_enabled(self) -> bool:
+        """Whether runs are traced: an OTLP endpoint is set and OTEL_SDK_DISABLED is not."""
+        endpoint = self.otel_exporter_otlp_traces_endpoint or self.otel_exporter_otlp_endpoint
+        return endpoint is not None and not self.otel_sdk_disabled
+
     @field_validator("llm_models", mode="before")
     @classmethod
     def _parse_llm_models(cls, value: object) -> object:
@@ -473,7 +516,12 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with {' or '.join(schemes)}")
         return value.strip()
 
-    @field_validator("llm_base_url", "image_api_base_url")
+    @field_validator(
+        "llm_base_url",
+        "image_api_base_url",
+        "otel_exporter_otlp_endpoint",
+        "otel_exporter_otlp_traces_endpoint",
+    )
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         """Require an http(s) URL; an empty string means unset."""

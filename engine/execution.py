@@ -37,6 +37,10 @@ writes.
 
 A resumed execution (attempt + 1) continues from the thread's last checkpoint when
 that checkpoint is its own, with a new `metadata` frame telling the attempt.
+
+With tracing on (`ExecutorSetup.tracing`), each execution is a `run <assistant>` span
+continuing the trace stored with the run (`engine.tracing`), its nodes', LLM calls'
+and tools' spans nested in it; the `metadata` frame carries its `trace_id`.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from engine.records import (
     ThreadStatus,
 )
 from engine.serde import dumps
+from engine.tracing import TracedRun
 from engine.webhooks import enqueue_delivery
 
 log = logging.getLogger(__name__)
@@ -139,7 +144,10 @@ class Runner:
         self.context = setup.context
         self.run_timeout = setup.run_timeout
         self.metrics = setup.metrics
+        self.tracing = setup.tracing
         self.callbacks = list(setup.callbacks)
+        if self.tracing is not None:
+            self.callbacks.append(self.tracing.callback)
         #: Record and result of runs deleted as they ended, for their /wait and /join.
         self.ended: dict[str, tuple[RunRecord, dict[str, Any]]] = {}
 
@@ -206,6 +214,8 @@ class RunExecution:
         #: (no handler, no `finally`): the run would never end, so such a cancel waits.
         self.entered = False
         self._busy_beside = busy_beside
+        #: Its execution's span, while tracing is on.
+        self.traced: TracedRun | None = None
 
     # -- cancel ----------------------------------------------------------------------
 
@@ -234,10 +244,18 @@ class RunExecution:
 
         The run ends with `error` + `end` frames and a terminal status, or — when not
         even those can be written — is left as its record says for the recovery sweep.
+        With tracing on, all of it is the run's span.
 
         Returns:
             Whether the run's end is durable.
         """
+        tracing = self.runner.tracing
+        if tracing is None:
+            return await self._drive(after)
+        with tracing.executing(self.run) as self.traced:
+            return await self._drive(after)
+
+    async def _drive(self, after: Sequence[asyncio.Future[None]]) -> bool:
         run = self.run
         ended = False
         self.entered = True
@@ -251,6 +269,8 @@ class RunExecution:
             except Exception as exc:  # a failed rollback, a bug: still end the run loudly
                 log.exception("run %s failed outside its graph", run.run_id)
                 outcome = Outcome("error", error=public_error(exc))
+            if self.traced is not None:
+                self.traced.outcome, self.traced.error = outcome.status, outcome.error
             ended = await self._end(outcome)
             if ended:
                 await self._after_end(outcome)
@@ -267,12 +287,15 @@ class RunExecution:
 
     def _metadata(self) -> dict[str, Any]:
         run = self.run
-        return {
+        metadata = {
             "run_id": run.run_id,
             "thread_id": run.thread_id,
             "attempt": run.attempt,
             "schema_version": SCHEMA_VERSION,
         }
+        if self.traced is not None:
+            metadata["trace_id"] = self.traced.trace_id
+        return metadata
 
     async def _outcome(self, after: Sequence[asyncio.Future[None]]) -> Outcome:
         """Run the graph (after the runs queued before this one) and say how it went."""

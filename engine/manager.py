@@ -139,6 +139,7 @@ class RunManager:
             executor=self.executor,
             checkpointer=self._checkpointer,
             webhooks=setup.webhooks,
+            tracing=setup.tracing,
         )
         self._lock = asyncio.Lock()  # serialises run creation (busy checks, strategies)
         self._closing = False

@@ -42,6 +42,7 @@ from engine.execution import graph_config
 from engine.protocols import RunExecutor, RunStorage
 from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
 from engine.serde import dumps
+from engine.tracing import RunTracing
 from engine.webhooks import WebhookConfig, check_webhook
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -79,6 +80,9 @@ class RunRequest:
     request_hash: str | None = None
     #: The server's base URL the client reached (absolute links in the run's output).
     base_url: str | None = None
+    #: The caller's W3C Trace Context headers (`traceparent`, `tracestate`): with
+    #: tracing on, the run's trace is a child of the caller's (`engine.tracing`).
+    trace_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,16 +127,19 @@ class RunPreparer:
         executor: RunExecutor,
         checkpointer: BaseCheckpointSaver,
         webhooks: WebhookConfig | None = None,
+        tracing: RunTracing | None = None,
     ) -> None:
         """Read threads and runs from `storage`; cancel through `executor`.
 
-        `webhooks` holds the rules a run's `webhook` URL is checked against.
+        `webhooks` holds the rules a run's `webhook` URL is checked against; with
+        `tracing`, a new run carries the context of its trace (`engine.tracing`).
         """
         self.threads = storage.threads
         self.runs = storage.runs
         self.executor = executor
         self.checkpointer = checkpointer
         self.webhooks = webhooks or WebhookConfig()
+        self.tracing = tracing
 
     async def prepare(self, request: RunRequest) -> PreparedRun:
         """Check a run request and apply its thread's multitask strategy.
@@ -220,6 +227,8 @@ class RunPreparer:
             idempotency_key=idempotency_key,
             request_hash=request_hash,
         )
+        if self.tracing is not None:  # where it executes, the run continues this trace
+            run = self.tracing.created(run, request.trace_headers)
         known = thread.metadata if thread is not None else {}
         missing = {k: v for k, v in labels.items() if k not in known}
         return PreparedRun(run, new_thread=new_thread, after=after, thread_metadata=missing)

@@ -77,6 +77,7 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
+from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
@@ -343,6 +344,8 @@ class ExecutorSetup:
     callbacks: Sequence[BaseCallbackHandler] = ()
     #: The webhook rules and delivery settings (a run's `webhook` is checked at creation).
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
+    #: OpenTelemetry tracing of runs (`engine.tracing`); None: runs are not traced.
+    tracing: RunTracing | None = None
 
 
 class RunExecutor(Protocol):

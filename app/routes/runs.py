@@ -48,6 +48,7 @@ from engine.manager import RunManager
 from engine.preparation import RunRequest, request_fingerprint
 from engine.records import CancelAction, RunRecord, RunStatus
 from engine.serde import dumps
+from engine.tracing import trace_headers
 
 router = APIRouter(tags=["runs"])
 
@@ -144,7 +145,8 @@ async def _create(
     """Hand a run request to the run manager, which checks, records and starts it.
 
     The request's base URL goes with it: a run links its images with it (behind a
-    proxy, the Host header the proxy forwards).
+    proxy, the Host header the proxy forwards). So do its W3C `traceparent` and
+    `tracestate` headers: with tracing on, the run's trace continues the caller's.
     """
     if idempotency_key is not None and not IDEMPOTENCY_KEY_RE.match(idempotency_key):
         raise _header_error(
@@ -176,6 +178,7 @@ async def _create(
             idempotency_key=idempotency_key,
             request_hash=fingerprint,
             base_url=str(request.base_url),
+            trace_headers=trace_headers(request.headers),
         )
     )
 
