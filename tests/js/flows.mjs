@@ -300,14 +300,19 @@ async function send(stream, message, extra = {}) {
 const text = (m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content));
 const imageUrls = (m) => [...text(m).matchAll(/!\[[^\]]*\]\(([^)]+)\)/g)].map((x) => x[1]);
 
-/** Check that a post message shows the post: a bold title and an image URL that loads. */
+/** Check that a post message shows the post: a bold title and an image URL that loads keyless. */
 async function checkPost(message) {
   check(message?.type === "ai", "the last message is the AI's", message);
   check(/^\*\*.+\*\*/.test(text(message)), "the post starts with its title", text(message));
   const [url] = imageUrls(message);
   check(url && url.startsWith(apiUrl), "an absolute image URL on this server", text(message));
-  const image = await fetch(url, { headers: keyed ?? {} });
-  check(image.status === 200, "the image loads", { url, status: image.status });
+  // As a browser's <img> does: no key. With API keys on, the link is signed.
+  const image = await fetch(url);
+  check(image.status === 200, "the image loads without a key", { url, status: image.status });
+  if (keyed) {
+    const bare = await fetch(url.split("?")[0]);
+    check(bare.status === 401, "the unsigned link needs the key", { url, status: bare.status });
+  }
   return url;
 }
 
