@@ -8,7 +8,7 @@ executor reads a thread's values and interrupts with it when a run ends.
     thread_values   a thread's values and pending interrupts, as its graph sees them
     state           the latest checkpointed state (the Platform's `ThreadState`)
     state_at        the state at one checkpoint (or a subgraph namespace's head)
-    history         past states, newest first
+    history         past states, newest first (a page that cuts a fork carries both sides)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import StateSnapshot
 
 from engine.assistants import Assistant
@@ -179,6 +180,19 @@ async def history(
 ) -> list[dict[str, Any]]:
     """Return a thread's past states, newest first (none before any graph ran on it).
 
+    A first page (no `before`, `metadata` or `checkpoint`) that cuts a fork in two
+    also carries the other side (`_fork_siblings`): where one of its lines starts
+    below a fork (a checkpoint with several children: an edit or a regenerate
+    started there) at most `limit` checkpoints up, the checkpoints up to the fork
+    are added, and each other child's line, from it towards its newest state, up
+    to `limit` states. Chat clients load a short first page (useStream's
+    `fetchStateHistory: true` asks for 10) and find a thread's branches in it, but
+    one pipeline run writes more checkpoints than that (input, start, then each
+    node), so an edit of the last message would otherwise leave its other side out
+    of the page, and Agent Chat UI would show no branch switcher. Such a page holds
+    more than `limit` states; later pages (`before`) and filtered ones hold at most
+    `limit`.
+
     Args:
         graph: The compiled graph that ran on the thread, or None when none has yet.
         thread_id: The thread.
@@ -196,12 +210,72 @@ async def history(
     config = thread_config(thread_id)
     if checkpoint:
         config["configurable"].update({k: v for k, v in checkpoint.items() if v is not None})
-    return [
-        snapshot_json(snapshot)
+    snapshots = [
+        snapshot
         async for snapshot in graph.aget_state_history(
             config, filter=metadata or None, limit=limit, before=before_config
         )
     ]
+    if not (before or metadata or checkpoint) and len(snapshots) == limit:
+        snapshots += await _fork_siblings(graph, thread_id, snapshots, limit)
+        snapshots.sort(key=lambda s: str(s.config["configurable"]["checkpoint_id"]), reverse=True)
+    return [snapshot_json(snapshot) for snapshot in snapshots]
+
+
+async def _fork_siblings(
+    graph: Any, thread_id: str, page: list[StateSnapshot], limit: int
+) -> list[StateSnapshot]:
+    """Return the states that join a page of history to the forks it cuts, and their sides.
+
+    From each state of the page whose parent checkpoint is not in the page, the
+    checkpoints above it are walked, at most `limit`, up to the first with several
+    children (a fork: an edit or a regenerate started there). The checkpoints walked
+    are added, and each other child of the fork starts a line: the child, then its
+    newest child, and so on, until the page or `limit` states are reached.
+    """
+    checkpointer = getattr(graph, "checkpointer", None)
+    if not isinstance(checkpointer, BaseCheckpointSaver):
+        return []
+    root = thread_config(thread_id)
+    root["configurable"]["checkpoint_ns"] = ""  # the graph's own states, not its subgraphs'
+    parents: dict[str, str | None] = {}
+    children: dict[str, list[str]] = {}
+    async for saved in checkpointer.alist(root):
+        checkpoint_id = str(saved.config["configurable"]["checkpoint_id"])
+        parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        parents[checkpoint_id] = str(parent) if parent else None
+        if parent:
+            children.setdefault(str(parent), []).append(checkpoint_id)
+    held = {str(s.config["configurable"]["checkpoint_id"]) for s in page}
+    wanted: list[str] = []
+    for snapshot in page:
+        walked: list[str] = []
+        above = parents.get(str(snapshot.config["configurable"]["checkpoint_id"]))
+        while above is not None and above not in held and len(walked) < limit:
+            if len(children.get(above, [])) > 1:
+                break
+            walked.append(above)
+            above = parents.get(above)
+        if above is None or above in held or len(children.get(above, [])) < 2:
+            continue  # no fork cut within reach
+        held.update(walked)
+        wanted += walked
+        for child in children[above]:
+            line = 0
+            while child not in held and line < limit:
+                held.add(child)
+                wanted.append(child)
+                line += 1
+                newer = children.get(child)
+                if not newer:
+                    break
+                child = max(newer)
+    found = []
+    for checkpoint_id in wanted:
+        config = thread_config(thread_id)
+        config["configurable"]["checkpoint_id"] = checkpoint_id
+        found.append(await graph.aget_state(config))
+    return found
 
 
 __all__ = [

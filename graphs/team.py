@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -109,9 +109,7 @@ async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
 
 
-async def finish_team(
-    state: TeamState, runtime: Runtime[AtelierContext], config: RunnableConfig
-) -> dict[str, Any]:
+async def finish_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Show the finished post in the conversation: the writer's draft message, completed.
 
     Its text becomes the title, body, `#tags` and images (absolute links from the run's
@@ -123,7 +121,7 @@ async def finish_team(
         return {}
     images = state.get("images") or []
     links = context_of(runtime).asset_links
-    text = draft_text(content, images, base_url_of(config), links)
+    text = draft_text(content, images, base_url_of(get_config()), links)
     return {"messages": post_message_update(text, message_id, None)["messages"]}
 
 

@@ -436,10 +436,11 @@ Object.assign(flows, {
       const history = await client.threads.getHistory(ids.thread, { limit: 200 });
       return history.filter((s) => s.parent_checkpoint?.checkpoint_id === from.checkpoint_id).length;
     };
-    // useStream loads the last 10 states only (fetchStateHistory: true), fewer than one
-    // pipeline run writes, so the fork shows in the thread's whole history.
     check((await forks(editFrom)) === 2, "the edit forked from the message's parent checkpoint");
     await checkPost(stream.messages[3]);
+    // Agent Chat UI's BranchSwitcher: the edited message offers both versions.
+    const editedMeta = stream.getMessagesMetadata(stream.messages[2], 2);
+    check(editedMeta?.branchOptions?.length === 2 && editedMeta.branchOptions.includes(editedMeta.branch), "two branches at the edited message", { branch: editedMeta?.branch, options: editedMeta?.branchOptions, states: stream.history?.length });
 
     // Regenerate the post (Agent Chat UI's AssistantMessage regenerate): a new attempt.
     const before = stream.messages[3].id;
@@ -452,8 +453,19 @@ Object.assign(flows, {
     check(stream.messages.length === 4, "still one post for the message", stream.messages);
     await checkPost(stream.messages[3]);
     check((await forks(regenerateFrom)) === 2, "the regenerate forked from the post's parent checkpoint");
+    const regenerated = stream.getMessagesMetadata(stream.messages[3], 3);
+    check(regenerated?.branchOptions?.length === 2, "two branches at the regenerated post", { branch: regenerated?.branch, options: regenerated?.branchOptions });
     const runs = await client.runs.list(ids.thread);
     check(runs.length === 4 && runs.every((r) => r.status === "success"), "four runs, all successful", runs);
+
+    // Switching the edited message back shows the original second turn, post included.
+    const again = stream.getMessagesMetadata(stream.messages[2], 2);
+    check(again?.branchOptions?.length === 2, "the edit's branches are still offered", { branch: again?.branch, options: again?.branchOptions });
+    stream.setBranch(again.branchOptions.find((b) => b !== again.branch));
+    const original = await waitFor(() => probe.current.messages[2]?.id !== edited.id && probe.current, "the original branch");
+    const said = (m) => (typeof m.content === "string" ? m.content : m.content.map((b) => b.text ?? "").join(""));
+    check(said(original.messages[2]) === "标题短一点" && original.messages.length === 4, "the original message and its post", original.messages);
+    await checkPost(original.messages[3]);
     return { edit_from: editFrom.checkpoint_id, regenerate_from: regenerateFrom.checkpoint_id };
   },
 });
