@@ -218,7 +218,7 @@ async def history(
     ]
     if not (before or metadata or checkpoint) and len(snapshots) == limit:
         snapshots += await _fork_siblings(graph, thread_id, snapshots, limit)
-        snapshots.sort(key=lambda s: str(s.config["configurable"]["checkpoint_id"]), reverse=True)
+        snapshots.sort(key=lambda s: _checkpoint_id(s.config) or "", reverse=True)
     return [snapshot_json(snapshot) for snapshot in snapshots]
 
 
@@ -231,36 +231,45 @@ async def _fork_siblings(
     checkpoints above it are walked, at most `limit`, up to the first with several
     children (a fork: an edit or a regenerate started there). The checkpoints walked
     are added, and each other child of the fork starts a line: the child, then its
-    newest child, and so on, until the page or `limit` states are reached.
+    newest child, and so on, until the page or `limit` states are reached. Only the
+    checkpoints from the oldest one walked on are listed to find the children
+    (checkpoint ids grow with time, and the savers list them newest first).
     """
     checkpointer = getattr(graph, "checkpointer", None)
     if not isinstance(checkpointer, BaseCheckpointSaver):
         return []
-    root = thread_config(thread_id)
-    root["configurable"]["checkpoint_ns"] = ""  # the graph's own states, not its subgraphs'
-    parents: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {}
-    async for saved in checkpointer.alist(root):
-        checkpoint_id = str(saved.config["configurable"]["checkpoint_id"])
-        parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        parents[checkpoint_id] = str(parent) if parent else None
-        if parent:
-            children.setdefault(str(parent), []).append(checkpoint_id)
-    held = {str(s.config["configurable"]["checkpoint_id"]) for s in page}
-    wanted: list[str] = []
+    held = {_checkpoint_id(s.config) for s in page}
+    walks: list[list[str]] = []
     for snapshot in page:
-        walked: list[str] = []
-        above = parents.get(str(snapshot.config["configurable"]["checkpoint_id"]))
-        while above is not None and above not in held and len(walked) < limit:
-            if len(children.get(above, [])) > 1:
-                break
-            walked.append(above)
-            above = parents.get(above)
-        if above is None or above in held or len(children.get(above, [])) < 2:
+        walk: list[str] = []
+        above = _checkpoint_id(snapshot.parent_config)
+        while above is not None and above not in held and len(walk) <= limit:
+            walk.append(above)
+            saved = await checkpointer.aget_tuple(_at(thread_id, above))
+            above = _checkpoint_id(saved.parent_config) if saved is not None else None
+        if walk:
+            walks.append(walk)
+    if not walks:
+        return []
+    oldest = min(checkpoint_id for walk in walks for checkpoint_id in walk)
+    children: dict[str, list[str]] = {}
+    async for saved in checkpointer.alist(_at(thread_id, None)):
+        checkpoint_id = _checkpoint_id(saved.config)
+        if checkpoint_id is None or checkpoint_id < oldest:
+            break
+        parent = _checkpoint_id(saved.parent_config)
+        if parent is not None:
+            children.setdefault(parent, []).append(checkpoint_id)
+    wanted: list[str] = []
+    for walk in walks:
+        forks = [depth for depth, above in enumerate(walk) if len(children.get(above, [])) > 1]
+        if not forks:
             continue  # no fork cut within reach
-        held.update(walked)
-        wanted += walked
-        for child in children[above]:
+        fork = walk[forks[0]]
+        between = [c for c in walk[: forks[0]] if c not in held]
+        held.update(between)
+        wanted += between
+        for child in children[fork]:
             line = 0
             while child not in held and line < limit:
                 held.add(child)
@@ -270,12 +279,21 @@ async def _fork_siblings(
                 if not newer:
                     break
                 child = max(newer)
-    found = []
-    for checkpoint_id in wanted:
-        config = thread_config(thread_id)
+    return [await graph.aget_state(_at(thread_id, checkpoint_id)) for checkpoint_id in wanted]
+
+
+def _checkpoint_id(config: RunnableConfig | None) -> str | None:
+    value = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    return str(value) if value else None
+
+
+def _at(thread_id: str, checkpoint_id: str | None) -> RunnableConfig:
+    """Return the config of a checkpoint of the thread's own graph (not its subgraphs')."""
+    config = thread_config(thread_id)
+    config["configurable"]["checkpoint_ns"] = ""
+    if checkpoint_id is not None:
         config["configurable"]["checkpoint_id"] = checkpoint_id
-        found.append(await graph.aget_state(config))
-    return found
+    return config
 
 
 __all__ = [
