@@ -27,7 +27,8 @@ The mapping:
 * **Progress**: the run's `custom` frames (stages, attempts, images) become
   `working` status updates with a short text in `message/stream`.
 * **The post is the artifact**: a `text/markdown` part (title, body, `#tags`, and
-  the images as absolute links to `/assets/{id}`) and a data part with the run's
+  the images as absolute links to `/assets/{id}`, signed when API keys are
+  on so they load without one: `providers.asset_links`) and a data part with the run's
   `result` payload. A run that ends without a post ends `failed`, with the
   reason as the status message; a cancelled one `canceled`.
 * `tasks/cancel` cancels the thread's active run; `tasks/get` reads the thread's
@@ -111,6 +112,8 @@ from engine.manager import RunManager
 from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
 from engine.serde import loads
+from providers.asset_links import AssetLinks
+from studio.chat import image_link
 
 #: Where the JSON-RPC endpoint and the agent card are served.
 RPC_PATH = "/a2a/{assistant_id}"
@@ -234,6 +237,7 @@ class Call:
     owner: str
     assistant: Assistant
     base_url: str  # e.g. http://127.0.0.1:8000, for absolute links to assets
+    links: AssetLinks | None = None  # signs those links when API keys are on
 
 
 def _call(context: ServerCallContext) -> Call:
@@ -262,11 +266,14 @@ def request_text(message: Message) -> str:
     return "\n\n".join(text for text in texts if text)
 
 
-def post_artifact(result: Mapping[str, Any], base_url: str) -> Artifact | None:
+def post_artifact(
+    result: Mapping[str, Any], base_url: str, links: AssetLinks | None = None
+) -> Artifact | None:
     """Return the finished post as an artifact, or None when the result has no post.
 
     One `text/markdown` part (the post as Markdown, then its images as absolute
-    links) and one data part with the whole `result` payload.
+    links, signed with `links` so they load without a key) and one data part with
+    the whole `result` payload.
     """
     post = result.get("post") or {}
     if not (post.get("title") or post.get("blocks")):
@@ -275,7 +282,8 @@ def post_artifact(result: Mapping[str, Any], base_url: str) -> Artifact | None:
     for image in result.get("images") or []:
         asset_id = str(image.get("asset_id") or "")
         if asset_id:
-            lines.append(f"![{image.get('alt') or ''}]({base_url}/assets/{asset_id})\n")
+            url = image_link(f"/assets/{asset_id}", base_url, links)
+            lines.append(f"![{image.get('alt') or ''}]({url})\n")
     return Artifact(
         artifact_id="post",
         name=str(post.get("title") or "post"),
@@ -353,7 +361,7 @@ def build_task(
                 )
             )
     if state == TaskState.TASK_STATE_COMPLETED:
-        artifact = post_artifact(values.get("result") or {}, call.base_url)
+        artifact = post_artifact(values.get("result") or {}, call.base_url, call.links)
         if artifact is not None:
             task.artifacts.append(artifact)
     return task
@@ -716,7 +724,8 @@ async def a2a_rpc(
 ) -> Response:
     """Answer one A2A JSON-RPC request (see the module docstring for the mapping)."""
     assistant = manager.assistant(assistant_id)
-    request.state.a2a_call = Call(manager, owner, assistant, _base_url(request))
+    links = getattr(request.app.state, "asset_links", None)
+    request.state.a2a_call = Call(manager, owner, assistant, _base_url(request), links)
     return await _dispatcher.handle_requests(request)
 
 

@@ -18,7 +18,8 @@ calls before the run engine closes).
   token, each pipeline stage and each supervisor decision is a progress notification
   (`progress` counts them, `message` names the stage or the agent, e.g.
   `writer_agent`). The answer is the post as Markdown text (title, body, `#tags`,
-  the images as absolute links to `/assets/{id}`), with `structuredContent`
+  the images as absolute links to `/assets/{id}`, signed when API keys are
+  on so they load without one: `providers.asset_links`), with `structuredContent`
   carrying the thread and run ids, the outcome and the post; a run that ends
   without a post is a tool error saying how it ended.
 * Stateless: every POST is served on its own, with no MCP session, so any replica
@@ -67,6 +68,8 @@ from engine.follow import Stopped, follow_frames
 from engine.manager import RunManager
 from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
+from providers.asset_links import AssetLinks
+from studio.chat import image_link
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +203,12 @@ def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-def absolute(url: str, base_url: str) -> str:
-    """Return an image URL absolute from the request's base URL (kept when it already is)."""
-    if url.startswith("/"):
-        return base_url.rstrip("/") + url
-    return url
-
-
-def post_result(run: RunRecord, values: Mapping[str, Any], base_url: str) -> types.CallToolResult:
+def post_result(
+    run: RunRecord,
+    values: Mapping[str, Any],
+    base_url: str,
+    links: AssetLinks | None = None,
+) -> types.CallToolResult:
     """Return the answer of a call from what the run left (see the module docstring)."""
     if "__error__" in values:
         error = values["__error__"] or {}
@@ -224,7 +225,7 @@ def post_result(run: RunRecord, values: Mapping[str, Any], base_url: str) -> typ
     if not (post.get("title") or post.get("blocks")):
         return error_result(f"The run ended without a post (outcome {outcome}). {message}".strip())
     images = [
-        {**image, "url": absolute(str(image.get("url") or ""), base_url)}
+        {**image, "url": image_link(str(image.get("url") or ""), base_url, links)}
         for image in result.get("images") or []
     ]
     text = post_markdown(post)
@@ -314,7 +315,8 @@ def mcp_server(app: FastAPI) -> Server[Any]:
         finally:
             if not finished:  # the call was cancelled (or failed): so is its run
                 cancel_run(manager, run)
-        return post_result(ended, values, str(request.base_url))
+        links = getattr(app.state, "asset_links", None)
+        return post_result(ended, values, str(request.base_url), links)
 
     return Server(
         "atelier",

@@ -21,7 +21,12 @@
    Starlette's own `RequestBodyLimitMiddleware` does the counting the same way but
    answers a bare "Content Too Large" and knows one limit per route at import time;
    ours names the limit and takes it from settings.
-Their refusals (401, 413) use the service's error shape (`app.errors`).
+Their refusals (401, 403, 413) use the service's error shape (`app.errors`).
+
+One exception to the key: a GET (or HEAD) of `/assets/{id}` whose `sig` query parameter
+is that asset's signature (`providers.asset_links`) is served without a key, so a
+browser's `<img>` loads the image links in posts; a `sig` that is not the one for
+that asset gets 403. Only that one asset is let through, never another path.
 
 Routes learn the caller through `app.deps.PrincipalDep` (`get_principal`), the
 caller's owner id: `key_` and
@@ -50,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import error_response
 from core.settings import Settings
+from providers.asset_links import AssetLinks, signature_of
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,10 @@ UPLOAD_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/assets")})
 #: Headers longer than this cannot hold a key (keys are at most 256 characters).
 _MAX_CREDENTIAL_CHARS = 1024
 _OWNER_ID_SALT = b"atelier.owner-id.v1"
+
+#: The one path a signed link may open: an asset by id (GET or HEAD).
+_ASSET_PATH = re.compile(r"^/assets/(?P<asset_id>[0-9a-f]{32})$")
+_BAD_SIGNATURE = "The image link's signature is not valid for this asset."
 
 _UNAUTHORIZED = (
     "A valid API key is required: send it as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'."
@@ -157,13 +167,29 @@ def is_public(path: str) -> bool:
     )
 
 
+def signed_asset(scope: Scope, links: AssetLinks | None) -> bool | None:
+    """Tell whether a request is a signed asset link: True (valid), False (bad `sig`), None.
+
+    None: not a GET/HEAD of `/assets/{id}` with a `sig`, or no links are signed.
+    """
+    if links is None or scope["method"] not in ("GET", "HEAD"):
+        return None
+    matched = _ASSET_PATH.match(scope["path"])
+    query = scope.get("query_string", b"").decode("latin-1")
+    signature = signature_of(query) if matched else None
+    if matched is None or signature is None:
+        return None
+    return links.verify(matched["asset_id"], signature)
+
+
 class AuthMiddleware:
     """Refuse requests without a valid API key (401) and record the caller's owner id."""
 
-    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
-        """Wrap `app`, checking requests against `keys`."""
+    def __init__(self, app: ASGIApp, keys: ApiKeys, links: AssetLinks | None = None) -> None:
+        """Wrap `app`, checking requests against `keys` (and asset links against `links`)."""
         self.app = app
         self.keys = keys
+        self.links = links
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate an HTTP request, then pass it on or answer 401."""
@@ -172,6 +198,13 @@ class AuthMiddleware:
             return
         owner = self.keys.authenticate(Headers(scope=scope))
         if owner is None and not is_public(scope["path"]):
+            signed = signed_asset(scope, self.links)
+            if signed is True:
+                await self.app(scope, receive, send)
+                return
+            if signed is False:
+                await error_response(403, _BAD_SIGNATURE)(scope, receive, send)
+                return
             response = error_response(
                 401, _UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
             )
@@ -317,10 +350,13 @@ def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
     """Install CORS, API keys and the body limit on `app`.
 
     Call it once in `create_app`, before the app serves. Returns the key ring, which is
-    also kept as `app.state.api_keys`.
+    also kept as `app.state.api_keys`; the asset link signer (None when the service
+    runs open) is kept as `app.state.asset_links`.
     """
     keys = ApiKeys(settings.auth_api_keys)
     app.state.api_keys = keys
+    links = AssetLinks.from_settings(settings)
+    app.state.asset_links = links
 
     # add_middleware wraps what is there: the last one added runs first.
     upload_limit = upload_body_limit(settings)
@@ -329,7 +365,7 @@ def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
         max_body_bytes=settings.max_body_bytes,
         route_limits=dict.fromkeys(UPLOAD_ROUTES, upload_limit),
     )
-    app.add_middleware(AuthMiddleware, keys=keys)
+    app.add_middleware(AuthMiddleware, keys=keys, links=links)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

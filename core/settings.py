@@ -104,6 +104,14 @@ class Settings(BaseSettings):
         "comma-separated or a JSON array, each 16-256 printable characters. Unset: the "
         "service runs open (and says so at start-up and in /info).",
     )
+    asset_link_secret: SecretStr | None = Field(
+        default=None,
+        description="Key of the HMAC-SHA256 signature of the image links in posts (chat "
+        "messages, MCP, A2A), which load without an API key (`/assets/{id}?sig=…`). Set "
+        "the same value on every API replica and worker. Unset: derived from "
+        "AUTH_API_KEYS (changing the keys then changes every link). Unused without "
+        "AUTH_API_KEYS: links are plain.",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins allowed to call the API from a browser (comma-separated or a "
@@ -487,6 +495,14 @@ class Settings(BaseSettings):
                 )
             unique.setdefault(secret, key)
         return list(unique.values())
+
+    @field_validator("asset_link_secret")
+    @classmethod
+    def _strong_link_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """Refuse a link signing key short enough to guess."""
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("ASSET_LINK_SECRET must be at least 16 characters long")
+        return value
 
     @field_validator("cors_origins")
     @classmethod

@@ -8,7 +8,7 @@ executor reads a thread's values and interrupts with it when a run ends.
     thread_values   a thread's values and pending interrupts, as its graph sees them
     state           the latest checkpointed state (the Platform's `ThreadState`)
     state_at        the state at one checkpoint (or a subgraph namespace's head)
-    history         past states, newest first
+    history         past states, newest first (a page that cuts a fork carries both sides)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import StateSnapshot
 
 from engine.assistants import Assistant
@@ -179,6 +180,19 @@ async def history(
 ) -> list[dict[str, Any]]:
     """Return a thread's past states, newest first (none before any graph ran on it).
 
+    A first page (no `before`, `metadata` or `checkpoint`) that cuts a fork in two
+    also carries the other side (`_fork_siblings`): where one of its lines starts
+    below a fork (a checkpoint with several children: an edit or a regenerate
+    started there) at most `limit` checkpoints up, the checkpoints up to the fork
+    are added, and each other child's line, from it towards its newest state, up
+    to `limit` states. Chat clients load a short first page (useStream's
+    `fetchStateHistory: true` asks for 10) and find a thread's branches in it, but
+    one pipeline run writes more checkpoints than that (input, start, then each
+    node), so an edit of the last message would otherwise leave its other side out
+    of the page, and Agent Chat UI would show no branch switcher. Such a page holds
+    more than `limit` states; later pages (`before`) and filtered ones hold at most
+    `limit`.
+
     Args:
         graph: The compiled graph that ran on the thread, or None when none has yet.
         thread_id: The thread.
@@ -196,12 +210,90 @@ async def history(
     config = thread_config(thread_id)
     if checkpoint:
         config["configurable"].update({k: v for k, v in checkpoint.items() if v is not None})
-    return [
-        snapshot_json(snapshot)
+    snapshots = [
+        snapshot
         async for snapshot in graph.aget_state_history(
             config, filter=metadata or None, limit=limit, before=before_config
         )
     ]
+    if not (before or metadata or checkpoint) and len(snapshots) == limit:
+        snapshots += await _fork_siblings(graph, thread_id, snapshots, limit)
+        snapshots.sort(key=lambda s: _checkpoint_id(s.config) or "", reverse=True)
+    return [snapshot_json(snapshot) for snapshot in snapshots]
+
+
+async def _fork_siblings(
+    graph: Any, thread_id: str, page: list[StateSnapshot], limit: int
+) -> list[StateSnapshot]:
+    """Return the states that join a page of history to the forks it cuts, and their sides.
+
+    From each state of the page whose parent checkpoint is not in the page, the
+    checkpoints above it are walked, at most `limit`, up to the first with several
+    children (a fork: an edit or a regenerate started there). The checkpoints walked
+    are added, and each other child of the fork starts a line: the child, then its
+    newest child, and so on, until the page or `limit` states are reached. Only the
+    checkpoints from the oldest one walked on are listed to find the children
+    (checkpoint ids grow with time, and the savers list them newest first).
+    """
+    checkpointer = getattr(graph, "checkpointer", None)
+    if not isinstance(checkpointer, BaseCheckpointSaver):
+        return []
+    held = {_checkpoint_id(s.config) for s in page}
+    walks: list[list[str]] = []
+    for snapshot in page:
+        walk: list[str] = []
+        above = _checkpoint_id(snapshot.parent_config)
+        while above is not None and above not in held and len(walk) <= limit:
+            walk.append(above)
+            saved = await checkpointer.aget_tuple(_at(thread_id, above))
+            above = _checkpoint_id(saved.parent_config) if saved is not None else None
+        if walk:
+            walks.append(walk)
+    if not walks:
+        return []
+    oldest = min(checkpoint_id for walk in walks for checkpoint_id in walk)
+    children: dict[str, list[str]] = {}
+    async for saved in checkpointer.alist(_at(thread_id, None)):
+        checkpoint_id = _checkpoint_id(saved.config)
+        if checkpoint_id is None or checkpoint_id < oldest:
+            break
+        parent = _checkpoint_id(saved.parent_config)
+        if parent is not None:
+            children.setdefault(parent, []).append(checkpoint_id)
+    wanted: list[str] = []
+    for walk in walks:
+        forks = [depth for depth, above in enumerate(walk) if len(children.get(above, [])) > 1]
+        if not forks:
+            continue  # no fork cut within reach
+        fork = walk[forks[0]]
+        between = [c for c in walk[: forks[0]] if c not in held]
+        held.update(between)
+        wanted += between
+        for child in children[fork]:
+            line = 0
+            while child not in held and line < limit:
+                held.add(child)
+                wanted.append(child)
+                line += 1
+                newer = children.get(child)
+                if not newer:
+                    break
+                child = max(newer)
+    return [await graph.aget_state(_at(thread_id, checkpoint_id)) for checkpoint_id in wanted]
+
+
+def _checkpoint_id(config: RunnableConfig | None) -> str | None:
+    value = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    return str(value) if value else None
+
+
+def _at(thread_id: str, checkpoint_id: str | None) -> RunnableConfig:
+    """Return the config of a checkpoint of the thread's own graph (not its subgraphs')."""
+    config = thread_config(thread_id)
+    config["configurable"]["checkpoint_ns"] = ""
+    if checkpoint_id is not None:
+        config["configurable"]["checkpoint_id"] = checkpoint_id
+    return config
 
 
 __all__ = [

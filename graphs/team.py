@@ -3,11 +3,11 @@
 ```
 START → enter_team → supervisor ─┬─ look-ups ──→ supervisor_tools ──→ supervisor
                                  ├─ (invalid) ─→ supervisor
-                                 ├─ END ───────→ END
+                                 ├─ END ───────→ finish_team → END
                                  └─ agent ─────→ <agent> ──→ supervisor
 research_evidence_agent ⇄ research_evidence_tools   (search_knowledge, ≤ 3 rounds)
 image_agent ⇄ image_tools                            (generate_image, < 10 rounds)
-review_agent ─┬─ approved and every score passes → END
+review_agent ─┬─ approved and every score passes → finish_team → END
               └─ otherwise → supervisor
 ```
 
@@ -21,6 +21,14 @@ may end the team) are wired by hand below.
 `limits` over the context's over the defaults, written to state `limits`, which
 every router and node reads.
 
+`finish_team` shows what the team made in its conversation (`messages`, what a chat
+client renders when the team is served on its own, `?assistantId=team`): the
+writer's last draft message, same id, becomes the finished text — title, body,
+`#tags` and the images as absolute links (signed when API keys are on), as the
+`atelier` conversation shows a draft (`studio.chat.draft_text`). As the pipeline's
+executor the team's `messages` are not part of its output, and the pipeline writes
+its own post message (nodes.executor, nodes.finalize).
+
 Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
 `agent.fallback` events, so the stream explains every turn.
@@ -28,11 +36,11 @@ the supervisor node applies the same rules to emit `supervisor.route` and
 Recursion limit: loops are bounded by counters in state (`team_step` against
 `max_team_steps`, the tool-round counters against their caps), never by
 LangGraph's `recursion_limit`. The limit only has to be high enough for the
-longest legal run; `team_recursion_limit(limits)` computes it (559 with the
+longest legal run; `team_recursion_limit(limits)` computes it (560 with the
 default limits: the entry, then 24 decisions of up to 5 supersteps each — the
 decision and two look-up rounds — plus 23 agent turns of up to 19 supersteps
-each — the image agent's 9 tool rounds — plus the one LangGraph needs to
-finish). The compiled graph carries it as its default config. A parent graph
+each — the image agent's 9 tool rounds — plus `finish_team`, plus the one
+LangGraph needs to finish). The compiled graph carries it as its default config. A parent graph
 that mounts the team (calling it from a node or as a subgraph node) passes *its
 own* `recursion_limit` down, which overrides that default: it must be at least
 `team_recursion_limit(limits)` (the team counts its supersteps separately from
@@ -45,6 +53,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -59,6 +68,7 @@ from nodes.research_evidence_agent import research_evidence_agent
 from nodes.review_agent import review_agent
 from nodes.supervisor import supervisor
 from nodes.writer_agent import writer_agent
+from studio.chat import base_url_of, draft_text, post_message_update
 from studio.common import tool_loop_node
 from studio.context import AtelierContext, context_of
 from studio.limits import TeamLimits, limits_of, resolve_limits
@@ -99,21 +109,37 @@ async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
 
 
+async def finish_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Show the finished post in the conversation: the writer's draft message, completed.
+
+    Its text becomes the title, body, `#tags` and images (absolute links from the run's
+    base URL, signed when API keys are on); a team that wrote nothing leaves it alone.
+    """
+    content = state.get("generated_content")
+    message_id = state.get("draft_message_id")
+    if not content or not message_id:
+        return {}
+    images = state.get("images") or []
+    links = context_of(runtime).asset_links
+    text = draft_text(content, images, base_url_of(get_config()), links)
+    return {"messages": post_message_update(text, message_id, None)["messages"]}
+
+
 def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -> int:
     """Return the smallest `recursion_limit` the longest legal team run needs.
 
     The entry (`enter_team`) takes one superstep; each supervisor decision at
     most 1 + 2 × `max_supervisor_tool_rounds`; each agent turn after a decision
     at most 1 + 2 × the larger tool cap (research or image); there are at most
-    `max_team_steps` decisions, and the last one ends the run. LangGraph needs
-    one superstep more than the run executes.
+    `max_team_steps` decisions, and the last one ends the run; `finish_team` takes
+    one. LangGraph needs one superstep more than the run executes.
     """
     bounds = limits_of({"limits": limits})
     decision = 1 + 2 * bounds["max_supervisor_tool_rounds"]
     tool_rounds = max(bounds["max_research_tool_rounds"], bounds["max_image_tool_rounds"])
     agent_turn = 1 + 2 * tool_rounds
     steps = bounds["max_team_steps"]
-    return 1 + steps * decision + (steps - 1) * agent_turn + 1
+    return 1 + steps * decision + (steps - 1) * agent_turn + 1 + 1
 
 
 def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
@@ -161,11 +187,13 @@ def build_team(
         "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
     )
     builder.add_node("image_tools", tool_loop_node([generate_image], "image_messages"))
+    builder.add_node("finish_team", finish_team)
 
     builder.add_edge(START, "enter_team")
     builder.add_edge("enter_team", "supervisor")
+    targets = ["supervisor_tools", "supervisor", *AGENTS]
     builder.add_conditional_edges(
-        "supervisor", route_after_supervisor, ["supervisor_tools", "supervisor", *AGENTS, END]
+        "supervisor", route_after_supervisor, {**{t: t for t in targets}, END: "finish_team"}
     )
     builder.add_edge("supervisor_tools", "supervisor")
     for name in SIMPLE_AGENTS:
@@ -180,7 +208,12 @@ def build_team(
         "image_agent", should_continue_image, ["image_tools", "supervisor"]
     )
     builder.add_edge("image_tools", "image_agent")
-    builder.add_conditional_edges("review_agent", should_continue_review, [END, "supervisor"])
+    builder.add_conditional_edges(
+        "review_agent",
+        should_continue_review,
+        {END: "finish_team", "supervisor": "supervisor"},
+    )
+    builder.add_edge("finish_team", END)
 
     if isinstance(checkpointer, Mapping):
         checkpointer = None

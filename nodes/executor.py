@@ -42,7 +42,7 @@ from langgraph.runtime import Runtime
 from core.events import AttemptStarted, emit, stage_events
 from providers.llm import model_crash
 from studio.chat import base_url_of, draft_text, post_message_update
-from studio.context import AtelierContext
+from studio.context import AtelierContext, context_of
 from studio.post import MODEL_CRASHED_MESSAGE, effective_request, post_platform
 from studio.state import PipelineState, TeamInput, TeamOutput
 
@@ -148,7 +148,9 @@ def make_executor(
             update = {**team_update(output), "failure": None}
             content = update.get("generated_content")
             if content:  # the draft, in the conversation where its tokens streamed
-                text = draft_text(content, update.get("images") or [], base_url_of(config))
+                links = context_of(runtime).asset_links
+                images = update.get("images") or []
+                text = draft_text(content, images, base_url_of(config), links)
                 message_id = update.get("draft_message_id")
                 update.update(post_message_update(text, message_id, state.get("post_message_id")))
             return update

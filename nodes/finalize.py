@@ -290,12 +290,13 @@ async def finalize(
 
     The post replaces the run's draft message in place (`studio.chat`): same id,
     its text now the published post with absolute image URLs (the server's base
-    URL from the run's config); a run without a post says why in a new message.
+    URL from the run's config), signed when API keys are on (`ctx.asset_links`);
+    a run without a post says why in a new message.
     """
     ctx = context_of(runtime)
     with stage_events(runtime.stream_writer, "finalize", int(state.get("attempt") or 0)):
         result = build_result(state, ctx.critic_pass_threshold)
-        text = post_text(result, base_url_of(config))
+        text = post_text(result, base_url_of(config), ctx.asset_links)
         shown = post_message_update(text, None, state.get("post_message_id"))
         # `redraw` cleared: a card redraw runs only when asked for after this (see
         # studio.pipeline_routing.route_after_finalize).

@@ -22,6 +22,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 
+from providers.asset_links import AssetLinks
+
 #: The roles that mean "the user said it", in either message form.
 _HUMAN_ROLES = frozenset({"human", "user"})
 _DATA_URL = re.compile(r"^data:(?P<mime>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -126,18 +128,30 @@ def absolute_url(url: str, base_url: str | None) -> str:
     return f"{base_url.rstrip('/')}/{url.lstrip('/')}"
 
 
+def image_link(url: str, base_url: str | None, links: AssetLinks | None = None) -> str:
+    """Return an image's URL as a chat message shows it: signed when `links`, then absolute.
+
+    With API keys on, a browser's `<img>` cannot send the key, so the link carries the
+    asset's signature (`providers.asset_links`); without `links` it stays plain.
+    """
+    return absolute_url(links.sign(url) if links is not None else url, base_url)
+
+
 def _block_text(block: Mapping[str, Any]) -> str:
     text = str(block.get("text") or "")
     kind = block.get("type")
     return f"**{text}**" if kind == "heading" else f"- {text}" if kind == "list_item" else text
 
 
-def post_text(result: Mapping[str, Any], base_url: str | None = None) -> str:
+def post_text(
+    result: Mapping[str, Any], base_url: str | None = None, links: AssetLinks | None = None
+) -> str:
     """Return a run's result as the text of a chat message (Markdown).
 
     A post: its title, body, `#tags` and images (absolute URLs, so a browser on
-    another origin loads them), then the run's message when the post is not a
-    plain success. No post: the run's message alone.
+    another origin loads them; signed with `links`, see `image_link`), then the
+    run's message when the post is not a plain success. No post: the run's message
+    alone.
     """
     post = result.get("post") or {}
     message = str(result.get("message") or "")
@@ -150,7 +164,7 @@ def post_text(result: Mapping[str, Any], base_url: str | None = None) -> str:
     if post.get("tags"):
         parts.append(" ".join(f"#{t}" for t in post["tags"]))
     for image in result.get("images") or []:
-        url = absolute_url(str(image.get("url") or ""), base_url)
+        url = image_link(str(image.get("url") or ""), base_url, links)
         parts.append(f"![{image.get('alt') or ''}]({url})")
     if not parts or result.get("outcome") != "completed":
         parts.append(message)
@@ -161,6 +175,7 @@ def draft_text(
     content: Mapping[str, Any],
     images: Sequence[Mapping[str, Any]] = (),
     base_url: str | None = None,
+    links: AssetLinks | None = None,
 ) -> str:
     """Return a draft {title, body, tags} and its images as the text of a chat message."""
     parts = [f"**{content['title']}**"] if content.get("title") else []
@@ -169,7 +184,7 @@ def draft_text(
         parts.append(" ".join(f"#{t}" for t in content["tags"]))
     for image in images:
         url = image.get("url") or f"/assets/{image.get('asset_id')}"
-        parts.append(f"![{image.get('alt') or ''}]({absolute_url(str(url), base_url)})")
+        parts.append(f"![{image.get('alt') or ''}]({image_link(str(url), base_url, links)})")
     return "\n\n".join(p for p in parts if p)
 
 

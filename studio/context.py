@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.repository import NoteRepository
+from providers.asset_links import AssetLinks
 from providers.assets import AssetStore
 from providers.images import ImageProvider
 from providers.llm import ModelFactory
@@ -57,6 +58,8 @@ class AtelierContext:
     critic_pass_threshold: float = 0.7  # judge score needed to pass (CRITIC_PASS_THRESHOLD)
     critic_timeout: float = 8.0  # seconds the LLM judge may take (Settings.judge_timeout)
     max_notes: int = 6  # notes rag injects per attempt
+    # Signs the image links of the post message (providers.asset_links); None: plain links.
+    asset_links: AssetLinks | None = None
 
     def image_provider(self, name: str | None) -> ImageProvider:
         """Return the named image provider, or the default one."""

@@ -44,6 +44,7 @@ from langgraph.runtime import Runtime, get_runtime
 from core.settings import Settings
 from knowledge.repository import InMemoryNoteRepository, NoteRepository, SqliteNoteRepository
 from knowledge.segment import load_dictionary
+from providers.asset_links import AssetLinks
 from providers.assets import AssetStore
 from providers.images import ImageProvider, build_image_provider
 from providers.llm import AttemptObserver, ModelFactory, OpenAIModelFactory, open_model_factory
@@ -96,6 +97,7 @@ def build_context(
         max_retry_count=settings.max_retry_count,
         critic_pass_threshold=settings.critic_pass_threshold,
         critic_timeout=settings.judge_timeout(embedded=settings.llm_base_url is None),
+        asset_links=AssetLinks.from_settings(settings),
     )
 
 

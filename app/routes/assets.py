@@ -15,6 +15,10 @@ is (name, `Content-Type`) is not trusted: the bytes are decoded with Pillow and
 must be a whole PNG, JPEG or WEBP image (else 415) of at most `MAX_UPLOAD_BYTES`
 (else 413) and `MAX_UPLOAD_PIXELS` pixels (else 422, before any pixel is decoded).
 The same bytes uploaded twice get the same id (200 the second time, 201 the first).
+
+With `AUTH_API_KEYS` set, `GET /assets/{asset_id}?sig=…` (the signed links posts
+carry, `providers.asset_links`) needs no key: `app.security.AuthMiddleware` checks
+the signature before this route runs; here `sig` is only documented.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import io
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from PIL import Image, UnidentifiedImageError
@@ -52,6 +56,16 @@ AssetId = Annotated[
         max_length=128,
         description=f"Asset id: {ASSET_ID_LENGTH} lower-case hex characters (a content hash).",
         examples=["3f5a0c9e1b7d4e2a8c6f0b1d2e3f4a5b"],
+    ),
+]
+
+
+Signature = Annotated[
+    str | None,
+    Query(
+        description="The link's signature (in the image links of posts): with it the "
+        "image loads without an API key. Checked before the route runs (403 when it is "
+        "not this asset's).",
     ),
 ]
 
@@ -136,11 +150,16 @@ def _not_found() -> HTTPException:
             "description": "The image bytes.",
         },
         304: {"description": "The client's copy (If-None-Match) is current."},
+        403: {"description": "`sig` is not this asset's signature."},
         404: {"description": "No asset has this id."},
     },
 )
 async def get_asset(
-    asset_id: AssetId, request: Request, assets: AssetsDep, settings: SettingsDep
+    asset_id: AssetId,
+    request: Request,
+    assets: AssetsDep,
+    settings: SettingsDep,
+    sig: Signature = None,  # checked by the auth middleware (app.security)
 ) -> Response:
     """Serve an image with its content type and immutable cache headers."""
     if not is_valid_asset_id(asset_id):

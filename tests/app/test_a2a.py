@@ -151,8 +151,10 @@ def assert_is_the_post(task: Task, base_url: str) -> None:
     assert title and markdown.startswith(f"# {title}")
     assert f"{base_url}/assets/" in markdown
     image_url = markdown.split("](", 1)[1].split(")", 1)[0]
-    got = httpx.get(image_url, headers={"X-Api-Key": KEY}, timeout=30)
+    # Signed (the service has API keys): the link loads without one, as in a browser.
+    got = httpx.get(image_url, timeout=30)
     assert got.status_code == 200 and got.headers["content-type"].startswith("image/")
+    assert httpx.get(image_url.split("?")[0], timeout=30).status_code == 401
 
 
 def run_record(status: str, cancel_reason: str | None = None) -> RunRecord:

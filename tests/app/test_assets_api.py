@@ -263,3 +263,48 @@ def test_assets_need_a_key_when_keys_are_set(tmp_path: Path) -> None:
     assert anonymous.status_code == upload_anonymous.status_code == 401
     assert keyed.status_code == 200
     assert keyed.headers["cache-control"].startswith("private")  # never in a shared cache
+
+
+# --- signed links (providers/asset_links.py, app/security.py) -------------------------
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(settings_for(tmp_path, auth_api_keys=[KEY]))) as client:
+        yield client
+
+
+def test_with_api_keys_a_signed_link_loads_without_a_key_and_a_bare_one_does_not(
+    keyed: TestClient,
+) -> None:
+    data = image_bytes()
+    other = image_bytes(colour="#3d405b")
+    stored = [upload_keyed(keyed, d).json()["asset_id"] for d in (data, other)]
+    links = keyed.app.state.asset_links  # type: ignore[attr-defined]
+    signed = links.sign(f"/assets/{stored[0]}")
+    signature = signed.split("sig=", 1)[1]
+
+    loaded = keyed.get(signed)
+    assert loaded.status_code == 200 and loaded.content == data
+    assert "private" in loaded.headers["cache-control"]
+    assert keyed.head(signed).status_code == 200
+    bare = keyed.get(f"/assets/{stored[0]}")
+    assert bare.status_code == 401
+    tampered = keyed.get(f"/assets/{stored[0]}?sig={signature[:-1]}A")
+    assert tampered.status_code == 403 and "signature" in tampered.json()["detail"]
+    # The signature opens its own asset only, and only for reading it.
+    assert keyed.get(f"/assets/{stored[1]}?sig={signature}").status_code == 403
+    assert keyed.post(f"/assets?sig={signature}", json={"data": "x"}).status_code == 401
+    assert keyed.get(f"/threads?sig={signature}").status_code == 401
+    # A key still works, with or without a signature.
+    assert keyed.get(f"/assets/{stored[0]}", headers={"X-Api-Key": KEY}).status_code == 200
+
+
+def test_an_open_service_signs_no_links(client: TestClient) -> None:
+    assert client.app.state.asset_links is None  # type: ignore[attr-defined]
+
+
+def upload_keyed(client: TestClient, data: bytes):  # type: ignore[no-untyped-def]
+    return client.post(
+        "/assets", files={"file": ("ref.png", data, "image/png")}, headers={"X-Api-Key": KEY}
+    )

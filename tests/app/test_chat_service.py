@@ -52,7 +52,18 @@ async def test_every_declared_graph_is_served_and_team_takes_chat_input(server: 
     assert isinstance(values, dict)
     human, *rest = values["messages"]
     assert human["id"] == "t-1" and rest and rest[-1]["type"] == "ai"
-    assert values["generated_content"]["title"] in rest[-1]["content"]
+    # The last AI message is the finished post, not the writer's draft: title, body,
+    # tags and the images as links that load.
+    content, finished = values["generated_content"], rest[-1]["content"]
+    assert finished.startswith(f"**{content['title']}**")
+    assert content["body"].strip() in finished
+    assert all(f"#{tag}" in finished for tag in content["tags"])
+    assert values["images"]
+    async with httpx.AsyncClient(timeout=30) as http:
+        for image in values["images"]:
+            url = f"{server.url}/assets/{image['asset_id']}"
+            assert f"]({url})" in finished
+            assert (await http.get(url)).status_code == 200
 
 
 def test_a_message_without_human_text_is_refused_at_input_messages(server: LiveServer) -> None:

@@ -403,11 +403,14 @@ async def test_with_a_key_the_call_works_and_its_run_belongs_to_that_key(
     link = result.structured_content["images"][0]["url"]
     async with http(keyed_server.url, KEY) as mine:
         thread = await mine.get(f"/threads/{thread_id}")
-        image = await mine.get(link)
     async with http(keyed_server.url, OTHER_KEY) as other:
         hidden = await other.get(f"/threads/{thread_id}")
+    async with httpx.AsyncClient(timeout=30) as keyless:
+        image = await keyless.get(link)  # a signed link: loads without a key
+        bare = await keyless.get(link.split("?")[0])
     assert thread.status_code == 200 and thread.json()["status"] == "idle"
-    assert image.status_code == 200
+    assert image.status_code == 200 and "?sig=" in link
+    assert bare.status_code == 401
     assert hidden.status_code == 404
 
 

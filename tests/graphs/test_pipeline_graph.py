@@ -59,7 +59,8 @@ def test_xray_draws_the_team_inside_the_executor() -> None:
     assert ("executor:enter_team", "executor:supervisor", False) in found
     assert ("executor:supervisor", "executor:writer_agent", True) in found
     assert ("executor:writer_agent", "executor:supervisor", False) in found
-    assert ("executor:__end__", "critic", False) in found
+    # The team's last node (it shows the finished post in its own conversation).
+    assert ("executor:finish_team", "critic", False) in found
     for source, target in (
         ("planner", "rag"),
         ("planner", "finalize"),

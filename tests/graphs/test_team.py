@@ -422,10 +422,11 @@ async def test_step_cap_ends_a_stuck_team_without_recursion_error(
 
 
 def test_recursion_limit_formula() -> None:
-    # The entry, the decisions, the agent turns between them, and LangGraph's last tick.
-    assert team_recursion_limit() == 1 + 24 * 5 + 23 * 19 + 1
+    # The entry, the decisions, the agent turns between them, finish_team, and
+    # LangGraph's last tick.
+    assert team_recursion_limit() == 1 + 24 * 5 + 23 * 19 + 1 + 1
     assert team_recursion_limit({"max_team_steps": 5, "max_supervisor_tool_rounds": 0}) == (
-        1 + 5 * 1 + 4 * 19 + 1
+        1 + 5 * 1 + 4 * 19 + 1 + 1
     )
     assert (build_team().config or {}).get("recursion_limit") == team_recursion_limit()
 

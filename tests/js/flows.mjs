@@ -300,14 +300,19 @@ async function send(stream, message, extra = {}) {
 const text = (m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content));
 const imageUrls = (m) => [...text(m).matchAll(/!\[[^\]]*\]\(([^)]+)\)/g)].map((x) => x[1]);
 
-/** Check that a post message shows the post: a bold title and an image URL that loads. */
+/** Check that a post message shows the post: a bold title and an image URL that loads keyless. */
 async function checkPost(message) {
   check(message?.type === "ai", "the last message is the AI's", message);
   check(/^\*\*.+\*\*/.test(text(message)), "the post starts with its title", text(message));
   const [url] = imageUrls(message);
   check(url && url.startsWith(apiUrl), "an absolute image URL on this server", text(message));
-  const image = await fetch(url, { headers: keyed ?? {} });
-  check(image.status === 200, "the image loads", { url, status: image.status });
+  // As a browser's <img> does: no key. With API keys on, the link is signed.
+  const image = await fetch(url);
+  check(image.status === 200, "the image loads without a key", { url, status: image.status });
+  if (keyed) {
+    const bare = await fetch(url.split("?")[0]);
+    check(bare.status === 401, "the unsigned link needs the key", { url, status: bare.status });
+  }
   return url;
 }
 
@@ -431,10 +436,11 @@ Object.assign(flows, {
       const history = await client.threads.getHistory(ids.thread, { limit: 200 });
       return history.filter((s) => s.parent_checkpoint?.checkpoint_id === from.checkpoint_id).length;
     };
-    // useStream loads the last 10 states only (fetchStateHistory: true), fewer than one
-    // pipeline run writes, so the fork shows in the thread's whole history.
     check((await forks(editFrom)) === 2, "the edit forked from the message's parent checkpoint");
     await checkPost(stream.messages[3]);
+    // Agent Chat UI's BranchSwitcher: the edited message offers both versions.
+    const editedMeta = stream.getMessagesMetadata(stream.messages[2], 2);
+    check(editedMeta?.branchOptions?.length === 2 && editedMeta.branchOptions.includes(editedMeta.branch), "two branches at the edited message", { branch: editedMeta?.branch, options: editedMeta?.branchOptions, states: stream.history?.length });
 
     // Regenerate the post (Agent Chat UI's AssistantMessage regenerate): a new attempt.
     const before = stream.messages[3].id;
@@ -447,8 +453,19 @@ Object.assign(flows, {
     check(stream.messages.length === 4, "still one post for the message", stream.messages);
     await checkPost(stream.messages[3]);
     check((await forks(regenerateFrom)) === 2, "the regenerate forked from the post's parent checkpoint");
+    const regenerated = stream.getMessagesMetadata(stream.messages[3], 3);
+    check(regenerated?.branchOptions?.length === 2, "two branches at the regenerated post", { branch: regenerated?.branch, options: regenerated?.branchOptions });
     const runs = await client.runs.list(ids.thread);
     check(runs.length === 4 && runs.every((r) => r.status === "success"), "four runs, all successful", runs);
+
+    // Switching the edited message back shows the original second turn, post included.
+    const again = stream.getMessagesMetadata(stream.messages[2], 2);
+    check(again?.branchOptions?.length === 2, "the edit's branches are still offered", { branch: again?.branch, options: again?.branchOptions });
+    stream.setBranch(again.branchOptions.find((b) => b !== again.branch));
+    const original = await waitFor(() => probe.current.messages[2]?.id !== edited.id && probe.current, "the original branch");
+    const said = (m) => (typeof m.content === "string" ? m.content : m.content.map((b) => b.text ?? "").join(""));
+    check(said(original.messages[2]) === "标题短一点" && original.messages.length === 4, "the original message and its post", original.messages);
+    await checkPost(original.messages[3]);
     return { edit_from: editFrom.checkpoint_id, regenerate_from: regenerateFrom.checkpoint_id };
   },
 });
