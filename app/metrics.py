@@ -19,6 +19,8 @@ well-formed call):
                                                critic.verdict sending the run back to
                                                rag / planner counts as a critic retry /
                                                replan
+    metrics.feedback_recorded(key, score)      a feedback entry was stored (its count and
+                                               mean score by key: atelier_feedback_score)
     metrics.sse_subscribed() / sse_unsubscribed()
     with metrics.sse_subscription(): ...       the same as a context manager
     config["callbacks"] = [metrics.callback]   per run: LLM calls, tokens and
@@ -71,7 +73,7 @@ from uuid import UUID
 from fastapi import Depends, FastAPI, Request
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
@@ -89,6 +91,7 @@ FAILURE_REASONS: tuple[str, ...] = (
 )
 OTHER = "other"
 MAX_NODE_LABEL_CHARS = 64
+MAX_FEEDBACK_KEYS = 32  # feedback keys are the clients' choice: the label set stays bounded
 MAX_MODEL_LABEL_CHARS = 200  # what LLM_MODEL(S) allow; model names come from the settings
 MAX_TRACKED_CALLS = 10_000  # in-flight calls/nodes remembered; a call that never ends is dropped
 
@@ -153,6 +156,16 @@ class AtelierMetrics:
             ["model", "role", "currency"],
             registry=r,
         )
+        self.feedback = Summary(
+            "atelier_feedback_score",
+            "Feedback on runs by key (POST /runs/{run_id}/feedback): _count entries and _sum "
+            "of their scores, so _sum / _count is the mean score. The first "
+            f"{MAX_FEEDBACK_KEYS} keys this process sees are labelled; later ones count as "
+            '"other".',
+            ["key"],
+            registry=r,
+        )
+        self._feedback_keys: set[str] = set()
         self.llm_unmetered = Counter(
             "atelier_llm_calls_without_usage",
             "Finished LLM calls whose answer reported no token usage, by role: their tokens "
@@ -318,6 +331,13 @@ class AtelierMetrics:
             self.retry("replan", "critic")
 
     # --- SSE ------------------------------------------------------------------
+
+    def feedback_recorded(self, key: str, score: float) -> None:
+        """Count one feedback entry and its score under its key (bounded: see the metric)."""
+        if key not in self._feedback_keys and len(self._feedback_keys) < MAX_FEEDBACK_KEYS:
+            self._feedback_keys.add(key)
+        label = key if key in self._feedback_keys else OTHER
+        self.feedback.labels(key=label).observe(score)
 
     def sse_subscribed(self) -> None:
         """Count an SSE stream that started sending a run's events."""
