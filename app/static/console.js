@@ -134,6 +134,8 @@ const I18N = {
 // The names of ids (stages, agents, verdicts, reasons, dimensions) come from the
 // server, declared once for the console and the CLI (app/names.py, /console/names.js).
 for (const [code, names] of Object.entries(window.ATELIER_NAMES || {})) Object.assign(I18N[code] || {}, names);
+// The labels of the console's other scripts (feedback.js).
+for (const [code, labels] of Object.entries(window.ATELIER_FEEDBACK_LABELS || {})) Object.assign(I18N[code] || {}, labels);
 
 let lang = localStorage.getItem("atelier.lang") ||
   ((navigator.language || "zh").toLowerCase().startsWith("zh") ? "zh" : "en");
@@ -736,6 +738,7 @@ function renderResult(result) {
   renderActions(result);
   renderQuality(result.quality || {}, result.attempts || []);
   renderUsage(result.usage);
+  renderFeedback(state.runId);  // feedback.js
 }
 
 // LLM calls, tokens and time by role (result.usage): tokens a server did not report
