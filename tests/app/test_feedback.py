@@ -10,6 +10,9 @@ call). Embedded (SQLite), scale-out in one process, and API replicas + workers.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,3 +207,46 @@ def test_a_run_keeps_a_bounded_number_of_entries_and_loses_them_with_its_thread(
 
     assert http.delete(f"/threads/{thread_id}").status_code == 204
     assert http.get(f"/runs/{run_id}/feedback").status_code == 404
+
+
+@pytest.mark.in_process_only("the README's commands; the route is the same everywhere")
+def test_the_readme_feedback_commands_run_as_written(server: Served) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    feedback = readme.split("\n### Feedback\n", 1)[1].split("\n### ", 1)[0]
+    script = re.findall(r"```bash\n(.*?)```", feedback, flags=re.DOTALL)[0]
+    _, run_id, _ = _finished_run(server)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8000", server.url)],
+        env={**os.environ, "KEY": KEY, "RUN": run_id},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    decoder = json.JSONDecoder()
+    added, end = decoder.raw_decode(done.stdout)
+    listed, _ = decoder.raw_decode(done.stdout[end:].lstrip())
+    assert added["key"] == "quality" and added["score"] == 1 and added["comment"] == "标题很抓人"
+    assert listed == [added]
+
+
+def test_the_feedback_routes_are_listed_with_typed_bodies(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    settings = service_settings(tmp_path / "data", "http://127.0.0.1:9/v1")
+    document = TestClient(create_app(settings)).get("/openapi.json").json()
+    item = document["paths"]["/runs/{run_id}/feedback"]
+    post, get = item["post"], item["get"]
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/FeedbackCreate"}
+    ok = post["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ok == {"$ref": "#/components/schemas/FeedbackOut"}
+    assert {"404", "409", "422"} <= set(post["responses"])
+    listed = get["responses"]["200"]["content"]["application/json"]["schema"]
+    assert listed["items"] == {"$ref": "#/components/schemas/FeedbackOut"}
+    assert "404" in get["responses"]
+    fields = document["components"]["schemas"]["FeedbackCreate"]
+    assert fields["additionalProperties"] is False and set(fields["required"]) == {"key", "score"}
+    assert fields["properties"]["key"]["pattern"] and fields["properties"]["comment"]
