@@ -35,6 +35,7 @@ from engine.assistants import AssistantFactory, registry
 from engine.protocols import ExecutorSetup
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
+from providers.usage import PriceTable
 from studio.services import open_services
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ async def serve_worker(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metrics = AtelierMetrics()
+    metrics = AtelierMetrics(prices=PriceTable.from_settings(settings))  # costs by LLM_PRICES
     async with contextlib.AsyncExitStack() as stack:
         if settings.worker_metrics_port is not None:
             server, _thread = start_http_server(

@@ -73,7 +73,11 @@ class FeedbackOut(BaseModel):
 
 
 def report_feedback(metrics: AtelierMetrics, feedback: FeedbackRecord) -> None:
-    """Report a stored feedback entry: to `/metrics` (and, traced, to the run's trace)."""
+    """Report a stored feedback entry: counted in `/metrics`.
+
+    The one call site of a stored entry: exporting it as a span event on the run's
+    trace (tracing's `record_feedback`) belongs here too.
+    """
     metrics.feedback_recorded(feedback.key, feedback.score)
 
 
