@@ -28,10 +28,13 @@ streamed calls stay without usage, and their tokens read unknown (never zero).
 from __future__ import annotations
 
 import functools
+import logging
 import runpy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _COUNT_ATTRIBUTE = "_atelier_token_counts"
 
@@ -96,11 +99,17 @@ def _with_usage_chunk(llama: Any, chunks: Iterator[dict[str, Any]]) -> Iterator[
 def install() -> None:
     """Patch `llama_cpp.Llama` so streamed chat completions report their usage.
 
-    A `llama_cpp` package without `Llama` (not llama-cpp-python) is left as it is.
+    A `llama_cpp` package without `Llama` (not llama-cpp-python), or a release
+    without what the counting reads, is left as it is: its streamed answers then
+    carry no usage, and their tokens read unknown, as before.
     """
     try:
+        import llama_cpp
         from llama_cpp import Llama as llama
     except ImportError:
+        return
+    if not hasattr(llama_cpp, "llama_vocab_is_eog"):
+        log.warning("llama-cpp-python %s: streamed answers report no usage", llama_cpp.__version__)
         return
     if not hasattr(llama.generate, "__wrapped__"):
         llama.generate = count_generated_tokens(llama.generate)  # type: ignore[method-assign,assignment]
