@@ -21,7 +21,17 @@ from app.errors import install_error_handlers
 from app.mcp import mcp_router
 from app.metrics import install_metrics
 from app.openapi import install_openapi
-from app.routes import assets, assistants, crons, exports, knowledge, ops, runs, threads
+from app.routes import (
+    assets,
+    assistants,
+    crons,
+    exports,
+    feedback,
+    knowledge,
+    ops,
+    runs,
+    threads,
+)
 from app.routes.ops import NotReadyError
 from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
@@ -165,6 +175,7 @@ def create_app(
     app.include_router(exports.router)
     app.include_router(runs.router)
     app.include_router(crons.router)
+    app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
     install_openapi(app)

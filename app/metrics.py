@@ -19,6 +19,8 @@ well-formed call):
                                                critic.verdict sending the run back to
                                                rag / planner counts as a critic retry /
                                                replan
+    metrics.feedback_recorded(key, score)      a feedback entry was stored (its count and
+                                               mean score by key: atelier_feedback_score)
     metrics.sse_subscribed() / sse_unsubscribed()
     with metrics.sse_subscription(): ...       the same as a context manager
     config["callbacks"] = [metrics.callback]   per run: LLM calls, tokens and
@@ -37,7 +39,11 @@ elsewhere counts as role "unknown". Token counts come from the message's
 `token_usage`; a call whose answer carries neither counts in
 `atelier_llm_calls_without_usage_total{role}` (its tokens are unknown, not zero —
 the embedded llama.cpp server may send none). The same calls, per run and by role,
-are in each result's `usage` (`providers.usage`). LLM retries are counted where they happen, in
+are in each result's `usage` (`providers.usage`). Reported tokens are also counted by
+model in `atelier_llm_model_tokens_total{model,role,direction}`, and, for a model that
+`LLM_PRICES` prices, their cost in `atelier_llm_cost_total{model,role,currency}` (a
+call of an unpriced model, or with unknown tokens, adds no cost: unknown is not
+zero). LLM retries are counted where they happen, in
 `atelier_retries_total{kind="llm",role=...}`: a model call tagged `retry:attempt:N`
 by `with_retry` (not one merely inside a retried chain), the `on_retry` callback of
 legacy LLM wrappers, and every retry the OpenAI client makes underneath
@@ -67,13 +73,13 @@ from uuid import UUID
 from fastapi import Depends, FastAPI, Request
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
 from engine.records import RUN_STATUSES
 from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
-from providers.usage import UNKNOWN_ROLE, call_role, response_tokens
+from providers.usage import UNKNOWN_ROLE, PriceTable, call_model, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
 FAILURE_REASONS: tuple[str, ...] = (
@@ -85,6 +91,8 @@ FAILURE_REASONS: tuple[str, ...] = (
 )
 OTHER = "other"
 MAX_NODE_LABEL_CHARS = 64
+MAX_FEEDBACK_KEYS = 32  # feedback keys are the clients' choice: the label set stays bounded
+MAX_MODEL_LABEL_CHARS = 200  # what LLM_MODEL(S) allow; model names come from the settings
 MAX_TRACKED_CALLS = 10_000  # in-flight calls/nodes remembered; a call that never ends is dropped
 
 _RETRY_TAG = "retry:attempt:"  # what `Runnable.with_retry` tags attempts after the first with
@@ -97,9 +105,12 @@ _LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 class AtelierMetrics:
     """The service's Prometheus metrics, in a registry of their own."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        """Create every metric in `registry` (a new one by default)."""
+    def __init__(
+        self, registry: CollectorRegistry | None = None, prices: PriceTable | None = None
+    ) -> None:
+        """Create every metric in `registry` (a new one by default); price calls with `prices`."""
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.prices = prices or PriceTable()
         r = self.registry
         self.runs_started = Counter("atelier_runs_started", "Runs accepted.", registry=r)
         self.runs = Counter(
@@ -132,6 +143,29 @@ class AtelierMetrics:
             ["role", "direction"],
             registry=r,
         )
+        self.llm_model_tokens = Counter(
+            "atelier_llm_model_tokens",
+            "LLM tokens by model, role and direction (input, output).",
+            ["model", "role", "direction"],
+            registry=r,
+        )
+        self.llm_cost = Counter(
+            "atelier_llm_cost",
+            "Cost of LLM calls by model, role and currency (LLM_PRICES): only calls whose "
+            "tokens were reported and whose model has a price; the others are not counted.",
+            ["model", "role", "currency"],
+            registry=r,
+        )
+        self.feedback = Summary(
+            "atelier_feedback_score",
+            "Feedback on runs by key (POST /runs/{run_id}/feedback): _count entries and _sum "
+            "of their scores, so _sum / _count is the mean score. The first "
+            f"{MAX_FEEDBACK_KEYS} keys this process sees are labelled; later ones count as "
+            '"other".',
+            ["key"],
+            registry=r,
+        )
+        self._feedback_keys: set[str] = set()
         self.llm_unmetered = Counter(
             "atelier_llm_calls_without_usage",
             "Finished LLM calls whose answer reported no token usage, by role: their tokens "
@@ -323,6 +357,13 @@ class AtelierMetrics:
 
     # --- SSE ------------------------------------------------------------------
 
+    def feedback_recorded(self, key: str, score: float) -> None:
+        """Count one feedback entry and its score under its key (bounded: see the metric)."""
+        if key not in self._feedback_keys and len(self._feedback_keys) < MAX_FEEDBACK_KEYS:
+            self._feedback_keys.add(key)
+        label = key if key in self._feedback_keys else OTHER
+        self.feedback.labels(key=label).observe(score)
+
     def sse_subscribed(self) -> None:
         """Count an SSE stream that started sending a run's events."""
         self.sse_subscribers.inc()
@@ -361,6 +402,7 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         """Report into `metrics`."""
         self._metrics = metrics
         self._llm_runs: dict[UUID, tuple[str, float]] = {}  # run id → (role, start)
+        self._llm_models: dict[UUID, tuple[str, float]] = {}  # run id → (model, start)
         self._node_runs: dict[UUID, tuple[str, float]] = {}  # run id → (node, start)
         self._retried_chains: dict[UUID, tuple[str, float]] = {}  # chains in a retry attempt
 
@@ -376,9 +418,10 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Remember the role and start time of a chat model call."""
+        """Remember the role, model and start time of a chat model call."""
         role = role_of(metadata, tags)
         _remember(self._llm_runs, run_id, role)
+        _remember(self._llm_models, run_id, _model_label(metadata, kwargs))
         self._count_llm_retry(role, tags, kwargs.get("parent_run_id"))
 
     def on_llm_start(
@@ -391,14 +434,16 @@ class MetricsCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Remember the role and start time of a completion model call."""
+        """Remember the role, model and start time of a completion model call."""
         role = role_of(metadata, tags)
         _remember(self._llm_runs, run_id, role)
+        _remember(self._llm_models, run_id, _model_label(metadata, kwargs))
         self._count_llm_retry(role, tags, kwargs.get("parent_run_id"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        """Count a finished call, its tokens and its duration."""
+        """Count a finished call, its tokens, their cost and its duration."""
         role, started = self._llm_runs.pop(run_id, (UNKNOWN_ROLE, None))
+        model = self._llm_models.pop(run_id, (OTHER, 0.0))[0]
         m = self._metrics
         m.llm_calls.labels(role=role, outcome="ok").inc()
         if started is not None:
@@ -411,10 +456,24 @@ class MetricsCallbackHandler(BaseCallbackHandler):
             m.llm_tokens.labels(role=role, direction="input").inc(input_tokens)
         if output_tokens:
             m.llm_tokens.labels(role=role, direction="output").inc(output_tokens)
+        self._count_model_usage(model, role, tokens)
+
+    def _count_model_usage(self, model: str, role: str, tokens: tuple[int, int] | None) -> None:
+        """Count a finished call's tokens by model, and their cost when it is known."""
+        if tokens is None:
+            return
+        m = self._metrics
+        for direction, count in zip(("input", "output"), tokens, strict=True):
+            if count:
+                m.llm_model_tokens.labels(model=model, role=role, direction=direction).inc(count)
+        cost = m.prices.cost(model, tokens)
+        if cost is not None:
+            m.llm_cost.labels(model=model, role=role, currency=m.prices.currency).inc(sum(cost))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Count a failed (or cancelled) call."""
         role, started = self._llm_runs.pop(run_id, (UNKNOWN_ROLE, None))
+        self._llm_models.pop(run_id, None)
         self._metrics.llm_calls.labels(role=role, outcome="error").inc()
         if started is not None:
             self._metrics.llm_duration.labels(role=role).observe(time.perf_counter() - started)
@@ -485,13 +544,24 @@ def _role_label(role: str) -> str:
     return role if role in LLM_ROLES or role == UNKNOWN_ROLE else OTHER
 
 
+def _model_label(metadata: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str:
+    """Return the metric label of a call's model: configured names, bounded in length."""
+    model = call_model(metadata, kwargs.get("invocation_params"))
+    return model[:MAX_MODEL_LABEL_CHARS] if model else OTHER
+
+
 def _node_label(node: str) -> str:
     return node[:MAX_NODE_LABEL_CHARS] if node else OTHER
 
 
 def install_metrics(app: FastAPI) -> AtelierMetrics:
-    """Give `app` its metrics (as `app.state.metrics`) and return them."""
-    metrics = AtelierMetrics()
+    """Give `app` its metrics (as `app.state.metrics`) and return them.
+
+    Costs are priced with the app's settings (`app.state.settings`), when it has them.
+    """
+    settings = getattr(app.state, "settings", None)
+    prices = PriceTable.from_settings(settings) if settings is not None else None
+    metrics = AtelierMetrics(prices=prices)
     app.state.metrics = metrics
     return metrics
 

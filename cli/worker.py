@@ -49,6 +49,7 @@ from engine.protocols import ExecutorSetup
 from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
+from providers.usage import PriceTable
 from studio.services import open_services
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ async def serve_worker(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metrics = AtelierMetrics()
+    metrics = AtelierMetrics(prices=PriceTable.from_settings(settings))  # costs by LLM_PRICES
     async with contextlib.AsyncExitStack() as stack:
         # First in, last out: spans of the runs stopped at shutdown are flushed too.
         tracing = stack.enter_context(open_run_tracing(settings))

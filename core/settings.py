@@ -10,7 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Self, get_args
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.agents import AGENTS
@@ -42,6 +50,15 @@ _SERVICE_SCHEMES: dict[str, tuple[str, ...]] = {
 
 #: The judge's timeout (s) on an LLM endpoint when CRITIC_TIMEOUT is unset.
 ENDPOINT_CRITIC_TIMEOUT = 8.0
+
+
+class ModelPrice(BaseModel):
+    """One model's price (`LLM_PRICES`): per million prompt and completion tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0, allow_inf_nan=False, description="Per million prompt tokens.")
+    output: float = Field(ge=0, allow_inf_nan=False, description="Per million completion tokens.")
 
 
 class Settings(BaseSettings):
@@ -95,6 +112,18 @@ class Settings(BaseSettings):
         description="Talk to LLM_BASE_URL in llama.cpp's dialect (grammar-safe tool "
         "schemas, whose large maxLength bounds would crash its grammar compiler; "
         "max_tokens; streamed calls). auto: when its /models says it is llama.cpp.",
+    )
+
+    llm_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description="JSON object: model name → its price per million prompt (input) and "
+        'completion (output) tokens, e.g. {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}. '
+        "A model without a price costs unknown, never zero (providers/usage.py).",
+    )
+    llm_price_currency: str = Field(
+        default="USD",
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of the currency LLM_PRICES are in, e.g. USD or CNY.",
     )
 
     # --- HTTP service: security and limits (app/security.py) ---------------------
@@ -414,6 +443,28 @@ class Settings(BaseSettings):
                 return json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"LLM_MODELS must be a JSON object: {exc.msg}") from None
+        return value
+
+    @field_validator("llm_prices", mode="before")
+    @classmethod
+    def _parse_llm_prices(cls, value: object) -> object:
+        """Accept `LLM_PRICES` as a JSON string or a mapping of at most 200 models."""
+        if isinstance(value, str):
+            import json
+
+            if not value.strip():
+                return {}
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"LLM_PRICES must be a JSON object: {exc.msg}") from None
+        if not isinstance(value, dict):
+            raise ValueError("LLM_PRICES must be a JSON object of model → price")
+        if len(value) > 200:
+            raise ValueError("LLM_PRICES may price at most 200 models")
+        for model in value:
+            if not isinstance(model, str) or not model or len(model) > 200:
+                raise ValueError("LLM_PRICES keys must be model names of 1-200 characters")
         return value
 
     @field_validator("llm_models")

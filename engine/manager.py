@@ -57,6 +57,7 @@ from engine.crons import (
     utc_now,
 )
 from engine.errors import Conflict, Invalid, NotFound, RunsError, Unavailable
+from engine.feedback import MAX_FEEDBACK_PER_RUN, FeedbackRecord
 from engine.frames import public_error
 from engine.preparation import RunPreparer, RunRequest
 from engine.protocols import (
@@ -128,6 +129,7 @@ class RunManager:
         self._events = backend.storage.events
         self._hub = backend.live
         self._assistants = setup.assistants
+        self._tracing = setup.tracing
         self._checkpointer = backend.checkpointer
         self._checkpoints = backend.checkpoints
         self.max_attempts = max_attempts
@@ -149,6 +151,7 @@ class RunManager:
             self.fire_due_crons, clock=clock, interval=cron_interval or CRON_POLL
         )
         self._fires_crons = cron_interval > 0
+        self._feedback = backend.feedback
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -857,6 +860,44 @@ class RunManager:
             "cron %s: tick %s started run %s", cron.cron_id, cron.next_run_at, prepared.run.run_id
         )
         return prepared.run, prepared.after
+
+    # -- feedback (engine/feedback.py) -----------------------------------------------
+
+    async def _owned_run(self, owner: str, run_id: str) -> RunRecord:
+        """Return the owner's run by id alone; raise NotFound (also for another's run)."""
+        run = await self._runs.get(run_id)
+        if run is None or run.owner != owner:
+            raise NotFound(f"run {run_id!r} not found")
+        return run
+
+    async def add_feedback(
+        self, owner: str, run_id: str, *, key: str, score: float, comment: str | None
+    ) -> FeedbackRecord:
+        """Record the owner's feedback on their run and its trace; raise NotFound or Conflict."""
+        run = await self._owned_run(owner, run_id)
+        feedback = FeedbackRecord(
+            feedback_id=str(uuid.uuid4()),
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            owner=owner,
+            key=key,
+            score=score,
+            comment=comment,
+            created_at=now(),
+        )
+        if not await self._feedback.add(feedback, limit=MAX_FEEDBACK_PER_RUN):
+            raise Conflict(
+                f"run {run_id!r} already has {MAX_FEEDBACK_PER_RUN} feedback entries, "
+                "the most a run keeps"
+            )
+        if self._tracing is not None:  # a feedback event on the run's trace, if it has one
+            self._tracing.record_feedback(run, key=key, score=score, comment=comment)
+        return feedback
+
+    async def list_feedback(self, owner: str, run_id: str) -> list[FeedbackRecord]:
+        """Return the feedback on the owner's run, oldest first; raise NotFound."""
+        await self._owned_run(owner, run_id)
+        return await self._feedback.for_run(run_id)
 
 
 __all__ = ["RunManager"]

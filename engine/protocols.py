@@ -68,6 +68,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from engine.assistants import Assistant
 from engine.crons import CronRecord
+from engine.feedback import FeedbackRepository
 from engine.records import (
     CancelAction,
     Frame,
@@ -565,6 +566,11 @@ class RunBackend(Protocol):
     @property
     def crons(self) -> CronRepository:
         """The crons, and the claiming of their ticks."""
+        ...
+
+    @property
+    def feedback(self) -> FeedbackRepository:
+        """Feedback on runs (`engine.feedback`)."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

@@ -45,7 +45,9 @@ state, so an edit or a card redraw that follows starts from the post the user se
 
 `usage` is the LLM usage of the thread's runs so far by role (`providers.usage`:
 calls, metered calls, prompt and completion tokens — null when no call reported
-them —, seconds in calls), with `total` over all roles.
+them —, seconds in calls, and `cost` {input, output, total, currency} from
+`LLM_PRICES` — null unless every call was metered and priced), with `total` over
+all roles (its cost null unless every role's is known): the post's cost.
 
 `ui` lists components in display order, each `{"component": name, "props":
 {...}}`, so a frontend maps names to widgets without knowing the graph:

@@ -33,7 +33,7 @@ from providers.local_llm import (
     LlamaCppChatOpenAI,
     embedded_model_name,
 )
-from providers.usage import UsageCallback
+from providers.usage import PriceTable, UsageCallback
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,8 @@ class OpenAIModelFactory:
             llama_cpp = settings.llm_llama_cpp_dialect == "on"
         self.llama_cpp = embedded or llama_cpp
         self._observer = observer
-        self._usage = UsageCallback()  # every call's usage, to the ledger of the node making it
+        # Every call's usage and cost, to the ledger of the node making it.
+        self._usage = UsageCallback(PriceTable.from_settings(settings))
         self._cache: dict[str, BaseChatModel] = {}
         self._clients: list[httpx.Client | httpx.AsyncClient] = []
 

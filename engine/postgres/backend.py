@@ -27,6 +27,7 @@ from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from engine.postgres.crons import PostgresCronRepository
+from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
 from engine.postgres.signals import RunSignals
@@ -54,6 +55,8 @@ class PostgresRunBackend:
     signals: RunSignals
     #: The crons; every API replica's run manager fires their ticks, each once.
     crons: PostgresCronRepository
+    #: Feedback on runs.
+    feedback: PostgresFeedbackRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -184,5 +187,6 @@ async def open_postgres_backend(
             checkpoints=PostgresCheckpoints(checkpointer),
             signals=RunSignals(storage.runs, resources.redis),
             crons=PostgresCronRepository(resources.pool),
+            feedback=PostgresFeedbackRepository(resources.pool),
             metrics=metrics,
         )

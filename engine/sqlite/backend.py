@@ -27,6 +27,7 @@ from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
+from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.webhooks import Deliverer, webhook_metrics
 from knowledge.repository import NoteRepository
@@ -43,6 +44,8 @@ class SqliteRunBackend:
     checkpoints: SqliteCheckpoints
     #: The crons, in the same file; this process's run manager fires them.
     crons: SqliteCronRepository
+    #: Feedback on runs, in the same file.
+    feedback: SqliteFeedbackRepository
     #: The studio opens its SQLite vault and file asset store itself.
     notes: NoteRepository | None = None
     assets: AssetStore | None = None
@@ -124,5 +127,6 @@ async def open_sqlite_backend(
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
                     crons=SqliteCronRepository(storage.database),
+                    feedback=SqliteFeedbackRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )

@@ -138,6 +138,23 @@ CREATE TABLE IF NOT EXISTS webhook_attempts (
     excerpt      TEXT,           -- the start of a failing receiver's answer
     PRIMARY KEY (delivery_id, attempt)
 ) WITHOUT ROWID;
+
+-- Feedback on runs (engine/feedback.py): appended, never changed; deleted with its run.
+CREATE TABLE IF NOT EXISTS run_feedback (
+    feedback_id  TEXT PRIMARY KEY,
+    run_id       TEXT NOT NULL,
+    thread_id    TEXT NOT NULL,
+    owner        TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    score        REAL NOT NULL,
+    comment      TEXT,
+    created_at   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_feedback_run ON run_feedback (run_id, created_at);
+CREATE TRIGGER IF NOT EXISTS run_feedback_of_deleted_run AFTER DELETE ON runs
+BEGIN
+    DELETE FROM run_feedback WHERE run_id = OLD.run_id;
+END;
 """
 
 

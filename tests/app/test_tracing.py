@@ -201,6 +201,25 @@ def test_one_run_is_one_trace_under_the_callers_span(
         # Recorded by an API replica, executed by a worker process: one trace still.
         assert create.resource["service.instance.id"] != execution.resource["service.instance.id"]
 
+    # A reader's feedback on the finished run joins the run's trace as an event.
+    with httpx.Client(base_url=server.url, timeout=30, headers={"X-Api-Key": KEY}) as http:
+        body = {"key": "quality", "score": 1, "comment": "好看"}
+        assert http.post(f"/runs/{run_id}/feedback", json=body).status_code == 200
+
+    def has_feedback(spans: list[ReceivedSpan]) -> bool:
+        return any(s.trace_id == caller_trace and s.name == "feedback quality" for s in spans)
+
+    (feedback,) = [
+        s
+        for s in receiver.wait_for(has_feedback)
+        if s.trace_id == caller_trace and s.name == "feedback quality"
+    ]
+    assert feedback.parent_span_id == create.span_id
+    ((event, attributes),) = feedback.events
+    assert event == "feedback"
+    assert attributes["atelier.feedback.key"] == "quality"
+    assert attributes["atelier.feedback.score"] == 1
+
 
 @pytest.mark.parametrize("setting", ["unset", "disabled"])
 def test_without_an_otel_setting_nothing_is_exported(

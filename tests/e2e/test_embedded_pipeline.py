@@ -142,7 +142,12 @@ def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_ima
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=600)) as client:
         info = client.get("/info").json()
         assert set(info["models"].values()) == {"SmolLM2-135M-Instruct.Q4_1.gguf"}, info
-        readme_run_ends_with_a_post_and_a_png(client, "embedded run over HTTP")
+        result = readme_run_ends_with_a_post_and_a_png(client, "embedded run over HTTP")
+    # Every role's streamed calls reported their tokens (providers.llama_cpp_server).
+    assert result["usage"]["roles"]
+    for role, usage in result["usage"]["roles"].items():
+        assert usage["metered"] == usage["calls"] > 0, (role, usage)
+        assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0, (role, usage)
 
     # A polite stop takes the model process with it.
     process.send_signal(signal.SIGTERM)

@@ -125,7 +125,7 @@ def test_server_command_uses_this_interpreter_loopback_and_settings(tmp_path: Pa
         local_model_ctx=4096, local_model_threads=3, local_model_chat_format="chatml"
     )
     command = server_command(settings, gguf, 4321)
-    assert command[:3] == [sys.executable, "-m", "llama_cpp.server"]
+    assert command[:3] == [sys.executable, "-m", "providers.llama_cpp_server"]
     args = dict(zip(command[3::2], command[4::2], strict=True))
     assert args["--model"] == str(gguf) and args["--model_alias"] == "m.gguf"
     assert args["--host"] == "127.0.0.1" and args["--port"] == "4321"

@@ -132,13 +132,21 @@ async def test_a_failed_call_counts_with_its_time_and_unknown_tokens(tmp_path: P
 
 
 def test_usage_adds_up_across_nodes_and_keeps_unknown_tokens_unknown() -> None:
-    known = {"calls": 2, "metered": 2, "prompt_tokens": 10, "completion_tokens": 4, "seconds": 1.0}
+    known = {
+        "calls": 2,
+        "metered": 2,
+        "prompt_tokens": 10,
+        "completion_tokens": 4,
+        "seconds": 1.0,
+        "cost": None,
+    }
     unknown = {
         "calls": 1,
         "metered": 0,
         "prompt_tokens": None,
         "completion_tokens": None,
         "seconds": 0.5,
+        "cost": None,
     }
     assert add_usage({"critic": unknown}, {"critic": unknown})["critic"] == {
         **unknown,

@@ -43,7 +43,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, cast
 
 import pytest
 import uvicorn
@@ -241,6 +241,10 @@ class Reply:
             a response cut short); None sends it whole.
         report_usage: Send token usage (`usage`, and the final usage chunk of a stream
             that asks for one); False answers as servers that report none do.
+        usage_chunk: Where a stream's usage goes: "separate", a final chunk with no
+            choices (OpenAI; Atelier's embedded llama-cpp-python server), or
+            "on_finish", on the chunk that carries the finish reason (llama.cpp's
+            `llama-server`); both only when the client asks for usage.
     """
 
     content: str | None = None
@@ -256,6 +260,7 @@ class Reply:
     garbage: bool = False
     cut_after: int | None = None
     report_usage: bool = True
+    usage_chunk: Literal["separate", "on_finish"] = "separate"
 
     @classmethod
     def text(cls, content: str, *, chunk_chars: int = 8, finish_reason: str = "stop") -> Reply:
@@ -471,7 +476,9 @@ def _stream_chunks(req: ChatRequest, reply: Reply, completion_id: str) -> list[d
             for piece in _split(call.arguments, reply.chunk_chars)
         ]
     chunks.append(chunk({}, _finish_reason(reply)))
-    if include_usage and reply.report_usage:
+    if include_usage and reply.report_usage and reply.usage_chunk == "on_finish":
+        chunks[-1]["usage"] = _usage(req, reply)
+    elif include_usage and reply.report_usage:
         usage_chunk = chunk({})
         usage_chunk["choices"] = []
         usage_chunk["usage"] = _usage(req, reply)

@@ -282,6 +282,7 @@ TEST_DATA_TABLES = (
     "webhook_deliveries",
     "webhook_attempts",
     "crons",
+    "run_feedback",
 )
 
 
