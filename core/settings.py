@@ -235,6 +235,26 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=120, description="Seconds a webhook receiver may take to answer."
     )
 
+    # --- store ------------------------------------------------------------------
+    embeddings_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible endpoint serving `/embeddings`: the Store's `query` "
+        "ranks by meaning. Unset: by Chinese keywords (knowledge.retriever).",
+        examples=["https://api.openai.com/v1"],
+    )
+    embeddings_api_key: SecretStr | None = Field(
+        default=None, description="API key for EMBEDDINGS_BASE_URL (never logged or echoed)."
+    )
+    embeddings_model: str = Field(
+        default="text-embedding-3-small",
+        min_length=1,
+        max_length=200,
+        description="Embeddings model name.",
+    )
+    embeddings_timeout: float = Field(
+        default=30.0, gt=0, le=600, description="Seconds one embeddings request may take."
+    )
+
     # --- images ----------------------------------------------------------------
     image_provider: ImageProviderName = Field(
         default="local", description="Default image provider: local Pillow cards or an images API."
@@ -464,7 +484,7 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with {' or '.join(schemes)}")
         return value.strip()
 
-    @field_validator("llm_base_url", "image_api_base_url")
+    @field_validator("llm_base_url", "image_api_base_url", "embeddings_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         """Require an http(s) URL; an empty string means unset."""
