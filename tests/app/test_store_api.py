@@ -13,7 +13,10 @@ server on loopback serving both the `atelier` pipeline's model and `/embeddings`
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import re
 import shutil
 import subprocess
 import uuid
@@ -43,6 +46,7 @@ from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out de
 )
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 KEY = "store-acceptance-key-0123456789"
 OTHER_KEY = "store-acceptance-other-key-9876"
 #: What brand A's and brand B's runs ask for: the scripted planner's topic is 平价护肤.
@@ -138,9 +142,9 @@ async def test_store_round_trip_through_the_python_sdk(served: Served) -> None:
     assert ranked["items"][0]["score"] > ranked["items"][1]["score"]
     listed = await client.store.list_namespaces(prefix=[root])
     assert listed["namespaces"] == [[root, "facts"], [root, "memory"]]
-    assert (await client.store.list_namespaces(suffix=["memory"], prefix=[root]))[
-        "namespaces"
-    ] == [memory]
+    assert (await client.store.list_namespaces(suffix=["memory"], prefix=[root]))["namespaces"] == [
+        memory
+    ]
     assert (await client.store.list_namespaces(prefix=[root], max_depth=1))["namespaces"] == [
         [root]
     ]
@@ -227,3 +231,110 @@ async def test_a_brand_run_never_retrieves_another_brands_or_keys_notes(
     writer = [p for r, p in zip(scripted_llm.requests, prompts, strict=True) if not r.tools]
     assert any(BRAND_A_NOTE in p for p in writer), "the writer was not shown brand A's note"
     assert not any(BRAND_B_NOTE in p or OTHER_KEYS_NOTE in p for p in prompts)
+
+
+async def test_the_readme_store_snippet_runs_as_written(served: Served) -> None:
+    """README "Store": the SDK snippet, run as a notebook runs it (top-level await)."""
+    store_section = README.split("\n## Store\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", store_section, flags=re.DOTALL)
+    source = snippet.replace("http://localhost:8000", served.url)
+    namespace: dict[str, Any] = {"KEY": KEY}
+    code = compile(source, "<README Store>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        await result
+
+    assert namespace["item"]["value"] == {"text": "像学姐一样亲切，讲成分不讲玄学"}
+    assert namespace["found"]["items"][0]["key"] == "price"
+    assert namespace["spaces"]["namespaces"] == [["brand-a", "facts"], ["brand-a", "voice"]]
+    client = get_client(url=served.url, api_key=KEY)
+    assert await client.store.get_item(["brand-a", "voice"], "tone") is None
+    await client.store.delete_item(["brand-a", "facts"], "price")
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "body", "answer", "statuses"),
+    [
+        ("/store/items", "put", "StorePut", None, {"204", "422"}),
+        ("/store/items", "delete", "StoreDelete", None, {"204", "422"}),
+        ("/store/items/search", "post", "StoreSearch", "StoreSearchResponse", {"200", "503"}),
+        ("/store/namespaces", "post", "StoreNamespaces", "StoreNamespacesResponse", {"200"}),
+    ],
+)
+def test_the_openapi_document_lists_the_store_routes_with_typed_bodies(
+    tmp_path: Path, path: str, method: str, body: str, answer: str | None, statuses: set[str]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    app = create_app(service_settings(tmp_path, "http://127.0.0.1:9/v1"))
+    document = TestClient(app).get("/openapi.json").json()  # no lifespan needed
+
+    operation = document["paths"][path][method]
+    request = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": f"#/components/schemas/{body}"}
+    assert document["components"]["schemas"][body]["additionalProperties"] is False
+    assert statuses | {"422"} <= set(operation["responses"])
+    if answer is not None:
+        ok = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok == {"$ref": f"#/components/schemas/{answer}"}
+    get = document["paths"]["/store/items"]["get"]
+    assert {p["name"] for p in get["parameters"]} == {"namespace", "key", "refresh_ttl"}
+
+
+def test_bad_store_requests_are_422s_naming_the_field(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    bad = [
+        ("PUT", "/store/items", {"namespace": [], "key": "k", "value": {}}, ["body", "namespace"]),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a.b"], "key": "k", "value": {}},
+            ["body", "namespace", 0],
+        ),
+        ("PUT", "/store/items", {"namespace": ["a"], "key": "", "value": {}}, ["body", "key"]),
+        ("PUT", "/store/items", {"namespace": ["a"], "key": "k", "value": [1]}, ["body", "value"]),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"], "key": "k", "value": {"t": "\x00"}},
+            ["body", "value"],
+        ),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"], "key": "k", "value": {"n": 2**64}},
+            ["body", "value"],
+        ),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"], "key": "k", "value": {}, "ttl": 0},
+            ["body", "ttl"],
+        ),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"] * 11, "key": "k", "value": {}},
+            ["body", "namespace"],
+        ),
+        ("POST", "/store/items/search", {"filter": {"a.b": 1}}, ["body", "filter", "a.b", "[key]"]),
+        ("POST", "/store/items/search", {"filter": {"n": {"$in": [1]}}}, ["body", "filter", "n"]),
+        ("POST", "/store/items/search", {"limit": 0}, ["body", "limit"]),
+        ("POST", "/store/items/search", {"query": "  "}, ["body", "query"]),
+        ("POST", "/store/namespaces", {"max_depth": 0}, ["body", "max_depth"]),
+        ("DELETE", "/store/items", {"namespace": ["a"]}, ["body", "key"]),
+    ]
+    with TestClient(create_app(service_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        for method, path, body, loc in bad:
+            response = client.request(method, path, json=body)
+            assert response.status_code == 422, (body, response.text)
+            assert response.json()["detail"][0]["loc"][: len(loc)] == loc, (body, response.text)
+        for namespace in ("", "a..b", "a." * 10 + "a"):
+            response = client.get("/store/items", params={"namespace": namespace, "key": "k"})
+            assert response.status_code == 422, namespace
+            assert response.json()["detail"][0]["loc"] == ["query", "namespace"]
