@@ -7,6 +7,7 @@ is a new version of the note, made by a repository's `update`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -176,6 +177,17 @@ class KnowledgeNote(BaseModel):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+    def export_json(self) -> str:
+        """Return the note as one JSON line, with `principal` when a key wrote it.
+
+        What `atelier notes export` writes: an import (`model_validate`) restores the
+        note's key, so a key's notes never come back as notes every key sees.
+        """
+        data = self.model_dump(mode="json")
+        if self.principal is not None:
+            data["principal"] = self.principal
+        return json.dumps(data, ensure_ascii=False)
 
     @classmethod
     def create(
