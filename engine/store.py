@@ -196,7 +196,8 @@ class ScopedStore(BaseStore):
         self._inner = inner
         self._ranker = ranker
         self._owner = owner
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop the backend's store lives on (both LangGraph stores keep it as `loop`).
+        self._loop: asyncio.AbstractEventLoop | None = getattr(inner, "loop", None)
         # Both backends' stores keep TTLs (AsyncSqliteStore's class says otherwise only
         # through its base classes' order); their configuration decides read renewals.
         self.ttl_config = getattr(inner, "ttl_config", None)
@@ -213,19 +214,19 @@ class ScopedStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations under the owner's namespace."""
-        self._loop = asyncio.get_running_loop()
         return await self._run(self._scope(), list(ops))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations from a synchronous node, on the loop the store was used on.
+        """Run the operations from a synchronous node (a worker thread) on the store's loop.
 
         Raises:
-            RuntimeError: The store has not been used on an event loop yet.
+            RuntimeError: Called on the store's own loop (async code uses `aget`, `aput`, …).
         """
         owner = self._scope()  # in the caller's thread: the run's config is there
-        if self._loop is None:
-            raise RuntimeError("the store is asynchronous: call its a-methods (aget, aput, …)")
-        future = asyncio.run_coroutine_threadsafe(self._run(owner, list(ops)), self._loop)
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            raise RuntimeError("on the event loop, call the store's a-methods (aget, aput, …)")
+        future = asyncio.run_coroutine_threadsafe(self._run(owner, list(ops)), loop)
         return future.result()
 
     async def _run(self, owner: str, ops: list[Op]) -> list[Result]:
@@ -267,6 +268,13 @@ class ScopedStore(BaseStore):
             )
             for score, item in page
         ]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _scoped(owner: str, op: Op) -> Op:

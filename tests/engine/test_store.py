@@ -237,3 +237,23 @@ async def test_owners_runs_share_nothing_even_concurrently(scoped: ScopedStore) 
     for owner in owners:
         assert await scoped.for_owner(owner).alist_namespaces() == [("brand-a", "memory")]
     assert sorted(map(operator.itemgetter(0), await scoped._inner.alist_namespaces())) == owners
+
+
+async def test_a_synchronous_node_reads_and_writes_the_runs_store(scoped: ScopedStore) -> None:
+    def remember(state: _State, runtime: Runtime[None]) -> dict[str, Any]:
+        assert runtime.store is not None
+        runtime.store.put(("brand-a",), "sync", {"text": "同步节点"})
+        item = runtime.store.get(("brand-a",), "sync")
+        return {"seen": [item.key] if item is not None else []}
+
+    builder = StateGraph(_State)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    graph = builder.compile(store=scoped)
+
+    result = await graph.ainvoke({}, graph_config("t1", factories.run("r1", owner="key_alice")))
+
+    assert result["seen"] == ["sync"]
+    assert await scoped.for_owner("key_alice").aget(("brand-a",), "sync") is not None
+    with pytest.raises(RuntimeError, match="a-methods"):
+        scoped.for_owner("key_alice").get(("brand-a",), "sync")  # on the loop itself
