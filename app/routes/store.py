@@ -90,7 +90,10 @@ def _storable(value: dict[str, Any]) -> dict[str, Any]:
     try:
         data = orjson.dumps(value)
     except TypeError:
-        raise ValueError("value must be JSON with integers within 64 bits") from None
+        raise ValueError(
+            "value must be storable JSON: valid Unicode, integers within 64 bits, "
+            "at most 254 levels deep"
+        ) from None
     if len(data) > MAX_VALUE_BYTES:
         raise ValueError(f"value must be at most {MAX_VALUE_BYTES} bytes as JSON")
     if b"\\u0000" in data:
