@@ -29,6 +29,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -80,6 +81,20 @@ FilterScalar = Annotated[
 ]
 FilterValue = FilterScalar | None | dict[FilterOperator, FilterScalar]
 
+
+def _false_only(value: Any) -> Any:
+    """Take `false` as it is: not 0, nor anything else equal to it."""
+    if value is not False:
+        raise ValueError("must be false or a list of fields")
+    return value
+
+
+#: What the SDKs send as `index`: false, or the fields to index.
+IndexFields = (
+    Annotated[Literal[False], BeforeValidator(_false_only)]
+    | Annotated[list[Annotated[str, StringConstraints(max_length=200)]], Field(max_length=20)]
+)
+
 _LABEL_DOC = (
     f"Labels, 1-{MAX_LABEL_CHARS} characters each, without '.' or NUL; at most {MAX_DEPTH}."
 )
@@ -112,9 +127,8 @@ class StorePut(BaseModel):
         description=f"The item: a JSON object of at most {MAX_VALUE_BYTES} bytes.",
         examples=[{"text": "像学姐一样亲切，讲成分不讲玄学"}],
     )
-    index: Literal[False] | list[Annotated[str, StringConstraints(max_length=200)]] | None = Field(
+    index: IndexFields | None = Field(
         default=None,
-        max_length=20,
         description="Fields to index, as the SDKs send it; accepted and ignored (a "
         "query reads the text of the whole value).",
     )
@@ -263,7 +277,6 @@ async def put_item(body: StorePut, request: Request, owner: PrincipalDep) -> Res
         tuple(body.namespace),
         body.key,
         body.value,
-        index=body.index,
         ttl=body.ttl,
     )
     return Response(status_code=status.HTTP_204_NO_CONTENT)

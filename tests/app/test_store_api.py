@@ -322,6 +322,12 @@ def test_bad_store_requests_are_422s_naming_the_field(tmp_path: Path) -> None:
             {"namespace": ["a"] * 11, "key": "k", "value": {}},
             ["body", "namespace"],
         ),
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"], "key": "k", "value": {}, "index": 0},
+            ["body", "index"],
+        ),
         ("POST", "/store/items/search", {"filter": {"a.b": 1}}, ["body", "filter", "a.b", "[key]"]),
         ("POST", "/store/items/search", {"filter": {"n": {"$in": [1]}}}, ["body", "filter", "n"]),
         ("POST", "/store/items/search", {"limit": 0}, ["body", "limit"]),
