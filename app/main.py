@@ -30,17 +30,19 @@ from app.routes import (
     knowledge,
     ops,
     runs,
+    store,
     threads,
 )
 from app.routes.ops import NotReadyError
 from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
-from engine.assistants import AssistantFactory, registry
+from engine.assistants import AssistantFactory, registry, with_store
 from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup, RunBackend
 from engine.sqlite.backend import open_sqlite_backend
+from engine.store import ScopedStore, query_ranker
 from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
@@ -87,7 +89,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.notes = context.notes
         app.state.assets = context.assets
         app.state.context = context
-        graphs = dict(app.state.assistant_factory(backend.checkpointer))
+        # The Store, scoped per API key: the routes bind it to the caller, runs to their owner.
+        app.state.store = ScopedStore(backend.store, query_ranker(settings))
+        graphs = with_store(app.state.assistant_factory(backend.checkpointer), app.state.store)
         app.state.graphs = sorted(graphs)
         setup = ExecutorSetup(
             assistants=graphs,
@@ -176,6 +180,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(crons.router)
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
+    app.include_router(store.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
     install_openapi(app)

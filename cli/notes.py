@@ -93,7 +93,7 @@ async def export_notes(database: str) -> list[str]:
     async with SqliteNoteRepository(database) as repo:
         offset = 0
         while page := await repo.list(limit=MAX_PAGE, offset=offset):
-            lines += [note.model_dump_json() for note in page]
+            lines += [note.export_json() for note in page]
             offset += len(page)
     return lines
 

@@ -42,7 +42,7 @@ from app.security import ANONYMOUS, owner_id_for
 from app.texts import name_of, request_language, say
 from cli.common import settings_or_exit
 from core.settings import Settings
-from engine.assistants import build_assistants
+from engine.assistants import build_assistants, with_store
 from engine.follow import Stopped, follow_frames
 from engine.manager import RunManager
 from engine.preparation import RunRequest
@@ -50,6 +50,7 @@ from engine.protocols import ExecutorSetup
 from engine.records import Frame, RunRecord
 from engine.sqlite.backend import open_sqlite_backend
 from engine.sqlite.ownership import DataDirInUse
+from engine.store import ScopedStore, query_ranker
 from graphs.assistants import ASSISTANTS
 from providers.assets import AssetStore, is_valid_asset_id
 from studio.services import open_services
@@ -113,7 +114,10 @@ async def open_embedded_engine(
         )
         context = await stack.enter_async_context(open_services(settings))
         setup = ExecutorSetup(
-            assistants=build_assistants(ASSISTANTS, backend.checkpointer),
+            assistants=with_store(
+                build_assistants(ASSISTANTS, backend.checkpointer),
+                ScopedStore(backend.store, query_ranker(settings)),
+            ),
             context=context,
             run_timeout=settings.run_timeout,
             callbacks=callbacks,

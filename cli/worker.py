@@ -42,10 +42,11 @@ from rich.console import Console
 from app.metrics import AtelierMetrics
 from cli.common import settings_or_exit
 from core.settings import Settings
-from engine.assistants import AssistantFactory, registry
+from engine.assistants import AssistantFactory, registry, with_store
 from engine.crons import CRON_POLL
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup
+from engine.store import ScopedStore, query_ranker
 from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
@@ -101,7 +102,10 @@ async def serve_worker(
             open_services(settings, notes=backend.notes, assets=backend.assets, observer=metrics)
         )
         setup = ExecutorSetup(
-            assistants=dict((assistant_factory or registry(ASSISTANTS))(backend.checkpointer)),
+            assistants=with_store(
+                (assistant_factory or registry(ASSISTANTS))(backend.checkpointer),
+                ScopedStore(backend.store, query_ranker(settings)),
+            ),
             context=context,
             run_timeout=settings.run_timeout,
             metrics=metrics,

@@ -281,6 +281,26 @@ class Settings(BaseSettings):
         "process fires none (at least one process of the deployment must keep it on).",
     )
 
+    # --- store ------------------------------------------------------------------
+    embeddings_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible endpoint serving `/embeddings`: the Store's `query` "
+        "ranks by meaning. Unset: by Chinese keywords (knowledge.retriever).",
+        examples=["https://api.openai.com/v1"],
+    )
+    embeddings_api_key: SecretStr | None = Field(
+        default=None, description="API key for EMBEDDINGS_BASE_URL (never logged or echoed)."
+    )
+    embeddings_model: str = Field(
+        default="text-embedding-3-small",
+        min_length=1,
+        max_length=200,
+        description="Embeddings model name.",
+    )
+    embeddings_timeout: float = Field(
+        default=30.0, gt=0, le=600, description="Seconds one embeddings request may take."
+    )
+
     # --- images ----------------------------------------------------------------
     image_provider: ImageProviderName = Field(
         default="local", description="Default image provider: local Pillow cards or an images API."
@@ -586,6 +606,7 @@ class Settings(BaseSettings):
     @field_validator(
         "llm_base_url",
         "image_api_base_url",
+        "embeddings_base_url",
         "otel_exporter_otlp_endpoint",
         "otel_exporter_otlp_traces_endpoint",
     )

@@ -11,11 +11,12 @@ registry builds them once in the app's lifespan (or a worker's start) through an
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
+from langgraph.store.base import BaseStore
 
 from engine.records import now
 from graphs.spec import AssistantSpec
@@ -87,6 +88,18 @@ def build_assistants(
             raise ValueError(f"two assistants are named {spec.assistant_id!r}")
         assistants[spec.assistant_id] = Assistant.build(spec, checkpointer)
     return assistants
+
+
+def with_store(assistants: Mapping[str, Assistant], store: BaseStore) -> dict[str, Assistant]:
+    """Return the assistants with `store` as their graphs' runtime store (`runtime.store`).
+
+    The graphs are copies compiled alike, with the store; their subgraphs get it from
+    the run. A graph built outside the service (a notebook) has no store.
+    """
+    return {
+        assistant_id: replace(assistant, graph=assistant.graph.copy(update={"store": store}))
+        for assistant_id, assistant in assistants.items()
+    }
 
 
 def registry(specs: Iterable[AssistantSpec]) -> AssistantFactory:

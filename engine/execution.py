@@ -72,6 +72,7 @@ from engine.records import (
 from engine.serde import dumps
 from engine.tracing import TracedRun
 from engine.webhooks import enqueue_delivery
+from studio.scope import OWNER_KEY
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,12 @@ def graph_config(
     if run is None:
         return config  # type: ignore[return-value]
     client = run.kwargs.get("config") or {}
-    config["configurable"] = {**client.get("configurable", {}), "thread_id": thread_id}
+    # The run's owner last, so no client sets it: the agents' knowledge and store scope.
+    config["configurable"] = {
+        **client.get("configurable", {}),
+        "thread_id": thread_id,
+        OWNER_KEY: run.owner,
+    }
     # Checkpoints copy these, which is how a rollback finds a run's checkpoints.
     config["metadata"] = {
         "run_id": run.run_id,

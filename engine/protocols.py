@@ -65,6 +65,7 @@ from typing import Any, Protocol
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
 
 from engine.assistants import Assistant
 from engine.crons import CronRecord
@@ -536,6 +537,11 @@ class RunBackend(Protocol):
     @property
     def checkpoints(self) -> CheckpointHousekeeping:
         """The saver's housekeeping."""
+        ...
+
+    @property
+    def store(self) -> BaseStore:
+        """LangGraph's store of the deployment, unscoped (`engine.store.ScopedStore` scopes it)."""
         ...
 
     @property

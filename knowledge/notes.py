@@ -7,6 +7,7 @@ is a new version of the note, made by a repository's `update`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -21,6 +22,12 @@ MAX_TAG_CHARS = 50
 MAX_OWNER_CHARS = 128
 MAX_ID_CHARS = 64
 DEFAULT_OWNER = "system"
+#: The namespace every run reads besides its brand's, and a new note's default.
+SHARED_NAMESPACE = "shared"
+MAX_NAMESPACE_CHARS = 64
+#: A namespace: lower-case words joined by `-`, `_` or `.` (as `studio.brand` names them).
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
+MAX_PRINCIPAL_CHARS = 128
 
 
 class NoteType(StrEnum):
@@ -120,6 +127,22 @@ class KnowledgeNote(BaseModel):
         description="Who wrote the note: a user name or an agent name.",
         examples=["editor"],
     )
+    namespace: str = Field(
+        default=SHARED_NAMESPACE,
+        min_length=1,
+        max_length=MAX_NAMESPACE_CHARS,
+        pattern=NAMESPACE_PATTERN,
+        description="The namespace the note lives in: a brand's `knowledge_namespace`, or "
+        f"{SHARED_NAMESPACE!r}, which every run reads.",
+        examples=["brand-a"],
+    )
+    principal: str | None = Field(
+        default=None,
+        max_length=MAX_PRINCIPAL_CHARS,
+        exclude=True,
+        description="The API key's owner id that wrote the note (never serialized); None: "
+        "a note every key sees (notes from before namespaces, notes seeded on the server).",
+    )
     version: int = Field(
         default=1, ge=1, description="Bumped by every update (optimistic locking).", examples=[1]
     )
@@ -155,6 +178,17 @@ class KnowledgeNote(BaseModel):
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
 
+    def export_json(self) -> str:
+        """Return the note as one JSON line, with `principal` when a key wrote it.
+
+        What `atelier notes export` writes: an import (`model_validate`) restores the
+        note's key, so a key's notes never come back as notes every key sees.
+        """
+        data = self.model_dump(mode="json")
+        if self.principal is not None:
+            data["principal"] = self.principal
+        return json.dumps(data, ensure_ascii=False)
+
     @classmethod
     def create(
         cls,
@@ -163,6 +197,8 @@ class KnowledgeNote(BaseModel):
         owner: str = DEFAULT_OWNER,
         tags: Iterable[str] | None = None,
         status: NoteStatus | str = NoteStatus.DRAFT,
+        namespace: str = SHARED_NAMESPACE,
+        principal: str | None = None,
     ) -> KnowledgeNote:
         """Create a new note (version 1) with a generated id.
 
@@ -172,6 +208,8 @@ class KnowledgeNote(BaseModel):
             owner: Who wrote it.
             tags: Topic labels; duplicates are dropped.
             status: Review status; draft unless given (see the class docstring).
+            namespace: The namespace it lives in (default: the shared one).
+            principal: The owner id of the API key that wrote it (None: every key's).
 
         Returns:
             The validated note.
@@ -186,12 +224,22 @@ class KnowledgeNote(BaseModel):
                 "owner": owner,
                 "tags": list(tags or []),
                 "status": status,
+                "namespace": namespace,
+                "principal": principal,
             }
         )
 
 
 NoteLike = KnowledgeNote | Mapping[str, Any]
 """A note, or a dict with a note's fields (as kept in graph state or test data)."""
+
+
+def visible_to(note: KnowledgeNote, principal: str | None) -> bool:
+    """Return whether the key `principal` may see the note (None: no restriction).
+
+    A key sees the notes it wrote and the notes no key wrote.
+    """
+    return principal is None or note.principal is None or note.principal == principal
 
 
 def as_note(value: NoteLike) -> KnowledgeNote:

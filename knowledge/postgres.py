@@ -16,14 +16,14 @@ content, tags or owner contain one is refused with `ValueError` (SQLite would st
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
+from knowledge.notes import KnowledgeNote, NoteStatus, NoteType, visible_to
 from knowledge.repository import (
     TABLE,
     DuplicateNoteError,
@@ -33,11 +33,14 @@ from knowledge.repository import (
     _check_page,
     _revise,
     _search,
+    where_clause,
 )
 from knowledge.retriever import RetrievalResult, VaultRetriever
 
-_COLUMNS = "id, type, status, content, tags, owner, version, created_at, updated_at"
-_INSERT = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_COLUMNS = (
+    "id, type, status, content, tags, owner, namespace, principal, version, created_at, updated_at"
+)
+_INSERT = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({', '.join(['%s'] * 11)})"
 
 
 class PostgresNoteRepository(NoteRepository):
@@ -80,20 +83,26 @@ class PostgresNoteRepository(NoteRepository):
             raise DuplicateNoteError(f"note {which} already exists") from None
         return batch
 
-    async def get(self, note_id: str) -> KnowledgeNote | None:
-        """Return the note with this id, or None."""
+    async def get(self, note_id: str, *, principal: str | None = None) -> KnowledgeNote | None:
+        """Return the note with this id, or None (also when `principal` may not see it)."""
         rows = await self._fetch(f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = %s", (note_id,))
-        return _from_row(rows[0]) if rows else None
+        note = _from_row(rows[0]) if rows else None
+        return note if note is not None and visible_to(note, principal) else None
 
     async def update(
-        self, note_id: str, *, expected_version: int | None = None, **changes: Any
+        self,
+        note_id: str,
+        *,
+        expected_version: int | None = None,
+        principal: str | None = None,
+        **changes: Any,
     ) -> KnowledgeNote:
         """Change fields of a note and bump its version (see `InMemoryNoteRepository.update`).
 
         The write is conditional on the version read, so a concurrent writer surfaces
         as `VersionConflictError`, never as a lost update.
         """
-        current = await self.get(note_id)
+        current = await self.get(note_id, principal=principal)
         if current is None:
             raise NoteNotFoundError(note_id)
         if expected_version is not None and expected_version != current.version:
@@ -103,13 +112,15 @@ class PostgresNoteRepository(NoteRepository):
         async with self._pool.connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 f"UPDATE {TABLE} SET type = %s, status = %s, content = %s, tags = %s,"
-                " owner = %s, version = %s, updated_at = %s WHERE id = %s AND version = %s",
+                " owner = %s, namespace = %s, version = %s, updated_at = %s"
+                " WHERE id = %s AND version = %s",
                 (
                     revised.type.value,
                     revised.status.value,
                     revised.content,
                     revised.tags,
                     revised.owner,
+                    revised.namespace,
                     revised.version,
                     revised.updated_at,
                     note_id,
@@ -130,10 +141,13 @@ class PostgresNoteRepository(NoteRepository):
         status: NoteStatus | str | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> builtins.list[KnowledgeNote]:
-        """Return a page of notes in insertion order, optionally filtered by type and status."""
+        """Return a page of notes in insertion order, optionally filtered."""
         _check_page(limit, offset)
-        where, params = _where(type, status)
+        where, params = _where(type, status, namespaces, principal)
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq LIMIT %s OFFSET %s",
             (*params, limit, offset),
@@ -141,43 +155,52 @@ class PostgresNoteRepository(NoteRepository):
         return [_from_row(row) for row in rows]
 
     async def search(
-        self, query: str, limit: int = 6, only_approved: bool = False
+        self,
+        query: str,
+        limit: int = 6,
+        only_approved: bool = False,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query."""
+        where, params = _where(None, None, namespaces, principal)
+        where = f"{where} AND status <> %s" if where else " WHERE status <> %s"
         rows = await self._fetch(
-            f"SELECT {_COLUMNS} FROM {TABLE} WHERE status <> %s ORDER BY seq",
-            (NoteStatus.ARCHIVED.value,),
+            f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq",
+            (*params, NoteStatus.ARCHIVED.value),
         )
         candidates = [_from_row(row) for row in rows]
         return _search(self._retriever, query, candidates, limit, only_approved)
 
     async def count(
-        self, type: NoteType | str | None = None, status: NoteStatus | str | None = None
+        self,
+        type: NoteType | str | None = None,
+        status: NoteStatus | str | None = None,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> int:
         """Return how many notes match the filters."""
-        where, params = _where(type, status)
+        where, params = _where(type, status, namespaces, principal)
         rows = await self._fetch(f"SELECT count(*) AS n FROM {TABLE}{where}", params)
         return int(rows[0]["n"])
 
 
 def _where(
-    type: NoteType | str | None, status: NoteStatus | str | None
+    type: NoteType | str | None,
+    status: NoteStatus | str | None,
+    namespaces: Collection[str] | None = None,
+    principal: str | None = None,
 ) -> tuple[str, tuple[str, ...]]:
-    """Build a WHERE clause for optional type and status filters (validated as enums)."""
-    clauses: builtins.list[str] = []
-    params: builtins.list[str] = []
-    if type is not None:
-        clauses.append("type = %s")
-        params.append(NoteType(type).value)
-    if status is not None:
-        clauses.append("status = %s")
-        params.append(NoteStatus(status).value)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+    """Build PostgreSQL's WHERE clause for the optional filters (`where_clause`)."""
+    return where_clause(type, status, namespaces, principal, "%s")
 
 
 def _check_text(note: KnowledgeNote) -> None:
     """Refuse a note PostgreSQL cannot store as given (a NUL character in its text)."""
-    if any("\x00" in text for text in (note.id, note.content, note.owner, *note.tags)):
+    texts = (note.id, note.content, note.owner, note.principal or "", *note.tags)
+    if any("\x00" in text for text in texts):
         raise ValueError(f"note {note.id!r}: text must not contain NUL characters")
 
 
@@ -191,6 +214,8 @@ def _to_row(note: KnowledgeNote) -> tuple[Any, ...]:
         note.content,
         note.tags,
         note.owner,
+        note.namespace,
+        note.principal,
         note.version,
         note.created_at,
         note.updated_at,

@@ -13,6 +13,13 @@ store. Both behave identically (one test suite runs against both):
 - `search` ranks the non-archived notes with `VaultRetriever`. It scans every
   candidate: the vault holds house rules and references (hundreds of notes),
   not a corpus, and scoring needs the segmented query anyway.
+
+Every note lives in a namespace (`KnowledgeNote.namespace`, "shared" by default)
+and may belong to the API key that wrote it (`principal`). Reads take two
+optional keywords: `namespaces` (only notes in these) and `principal` (only the
+notes that key may see: its own and those no key wrote; None: every note, for
+the server itself). A note another key wrote is, to a caller, a note that does
+not exist: `get` returns None, `update` raises `NoteNotFoundError`.
 """
 
 from __future__ import annotations
@@ -21,17 +28,17 @@ import asyncio
 import builtins
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 import aiosqlite
 
-from knowledge.notes import KnowledgeNote, NoteStatus, NoteType, utcnow
+from knowledge.notes import KnowledgeNote, NoteStatus, NoteType, utcnow, visible_to
 from knowledge.retriever import RetrievalResult, VaultRetriever
 
-MUTABLE_FIELDS = frozenset({"type", "status", "content", "tags", "owner"})
+MUTABLE_FIELDS = frozenset({"type", "status", "content", "tags", "owner", "namespace"})
 MAX_PAGE = 1000
 TABLE = "knowledge_notes"
 
@@ -67,23 +74,33 @@ class NoteRepository(Protocol):
         """Store new notes all at once, or none of them when any id is taken."""
         ...
 
-    async def get(self, note_id: str) -> KnowledgeNote | None:
-        """Return the note with this id, or None."""
+    async def get(self, note_id: str, *, principal: str | None = None) -> KnowledgeNote | None:
+        """Return the note with this id, or None (also when `principal` may not see it)."""
         ...
 
     async def update(
-        self, note_id: str, *, expected_version: int | None = None, **changes: Any
+        self,
+        note_id: str,
+        *,
+        expected_version: int | None = None,
+        principal: str | None = None,
+        **changes: Any,
     ) -> KnowledgeNote:
-        """Change fields of a note (type, status, content, tags, owner) and bump its version."""
+        """Change fields of a note (type, status, content, tags, owner, namespace)."""
         ...
 
-    async def archive(self, note_id: str, *, expected_version: int | None = None) -> KnowledgeNote:
+    async def archive(
+        self, note_id: str, *, expected_version: int | None = None, principal: str | None = None
+    ) -> KnowledgeNote:
         """Set a note's status to archived: an update, the same in every repository.
 
         The repositories subclass this protocol and inherit it.
         """
         return await self.update(
-            note_id, expected_version=expected_version, status=NoteStatus.ARCHIVED
+            note_id,
+            expected_version=expected_version,
+            principal=principal,
+            status=NoteStatus.ARCHIVED,
         )
 
     async def list(
@@ -92,18 +109,32 @@ class NoteRepository(Protocol):
         status: NoteStatus | str | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> builtins.list[KnowledgeNote]:
         """Return a page of notes in insertion order, optionally filtered."""
         ...
 
     async def search(
-        self, query: str, limit: int = 6, only_approved: bool = False
+        self,
+        query: str,
+        limit: int = 6,
+        only_approved: bool = False,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query with `VaultRetriever`."""
         ...
 
     async def count(
-        self, type: NoteType | str | None = None, status: NoteStatus | str | None = None
+        self,
+        type: NoteType | str | None = None,
+        status: NoteStatus | str | None = None,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> int:
         """Return how many notes match the filters (archived ones included)."""
         ...
@@ -116,6 +147,7 @@ def _revise(note: KnowledgeNote, changes: dict[str, Any]) -> KnowledgeNote:
         raise ValueError(f"cannot change field(s): {', '.join(sorted(unknown))}")
     data = note.model_dump()
     data.update(changes)
+    data["principal"] = note.principal  # not serialized, never changed
     data["version"] = note.version + 1
     data["updated_at"] = utcnow()
     return KnowledgeNote.model_validate(data)
@@ -127,6 +159,13 @@ def _check_page(limit: int, offset: int) -> None:
         raise ValueError(f"limit must be between 0 and {MAX_PAGE}")
     if offset < 0:
         raise ValueError("offset must be >= 0")
+
+
+def in_scope(
+    note: KnowledgeNote, namespaces: Collection[str] | None, principal: str | None
+) -> bool:
+    """Return whether a note is in one of `namespaces` and visible to `principal` (None: any)."""
+    return (namespaces is None or note.namespace in namespaces) and visible_to(note, principal)
 
 
 def _search(
@@ -180,23 +219,29 @@ class InMemoryNoteRepository(NoteRepository):
             self._insert(note)
         return batch
 
-    async def get(self, note_id: str) -> KnowledgeNote | None:
-        """Return the note with this id, or None."""
-        return self._notes.get(note_id)
+    async def get(self, note_id: str, *, principal: str | None = None) -> KnowledgeNote | None:
+        """Return the note with this id, or None (also when `principal` may not see it)."""
+        note = self._notes.get(note_id)
+        return note if note is not None and visible_to(note, principal) else None
 
     async def update(
-        self, note_id: str, *, expected_version: int | None = None, **changes: Any
+        self,
+        note_id: str,
+        *,
+        expected_version: int | None = None,
+        principal: str | None = None,
+        **changes: Any,
     ) -> KnowledgeNote:
         """Change fields of a note and bump its version.
 
         Raises:
-            NoteNotFoundError: No such note.
+            NoteNotFoundError: No such note (or `principal` may not see it).
             VersionConflictError: `expected_version` is not the stored version.
             ValueError: A field that cannot change (id, version, timestamps) was given.
             pydantic.ValidationError: A new value breaks the note's bounds.
         """
         current = self._notes.get(note_id)
-        if current is None:
+        if current is None or not visible_to(current, principal):
             raise NoteNotFoundError(note_id)
         if expected_version is not None and expected_version != current.version:
             raise VersionConflictError(note_id, expected_version, current.version)
@@ -210,29 +255,51 @@ class InMemoryNoteRepository(NoteRepository):
         status: NoteStatus | str | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> builtins.list[KnowledgeNote]:
-        """Return a page of notes in insertion order, optionally filtered by type and status."""
+        """Return a page of notes in insertion order, optionally filtered."""
         _check_page(limit, offset)
-        matching = self._filtered(type, status)
+        matching = self._filtered(type, status, namespaces, principal)
         return matching[offset : offset + limit]
 
     async def search(
-        self, query: str, limit: int = 6, only_approved: bool = False
+        self,
+        query: str,
+        limit: int = 6,
+        only_approved: bool = False,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query."""
-        candidates = [n for n in self._notes.values() if n.status is not NoteStatus.ARCHIVED]
+        candidates = [
+            n
+            for n in self._filtered(None, None, namespaces, principal)
+            if n.status is not NoteStatus.ARCHIVED
+        ]
         return _search(self._retriever, query, candidates, limit, only_approved)
 
     async def count(
-        self, type: NoteType | str | None = None, status: NoteStatus | str | None = None
+        self,
+        type: NoteType | str | None = None,
+        status: NoteStatus | str | None = None,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> int:
         """Return how many notes match the filters."""
-        return len(self._filtered(type, status))
+        return len(self._filtered(type, status, namespaces, principal))
 
     def _filtered(
-        self, type: NoteType | str | None, status: NoteStatus | str | None
+        self,
+        type: NoteType | str | None,
+        status: NoteStatus | str | None,
+        namespaces: Collection[str] | None,
+        principal: str | None,
     ) -> builtins.list[KnowledgeNote]:
-        """Return the notes of a type and status (None: any), in insertion order."""
+        """Return the notes matching the filters (None: any), in insertion order."""
         want_type = NoteType(type) if type is not None else None
         want_status = NoteStatus(status) if status is not None else None
         return [
@@ -240,6 +307,7 @@ class InMemoryNoteRepository(NoteRepository):
             for note in self._notes.values()
             if (want_type is None or note.type is want_type)
             and (want_status is None or note.status is want_status)
+            and in_scope(note, namespaces, principal)
         ]
 
 
@@ -252,6 +320,8 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     content    TEXT NOT NULL,
     tags       TEXT NOT NULL DEFAULT '[]',         -- JSON array of strings
     owner      TEXT NOT NULL,
+    namespace  TEXT NOT NULL DEFAULT 'shared',
+    principal  TEXT,                               -- the writing key's owner id; NULL: every key's
     version    INTEGER NOT NULL,
     created_at TEXT NOT NULL,                      -- ISO 8601, UTC
     updated_at TEXT NOT NULL
@@ -259,7 +329,17 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
 CREATE INDEX IF NOT EXISTS {TABLE}_status ON {TABLE} (status);
 CREATE INDEX IF NOT EXISTS {TABLE}_type ON {TABLE} (type);
 """
-_COLUMNS = "id, type, status, content, tags, owner, version, created_at, updated_at"
+# A table made before namespaces gains its two columns: its notes become shared notes
+# that every key sees, as they were.
+_NAMESPACE_COLUMNS = {
+    "namespace": f"ALTER TABLE {TABLE} ADD COLUMN namespace TEXT NOT NULL DEFAULT 'shared'",
+    "principal": f"ALTER TABLE {TABLE} ADD COLUMN principal TEXT",
+}
+_NAMESPACE_INDEX = f"CREATE INDEX IF NOT EXISTS {TABLE}_namespace ON {TABLE} (namespace, principal)"
+_COLUMNS = (
+    "id, type, status, content, tags, owner, namespace, principal, version, created_at, updated_at"
+)
+_INSERT = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 class SqliteNoteRepository(NoteRepository):
@@ -297,6 +377,12 @@ class SqliteNoteRepository(NoteRepository):
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA busy_timeout=5000")
             await conn.executescript(_SCHEMA)
+            async with conn.execute(f"PRAGMA table_info({TABLE})") as cursor:
+                present = {row["name"] for row in await cursor.fetchall()}
+            for column, alter in _NAMESPACE_COLUMNS.items():
+                if column not in present:
+                    await conn.execute(alter)
+            await conn.execute(_NAMESPACE_INDEX)
             await conn.commit()
         except BaseException:
             await conn.close()
@@ -334,10 +420,7 @@ class SqliteNoteRepository(NoteRepository):
         """Store a new note; raise `DuplicateNoteError` when its id is taken."""
         async with self._lock:
             try:
-                await self._db.execute(
-                    f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    _to_row(note),
-                )
+                await self._db.execute(_INSERT, _to_row(note))
             except sqlite3.IntegrityError:
                 await self._db.rollback()
                 raise DuplicateNoteError(f"note {note.id!r} already exists") from None
@@ -352,10 +435,7 @@ class SqliteNoteRepository(NoteRepository):
         async with self._lock:
             batch = builtins.list(notes)
             try:
-                await self._db.executemany(
-                    f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [_to_row(note) for note in batch],
-                )
+                await self._db.executemany(_INSERT, [_to_row(note) for note in batch])
             except sqlite3.IntegrityError:
                 await self._db.rollback()
                 raise DuplicateNoteError("a note id of the batch already exists") from None
@@ -365,10 +445,11 @@ class SqliteNoteRepository(NoteRepository):
             await self._db.commit()
             return batch
 
-    async def get(self, note_id: str) -> KnowledgeNote | None:
-        """Return the note with this id, or None."""
+    async def get(self, note_id: str, *, principal: str | None = None) -> KnowledgeNote | None:
+        """Return the note with this id, or None (also when `principal` may not see it)."""
         async with self._lock:
-            return await self._get(note_id)
+            note = await self._get(note_id)
+        return note if note is not None and visible_to(note, principal) else None
 
     async def _get(self, note_id: str) -> KnowledgeNote | None:
         async with self._db.execute(
@@ -378,7 +459,12 @@ class SqliteNoteRepository(NoteRepository):
         return _from_row(row) if row is not None else None
 
     async def update(
-        self, note_id: str, *, expected_version: int | None = None, **changes: Any
+        self,
+        note_id: str,
+        *,
+        expected_version: int | None = None,
+        principal: str | None = None,
+        **changes: Any,
     ) -> KnowledgeNote:
         """Change fields of a note and bump its version (see `InMemoryNoteRepository.update`).
 
@@ -388,20 +474,21 @@ class SqliteNoteRepository(NoteRepository):
         """
         async with self._lock:
             current = await self._get(note_id)
-            if current is None:
+            if current is None or not visible_to(current, principal):
                 raise NoteNotFoundError(note_id)
             if expected_version is not None and expected_version != current.version:
                 raise VersionConflictError(note_id, expected_version, current.version)
             revised = _revise(current, changes)
             cursor = await self._db.execute(
                 f"UPDATE {TABLE} SET type = ?, status = ?, content = ?, tags = ?, owner = ?,"
-                " version = ?, updated_at = ? WHERE id = ? AND version = ?",
+                " namespace = ?, version = ?, updated_at = ? WHERE id = ? AND version = ?",
                 (
                     revised.type.value,
                     revised.status.value,
                     revised.content,
                     json.dumps(revised.tags, ensure_ascii=False),
                     revised.owner,
+                    revised.namespace,
                     revised.version,
                     revised.updated_at.isoformat(),
                     note_id,
@@ -422,11 +509,14 @@ class SqliteNoteRepository(NoteRepository):
         status: NoteStatus | str | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> builtins.list[KnowledgeNote]:
-        """Return a page of notes in insertion order, optionally filtered by type and status."""
+        """Return a page of notes in insertion order, optionally filtered."""
         async with self._lock:
             _check_page(limit, offset)
-            where, params = _where(type, status)
+            where, params = _where(type, status, namespaces, principal)
             async with self._db.execute(
                 f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq LIMIT ? OFFSET ?",
                 (*params, limit, offset),
@@ -435,14 +525,22 @@ class SqliteNoteRepository(NoteRepository):
             return [_from_row(row) for row in rows]
 
     async def search(
-        self, query: str, limit: int = 6, only_approved: bool = False
+        self,
+        query: str,
+        limit: int = 6,
+        only_approved: bool = False,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> RetrievalResult:
         """Rank the non-archived notes for a query."""
+        where, params = _where(None, None, namespaces, principal)
+        where = f"{where} AND status != ?" if where else " WHERE status != ?"
         async with (
             self._lock,
             self._db.execute(
-                f"SELECT {_COLUMNS} FROM {TABLE} WHERE status != ? ORDER BY seq",
-                (NoteStatus.ARCHIVED.value,),
+                f"SELECT {_COLUMNS} FROM {TABLE}{where} ORDER BY seq",
+                (*params, NoteStatus.ARCHIVED.value),
             ) as cursor,
         ):
             rows = await cursor.fetchall()
@@ -450,29 +548,62 @@ class SqliteNoteRepository(NoteRepository):
         return _search(self._retriever, query, candidates, limit, only_approved)
 
     async def count(
-        self, type: NoteType | str | None = None, status: NoteStatus | str | None = None
+        self,
+        type: NoteType | str | None = None,
+        status: NoteStatus | str | None = None,
+        *,
+        namespaces: Collection[str] | None = None,
+        principal: str | None = None,
     ) -> int:
         """Return how many notes match the filters."""
         async with self._lock:
-            where, params = _where(type, status)
+            where, params = _where(type, status, namespaces, principal)
             async with self._db.execute(f"SELECT COUNT(*) FROM {TABLE}{where}", params) as cursor:
                 row = await cursor.fetchone()
             return int(row[0]) if row is not None else 0
 
 
-def _where(
-    type: NoteType | str | None, status: NoteStatus | str | None
+def where_clause(
+    type: NoteType | str | None,
+    status: NoteStatus | str | None,
+    namespaces: Collection[str] | None,
+    principal: str | None,
+    mark: str,
 ) -> tuple[str, tuple[str, ...]]:
-    """Build a WHERE clause for optional type and status filters (validated as enums)."""
+    """Build a WHERE clause for the optional filters, with `mark` as the placeholder.
+
+    Type and status are validated as enums; `namespaces` keeps the notes in those,
+    `principal` the notes that key may see (its own and those no key wrote).
+    """
     clauses: builtins.list[str] = []
     params: builtins.list[str] = []
     if type is not None:
-        clauses.append("type = ?")
+        clauses.append(f"type = {mark}")
         params.append(NoteType(type).value)
     if status is not None:
-        clauses.append("status = ?")
+        clauses.append(f"status = {mark}")
         params.append(NoteStatus(status).value)
+    if namespaces is not None:
+        wanted = sorted(set(namespaces))
+        if wanted:
+            clauses.append(f"namespace IN ({', '.join([mark] * len(wanted))})")
+            params.extend(wanted)
+        else:
+            clauses.append("1 = 0")
+    if principal is not None:
+        clauses.append(f"(principal IS NULL OR principal = {mark})")
+        params.append(principal)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def _where(
+    type: NoteType | str | None,
+    status: NoteStatus | str | None,
+    namespaces: Collection[str] | None = None,
+    principal: str | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """Build SQLite's WHERE clause for the optional filters (see `where_clause`)."""
+    return where_clause(type, status, namespaces, principal, "?")
 
 
 def _to_row(note: KnowledgeNote) -> tuple[Any, ...]:
@@ -484,6 +615,8 @@ def _to_row(note: KnowledgeNote) -> tuple[Any, ...]:
         note.content,
         json.dumps(note.tags, ensure_ascii=False),
         note.owner,
+        note.namespace,
+        note.principal,
         note.version,
         note.created_at.isoformat(),
         note.updated_at.isoformat(),

@@ -78,6 +78,29 @@ def query_words(query: str) -> list[str]:
     return [w for w in dict.fromkeys(words) if len(w) >= MIN_WORD_CHARS]
 
 
+def text_relevance(query: str, text: str, words: list[str] | None = None) -> float:
+    """Return how well plain text matches a query, in [0, 1]: a note's relevance without tags.
+
+    +0.5 when the whole query occurs in the text, +0.1 for each query word (see
+    `query_words`) that does, capped at 1.0. The Store ranks its items' text with it
+    when no embeddings endpoint is configured (`engine.store`).
+
+    Args:
+        query: The search text.
+        text: The text to score.
+        words: `query_words(query)`, when the caller already computed them.
+    """
+    needle = normalize(query).strip()
+    if not needle:
+        return 0.0
+    haystack = normalize(text)
+    score = CONTENT_MATCH if needle in haystack else 0.0
+    for word in query_words(query) if words is None else words:
+        if word in haystack:
+            score += WORD_MATCH
+    return min(score, 1.0)
+
+
 class VaultRetriever:
     """Rank notes by relevance × type weight; pure and synchronous."""
 

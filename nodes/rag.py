@@ -4,8 +4,10 @@ Each attempt retrieves again, through `KnowledgeCoordinator.inject` under the
 run's `session_id` (the thread id), so the coordinator's history shows every
 injection and the critic can check the same notes afterwards:
 
-- candidates: the vault's approved notes (drafts, notes pending the user and
-  archived notes are never injected);
+- candidates: the vault's approved notes of the run's scope (`studio.scope`): in
+  its brand's `knowledge_namespace` and the shared namespace, written by the run's
+  API key or by no key; never another brand's or another key's (drafts, notes
+  pending the user and archived notes are never injected);
 - query: the planner's topic (else the request); on a retry, plus the critic's
   feedback (`retry_context.review_feedback`), so notes about what went wrong
   rank higher;
@@ -28,6 +30,7 @@ from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
 from knowledge.repository import MAX_PAGE
 from studio.context import AtelierContext, context_of
 from studio.post import effective_request
+from studio.scope import knowledge_namespaces, note_principal
 from studio.state import PipelineState
 
 MAX_STYLE_REFERENCES = 2
@@ -46,12 +49,20 @@ def retrieval_query(state: PipelineState) -> str:
     return base
 
 
-async def _approved_notes(ctx: AtelierContext) -> list[KnowledgeNote]:
-    """Return every approved note of the vault (the vault holds rules, not a corpus)."""
+async def _approved_notes(ctx: AtelierContext, state: PipelineState) -> list[KnowledgeNote]:
+    """Return every approved note of the run's scope (the vault holds rules, not a corpus)."""
     notes: list[KnowledgeNote] = []
     offset = 0
+    namespaces = knowledge_namespaces(state)
+    principal = note_principal()
     while True:
-        page = await ctx.notes.list(status=NoteStatus.APPROVED, limit=MAX_PAGE, offset=offset)
+        page = await ctx.notes.list(
+            status=NoteStatus.APPROVED,
+            limit=MAX_PAGE,
+            offset=offset,
+            namespaces=namespaces,
+            principal=principal,
+        )
         notes.extend(page)
         if len(page) < MAX_PAGE:
             return notes
@@ -76,7 +87,7 @@ async def rag(state: PipelineState, runtime: Runtime[AtelierContext]) -> dict[st
     with stage_events(runtime.stream_writer, "rag", attempt):
         session_id = str(state.get("session_id") or "run")
         query = retrieval_query(state)
-        candidates = await _approved_notes(ctx)
+        candidates = await _approved_notes(ctx, state)
         result = ctx.coordinator.inject(session_id, query, candidates, only_approved=True)
         injected = result.notes[: ctx.max_notes]
         notes = [note_for_state(n, result.scores.get(n.id, 0.0)) for n in injected]

@@ -20,6 +20,7 @@ from langgraph.prebuilt import ToolRuntime
 from core.events import AssetCreated, emit
 from providers.images import ImageProviderError, ImageRequest
 from studio.context import context_of
+from studio.scope import knowledge_namespaces, note_principal
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+)$")
 async def search_knowledge(query: str, runtime: ToolRuntime[Any, Any]) -> str:
     """Search the team's knowledge vault for notes relevant to a query.
 
+    Searches the run's scope only (`studio.scope`): its brand's namespace and the
+    shared one, the notes of the run's API key and of no key.
+
     Args:
         query: Keywords or a question, in the post's language (e.g. "学生党 平价 保湿").
     """
@@ -38,7 +42,12 @@ async def search_knowledge(query: str, runtime: ToolRuntime[Any, Any]) -> str:
     if not query:
         return "空查询：请给出关键词。"
     ctx = context_of(runtime)
-    result = await ctx.notes.search(query, limit=5)
+    result = await ctx.notes.search(
+        query,
+        limit=5,
+        namespaces=knowledge_namespaces(runtime.state or {}),
+        principal=note_principal(runtime.config),
+    )
     if not result.notes:
         return f"知识库中没有与「{query}」相关的笔记。"
     lines = [

@@ -12,8 +12,15 @@ the current version, when someone else updated the note first; every successful
 change bumps `version`. Archiving keeps the note readable here but takes it out of
 search and retrieval; it is the vault's delete (notes stay for the record).
 
-The vault is shared by every key: notes are house rules, not per-client data. A
-new note's `owner` defaults to the caller's owner id.
+Every note lives in a namespace (`namespace`: a brand's `knowledge_namespace`, or
+"shared", the default, which every run reads besides its brand's) and belongs to
+the API key that wrote it: a key reads, searches and changes its own notes and the
+notes no key wrote (those written before namespaces, and notes seeded on the
+server), never another key's, which answer 404 as if they did not exist. A run
+retrieves its owner's notes (and the owner-less ones) in its brand's namespace and
+in "shared" only (`nodes.rag`). Note ids stay unique over the whole vault: an id
+another key took answers 409. A new note's `owner` (who wrote it, a person or an
+agent name) defaults to the caller's owner id.
 """
 
 from __future__ import annotations
@@ -41,9 +48,12 @@ from app.schemas import DIGITS_ONLY
 from knowledge.notes import (
     MAX_CONTENT_CHARS,
     MAX_ID_CHARS,
+    MAX_NAMESPACE_CHARS,
     MAX_OWNER_CHARS,
     MAX_TAG_CHARS,
     MAX_TAGS,
+    NAMESPACE_PATTERN,
+    SHARED_NAMESPACE,
     KnowledgeNote,
     NoteStatus,
     NoteType,
@@ -62,6 +72,7 @@ MAX_LIST_LIMIT = 200
 MAX_OFFSET = 1_000_000
 MAX_QUERY_CHARS = 500
 MAX_SEARCH_LIMIT = 50
+MAX_SEARCH_NAMESPACES = 20
 _ID_PATTERN = r"^[^\s/]+$"
 
 Tag = Annotated[
@@ -71,6 +82,10 @@ Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
 Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
 Owner = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_OWNER_CHARS)
+]
+Namespace = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN),
 ]
 NoteId = Annotated[
     str,
@@ -87,6 +102,11 @@ _TAGS_DOC = (
     f"Topic labels: at most {MAX_TAGS}, each 1-{MAX_TAG_CHARS} characters; repeats are dropped."
 )
 _OWNER_DOC = f"Who wrote the note: a user or agent name, 1-{MAX_OWNER_CHARS} characters."
+_NAMESPACE_DOC = (
+    "The namespace of the note: lower-case letters, digits, '-', '_' and '.', starting "
+    f"with a letter or digit, at most {MAX_NAMESPACE_CHARS} characters; a brand's "
+    f"`knowledge_namespace`, or {SHARED_NAMESPACE!r}, which every run reads."
+)
 
 
 def _not_blank(value: str | None) -> str | None:
@@ -116,6 +136,9 @@ class NoteCreate(BaseModel):
         default=None,
         description=_OWNER_DOC + " Default: the caller's owner id.",
         examples=["editor"],
+    )
+    namespace: Namespace = Field(
+        default=SHARED_NAMESPACE, description=_NAMESPACE_DOC, examples=["brand-a"]
     )
     id: str | None = Field(
         default=None,
@@ -150,13 +173,18 @@ class NoteUpdate(BaseModel):
         default=None, description="New status.", examples=["approved"]
     )
     owner: Owner | None = Field(default=None, description=_OWNER_DOC, examples=["editor"])
+    namespace: Namespace | None = Field(
+        default=None, description="Move the note: " + _NAMESPACE_DOC, examples=["brand-b"]
+    )
 
     _content_not_blank = field_validator("content")(_not_blank)
 
     @model_validator(mode="after")
     def _changes_something(self) -> NoteUpdate:
         if not self.changes():
-            raise ValueError("give at least one of type, content, tags, status, owner to change")
+            raise ValueError(
+                "give at least one of type, content, tags, status, owner, namespace to change"
+            )
         return self
 
     def changes(self) -> dict[str, Any]:
@@ -209,6 +237,14 @@ class SearchRequest(BaseModel):
     )
     only_approved: StrictBool = Field(
         default=False, description="Return approved notes only.", examples=[True]
+    )
+    namespaces: list[Namespace] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SEARCH_NAMESPACES,
+        description="Search only these namespaces (default: every namespace the caller "
+        "has notes in). A run searches its brand's and 'shared'.",
+        examples=[["brand-a", "shared"]],
     )
 
     @model_validator(mode="after")
@@ -273,6 +309,7 @@ async def create_note(
     """Store a new note at version 1."""
     data = body.model_dump(exclude_none=True)
     data.setdefault("owner", owner)
+    data["principal"] = owner
     try:
         note = KnowledgeNote.model_validate(data)
     except ValidationError as exc:
@@ -292,6 +329,16 @@ async def create_note(
 @router.get("", response_model=NotePage, summary="List notes")
 async def list_notes(
     notes: NotesDep,
+    principal: PrincipalDep,
+    namespace: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_NAMESPACE_CHARS,
+            pattern=NAMESPACE_PATTERN,
+            description="Only notes in this namespace.",
+        ),
+    ] = None,
     type: Annotated[NoteType | None, Query(description="Only notes of this type.")] = None,
     status_: Annotated[
         NoteStatus | None, Query(alias="status", description="Only notes with this status.")
@@ -311,18 +358,26 @@ async def list_notes(
         int, Field(ge=0, le=MAX_OFFSET), DIGITS_ONLY, Query(description="Notes to skip.")
     ] = 0,
 ) -> NotePage:
-    """Return a page of notes in insertion order, archived ones included unless filtered."""
+    """Return a page of the caller's notes in insertion order, archived ones included."""
+    scope: dict[str, Any] = {
+        "namespaces": None if namespace is None else [namespace],
+        "principal": principal,
+    }
     if tag is None:
-        items = await notes.list(type=type, status=status_, limit=limit, offset=offset)
-        total = await notes.count(type=type, status=status_)
+        items = await notes.list(type=type, status=status_, limit=limit, offset=offset, **scope)
+        total = await notes.count(type=type, status=status_, **scope)
     else:
-        tagged = await _with_tag(notes, tag, type, status_)
+        tagged = await _with_tag(notes, tag, type, status_, scope)
         items, total = tagged[offset : offset + limit], len(tagged)
     return NotePage(items=items, total=total, limit=limit, offset=offset)
 
 
 async def _with_tag(
-    notes: NoteRepository, tag: str, type: NoteType | None, status_: NoteStatus | None
+    notes: NoteRepository,
+    tag: str,
+    type: NoteType | None,
+    status_: NoteStatus | None,
+    scope: dict[str, Any],
 ) -> builtins.list[KnowledgeNote]:
     """Return every note carrying `tag`, scanning the vault page by page.
 
@@ -333,7 +388,7 @@ async def _with_tag(
     found: builtins.list[KnowledgeNote] = []
     offset = 0
     while True:
-        page = await notes.list(type=type, status=status_, limit=MAX_PAGE, offset=offset)
+        page = await notes.list(type=type, status=status_, limit=MAX_PAGE, offset=offset, **scope)
         found.extend(n for n in page if any(t.casefold() == wanted for t in n.tags))
         if len(page) < MAX_PAGE:
             return found
@@ -341,9 +396,17 @@ async def _with_tag(
 
 
 @router.post("/search", response_model=SearchResponse, summary="Search notes")
-async def search_notes(body: SearchRequest, notes: NotesDep) -> SearchResponse:
-    """Rank the non-archived notes for a query with the vault retriever."""
-    result = await notes.search(body.query, limit=body.limit, only_approved=body.only_approved)
+async def search_notes(
+    body: SearchRequest, notes: NotesDep, principal: PrincipalDep
+) -> SearchResponse:
+    """Rank the caller's non-archived notes for a query with the vault retriever."""
+    result = await notes.search(
+        body.query,
+        limit=body.limit,
+        only_approved=body.only_approved,
+        namespaces=body.namespaces,
+        principal=principal,
+    )
     items = [ScoredNote(score=result.scores.get(n.id, 0.0), note=n) for n in result.notes]
     return SearchResponse(query=body.query, total_found=result.total_found, items=items)
 
@@ -354,9 +417,9 @@ async def search_notes(body: SearchRequest, notes: NotesDep) -> SearchResponse:
     summary="Get a note",
     responses={404: {"description": "No note has this id."}},
 )
-async def get_note(note_id: NoteId, notes: NotesDep) -> KnowledgeNote:
+async def get_note(note_id: NoteId, notes: NotesDep, principal: PrincipalDep) -> KnowledgeNote:
     """Return one note, archived or not."""
-    note = await notes.get(note_id)
+    note = await notes.get(note_id, principal=principal)
     if note is None:
         raise _not_found(note_id)
     return note
@@ -371,10 +434,14 @@ async def get_note(note_id: NoteId, notes: NotesDep) -> KnowledgeNote:
         409: {"description": "The note is no longer at `expected_version`."},
     },
 )
-async def update_note(note_id: NoteId, body: NoteUpdate, notes: NotesDep) -> KnowledgeNote:
+async def update_note(
+    note_id: NoteId, body: NoteUpdate, notes: NotesDep, principal: PrincipalDep
+) -> KnowledgeNote:
     """Change fields of a note and bump its version, if it is still at `expected_version`."""
     try:
-        return await notes.update(note_id, expected_version=body.expected_version, **body.changes())
+        return await notes.update(
+            note_id, expected_version=body.expected_version, principal=principal, **body.changes()
+        )
     except NoteNotFoundError:
         raise _not_found(note_id) from None
     except VersionConflictError as exc:
@@ -393,12 +460,12 @@ async def update_note(note_id: NoteId, body: NoteUpdate, notes: NotesDep) -> Kno
     },
 )
 async def archive_note(
-    note_id: NoteId, notes: NotesDep, body: NoteArchive | None = None
+    note_id: NoteId, notes: NotesDep, principal: PrincipalDep, body: NoteArchive | None = None
 ) -> KnowledgeNote:
     """Set a note's status to archived (a new version); it leaves search and retrieval."""
     expected = body.expected_version if body else None
     try:
-        return await notes.archive(note_id, expected_version=expected)
+        return await notes.archive(note_id, expected_version=expected, principal=principal)
     except NoteNotFoundError:
         raise _not_found(note_id) from None
     except VersionConflictError as exc:

@@ -7,7 +7,9 @@ each migration runs in its own transaction together with the insert of its row i
 `schema_version`, so a migration is applied exactly once, wholly or not at all. After
 the migrations, LangGraph's `AsyncPostgresSaver.setup()` creates or upgrades the
 checkpoint tables (it keeps its own `checkpoint_migrations` table), under the same lock
-because its migrations are not safe to race (`CREATE INDEX CONCURRENTLY`).
+because its migrations are not safe to race (`CREATE INDEX CONCURRENTLY`), and then
+`AsyncPostgresStore.setup()` the Store's (`engine.postgres.store`, its own
+`store_migrations` table).
 
 Rules for a new migration: append it, never edit or reorder a released one, and keep it
 backward compatible with the previous release's code while replicas roll over (add
@@ -32,6 +34,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from engine.db.pool import AsyncPool, open_pool
+from engine.postgres.store import store_setup
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +255,16 @@ CREATE TABLE run_feedback (
 CREATE INDEX run_feedback_run ON run_feedback (run_id, created_at);
 """
 
+# Schema version 6. Knowledge notes live in namespaces (a brand's `knowledge_namespace`, or
+# 'shared', which every run reads) and may belong to the API key that wrote them
+# (`principal`, the key's owner id). The notes written before are shared and owner-less:
+# every key keeps seeing them, as it did.
+_V6 = """
+ALTER TABLE knowledge_notes ADD COLUMN namespace text NOT NULL DEFAULT 'shared';
+ALTER TABLE knowledge_notes ADD COLUMN principal text;
+CREATE INDEX knowledge_notes_namespace ON knowledge_notes (namespace, principal);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -259,6 +272,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "webhook outbox", _V3),
     Migration(4, "crons", _V4),
     Migration(5, "run feedback", _V5),
+    Migration(6, "knowledge notes in namespaces, owned by keys", _V6),
 )
 
 _VERSION_TABLE = """
@@ -314,6 +328,7 @@ async def upgrade(pool: AsyncPool) -> int:
                 log.info("applied schema migration %d (%s)", migration.version, migration.name)
                 version = migration.version
             await checkpointer_setup(conn)
+            await store_setup(conn)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
     return version

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from langgraph.store.postgres.aio import AsyncPostgresStore
+
 from core.settings import Settings
 from engine.db.backend import PostgresBackend, open_backend
 from engine.execution import Runner
@@ -31,6 +33,7 @@ from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
 from engine.postgres.signals import RunSignals
+from engine.postgres.store import open_postgres_store
 from engine.postgres.worker import RunWorker
 from engine.protocols import ExecutorSetup
 from engine.webhooks import Deliverer, webhook_metrics
@@ -57,6 +60,8 @@ class PostgresRunBackend:
     crons: PostgresCronRepository
     #: Feedback on runs.
     feedback: PostgresFeedbackRepository
+    #: LangGraph's store, in the service's database (`engine.postgres.store`).
+    store: AsyncPostgresStore
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -177,6 +182,7 @@ async def open_postgres_backend(
         storage = await stack.enter_async_context(
             PostgresRunStorage(resources.pool, publish=live.publish)
         )
+        store = await stack.enter_async_context(open_postgres_store(resources.pool))
         yield PostgresRunBackend(
             settings=settings,
             resources=resources,
@@ -188,5 +194,6 @@ async def open_postgres_backend(
             signals=RunSignals(storage.runs, resources.redis),
             crons=PostgresCronRepository(resources.pool),
             feedback=PostgresFeedbackRepository(resources.pool),
+            store=store,
             metrics=metrics,
         )

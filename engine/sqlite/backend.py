@@ -3,7 +3,8 @@
 `open_sqlite_backend(settings)` opens, for the block, everything of the run engine
 that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
 (`AsyncSqliteSaver`) and the run store's threads, runs and event logs, with the
-in-memory fan-out of their frames (`engine.hub.Hub`). The knowledge notes live in
+in-memory fan-out of their frames (`engine.hub.Hub`), and LangGraph's store in
+`DATA_DIR/store.db` (`engine.sqlite.store`). The knowledge notes live in
 the same file but belong to the studio's services (`studio.services.open_services`
 opens them when the backend keeps none). Runs execute in this process
 (`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from core.settings import Settings
 from engine.execution import Runner
@@ -29,6 +31,7 @@ from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
+from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
@@ -46,6 +49,8 @@ class SqliteRunBackend:
     crons: SqliteCronRepository
     #: Feedback on runs, in the same file.
     feedback: SqliteFeedbackRepository
+    #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
+    store: AsyncSqliteStore
     #: The studio opens its SQLite vault and file asset store itself.
     notes: NoteRepository | None = None
     assets: AssetStore | None = None
@@ -118,9 +123,14 @@ async def open_sqlite_backend(
             await checkpointer.conn.execute("PRAGMA synchronous=NORMAL")
             await checkpointer.setup()
             hub = Hub()
-            async with SqliteRunStorage(
-                db, publish=hub.publish, busy_timeout=busy_timeout, retry_for=retry_for
-            ) as storage:
+            async with (
+                SqliteRunStorage(
+                    db, publish=hub.publish, busy_timeout=busy_timeout, retry_for=retry_for
+                ) as storage,
+                open_sqlite_store(
+                    settings.data_dir / STORE_FILE, busy_timeout=busy_timeout
+                ) as store,
+            ):
                 yield SqliteRunBackend(
                     storage=storage,
                     live=hub,
@@ -128,5 +138,6 @@ async def open_sqlite_backend(
                     checkpoints=SqliteCheckpoints(checkpointer),
                     crons=SqliteCronRepository(storage.database),
                     feedback=SqliteFeedbackRepository(storage.database),
+                    store=store,
                     ready_checks={"runs": storage.ping},
                 )

@@ -15,6 +15,8 @@ from core.settings import Settings
 
 KEY = "knowledge-key-0123456789"
 AUTH = {"X-Api-Key": KEY}
+OTHER_KEY = "knowledge-other-key-987654"
+OTHER = {"X-Api-Key": OTHER_KEY}
 
 
 #: An endpoint nothing listens on: the app's lifespan then skips the embedded model,
@@ -29,7 +31,7 @@ def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(settings_for(tmp_path, auth_api_keys=[KEY]))
+    app = create_app(settings_for(tmp_path, auth_api_keys=[KEY, OTHER_KEY]))
     with TestClient(app, headers=AUTH) as client:
         yield client
 
@@ -290,3 +292,62 @@ def test_the_openapi_document_describes_bounded_note_fields(client: TestClient) 
     tags = schemas["NoteCreate"]["properties"]["tags"]
     assert tags["maxItems"] == 20 and tags["items"]["maxLength"] == 50
     assert schemas["SearchRequest"]["properties"]["query"]["maxLength"] == 500
+
+
+def test_a_note_lives_in_a_namespace_shared_by_default(client: TestClient) -> None:
+    shared = create(client, content="通用规则")
+    branded = create(client, content="品牌规则", namespace="brand-a")
+
+    assert (shared["namespace"], branded["namespace"]) == ("shared", "brand-a")
+    assert "principal" not in branded  # the key stays on the server
+    in_brand = client.get("/knowledge/notes", params={"namespace": "brand-a"}).json()
+    assert ([n["id"] for n in in_brand["items"]], in_brand["total"]) == ([branded["id"]], 1)
+    moved = client.patch(
+        f"/knowledge/notes/{shared['id']}", json={"expected_version": 1, "namespace": "brand-b"}
+    )
+    assert (moved.status_code, moved.json()["namespace"]) == (200, "brand-b")
+    searched = client.post(
+        "/knowledge/notes/search", json={"query": "规则", "namespaces": ["brand-a"]}
+    ).json()
+    assert [item["note"]["id"] for item in searched["items"]] == [branded["id"]]
+
+
+def test_two_keys_never_see_each_others_notes(client: TestClient) -> None:
+    mine = create(client, content="甲方的咖啡店规则", id="mine")
+    theirs = client.post(
+        "/knowledge/notes",
+        json={"type": "blocker", "content": "乙方的咖啡店规则", "id": "theirs"},
+        headers=OTHER,
+    )
+    assert theirs.status_code == 201
+
+    assert [n["id"] for n in client.get("/knowledge/notes").json()["items"]] == [mine["id"]]
+    listed = client.get("/knowledge/notes", headers=OTHER).json()
+    assert [n["id"] for n in listed["items"]] == ["theirs"]
+    for path, method in (("", "GET"), ("/archive", "POST")):
+        response = client.request(method, f"/knowledge/notes/theirs{path}")
+        assert response.status_code == 404, path
+    patched = client.patch("/knowledge/notes/theirs", json={"expected_version": 1, "tags": ["x"]})
+    assert patched.status_code == 404
+    found = client.post("/knowledge/notes/search", json={"query": "咖啡店规则"}).json()
+    assert [item["note"]["id"] for item in found["items"]] == ["mine"]
+    assert client.get("/knowledge/notes/theirs", headers=OTHER).json()["version"] == 1
+
+
+@pytest.mark.parametrize("namespace", ["", "Brand-A", "-a", "a b", "品牌", "a" * 65])
+def test_a_bad_namespace_is_a_422_naming_it(client: TestClient, namespace: str) -> None:
+    created = client.post(
+        "/knowledge/notes", json={"type": "blocker", "content": "x", "namespace": namespace}
+    )
+    listed = client.get("/knowledge/notes", params={"namespace": namespace})
+    searched = client.post(
+        "/knowledge/notes/search", json={"query": "x", "namespaces": [namespace]}
+    )
+
+    assert created.status_code == 422
+    assert created.json()["detail"][0]["loc"] == ["body", "namespace"]
+    assert searched.status_code == 422
+    assert searched.json()["detail"][0]["loc"][:2] == ["body", "namespaces"]
+    if namespace:  # an empty query parameter is no filter
+        assert listed.status_code == 422
+        assert listed.json()["detail"][0]["loc"] == ["query", "namespace"]

@@ -470,6 +470,50 @@ Object.assign(flows, {
   },
 });
 
+// The Store through the SDK's Client (issue 25): put, get, search by filter and by query,
+// list namespaces, delete; a second API key sees none of it.
+// Usage: node flows.mjs store <apiUrl> <apiKey> <otherApiKey> <namespaceRoot>
+Object.assign(flows, {
+  async store() {
+    const [otherKey, root] = process.argv.slice(5);
+    const client = new Client({ apiUrl, defaultHeaders: keyed });
+    const other = new Client({ apiUrl, defaultHeaders: { "X-Api-Key": otherKey } });
+    const memory = [root, "memory"];
+    await client.store.putItem(memory, "coffee", { text: "咖啡 拿铁 咖啡", kind: "menu" });
+    await client.store.putItem(memory, "skin", { text: "护肤 面霜", kind: "voice" });
+    await client.store.putItem([root, "facts"], "trip", { text: "旅行", kind: "menu" }, { ttl: 60 });
+
+    const item = await client.store.getItem(memory, "coffee", { refreshTtl: true });
+    check(item?.value?.kind === "menu" && item.namespace.join("/") === memory.join("/"), "the item", item);
+    check(typeof item.createdAt === "string", "its timestamps", item);
+    const menu = await client.store.searchItems([root], { filter: { kind: "menu" } });
+    const menuKeys = menu.items.map((i) => i.key).sort();
+    check(menuKeys.join() === "coffee,trip", "the filter", menu.items);
+    const ranked = await client.store.searchItems([root], { query: "咖啡", limit: 2 });
+    check(ranked.items[0]?.key === "coffee" && typeof ranked.items[0].score === "number", "the query ranks", ranked.items);
+    const spaces = await client.store.listNamespaces({ prefix: [root] });
+    const names = spaces.namespaces.map((ns) => ns.join("/"));
+    check(names.join() === `${root}/facts,${root}/memory`, "the namespaces", spaces);
+    const shallow = await client.store.listNamespaces({ prefix: [root], maxDepth: 1 });
+    check(shallow.namespaces.length === 1 && shallow.namespaces[0].length === 1, "max depth", shallow);
+
+    check((await other.store.getItem(memory, "coffee")) === null, "another key gets nothing");
+    check((await other.store.searchItems([root])).items.length === 0, "another key finds nothing");
+    check((await other.store.listNamespaces({ prefix: [root] })).namespaces.length === 0, "another key lists nothing");
+
+    await client.store.deleteItem(memory, "coffee");
+    check((await client.store.getItem(memory, "coffee")) === null, "deleted");
+    let refused = null;
+    try {
+      await client.store.putItem([root, ""], "k", {});
+    } catch (error) {
+      refused = error;
+    }
+    check(refused && String(refused.status ?? refused.message).includes("422"), "an empty label is a 422", String(refused));
+    return { ranked: ranked.items.map((i) => i.key), namespaces: names };
+  },
+});
+
 try {
   if (!flows[flow]) throw new Error(`unknown flow ${flow}; flows: ${Object.keys(flows).join(", ")}`);
   const result = await flows[flow]();

@@ -65,3 +65,12 @@ def test_notes_are_immutable_and_round_trip_through_json() -> None:
     with pytest.raises(ValidationError):
         note.content = "changed"
     assert KnowledgeNote.model_validate_json(note.model_dump_json()) == note
+
+
+def test_an_exported_note_keeps_the_key_that_wrote_it() -> None:
+    owned = KnowledgeNote.create("blocker", "品牌甲的规则", namespace="brand-a", principal="key_a")
+    everyones = KnowledgeNote.create("reference", "通用参考")
+
+    assert KnowledgeNote.model_validate_json(owned.export_json()) == owned
+    assert KnowledgeNote.model_validate_json(everyones.export_json()) == everyones
+    assert "principal" not in everyones.export_json()

@@ -212,3 +212,100 @@ async def test_postgres_refuses_nul_characters_clearly(migrated_postgres_url: st
         with pytest.raises(ValueError, match="NUL"):
             await repo.update("ok", content="c\x00d")
         assert await repo.count() == 1
+
+
+async def _seed_scopes(repo: NoteRepository) -> None:
+    """Notes of two keys in two brand namespaces and the shared one, plus an owner-less one."""
+    await repo.add_many(
+        [
+            make("a-brand", namespace="brand-a", principal="key_a", status="approved"),
+            make("a-shared", principal="key_a", status="approved"),
+            make("b-brand", namespace="brand-b", principal="key_b", status="approved"),
+            make("everyone", status="approved"),  # no key wrote it: every key sees it
+        ]
+    )
+
+
+async def test_reads_keep_to_the_namespaces_and_the_key_asked_for(repo: NoteRepository) -> None:
+    await _seed_scopes(repo)
+
+    ids = [n.id for n in await repo.list(principal="key_a")]
+    assert ids == ["a-brand", "a-shared", "everyone"]
+    assert await repo.count(principal="key_b") == 2
+    brand_a = await repo.list(namespaces=["brand-a", "shared"], principal="key_a")
+    assert [n.id for n in brand_a] == ["a-brand", "a-shared", "everyone"]
+    assert [n.id for n in await repo.list(namespaces=["brand-a"], principal="key_b")] == []
+    assert [n.id for n in await repo.list(namespaces=["brand-b"])] == ["b-brand"]
+    assert await repo.count(namespaces=[]) == 0
+    # "" is no key: only the notes no key wrote (a run outside the service).
+    assert [n.id for n in await repo.list(principal="")] == ["everyone"]
+
+    found = await repo.search("数据库连接失败", namespaces=["brand-a", "shared"], principal="key_a")
+    assert set(found.ids) == {"a-brand", "a-shared", "everyone"}
+    assert (await repo.search("数据库连接失败", principal="key_b")).ids == ["b-brand", "everyone"]
+
+
+async def test_another_keys_note_does_not_exist_for_a_key(repo: NoteRepository) -> None:
+    await _seed_scopes(repo)
+
+    assert await repo.get("b-brand", principal="key_a") is None
+    assert await repo.get("b-brand", principal="key_b") is not None
+    with pytest.raises(NoteNotFoundError):
+        await repo.update("b-brand", principal="key_a", content="改写")
+    with pytest.raises(NoteNotFoundError):
+        await repo.archive("b-brand", principal="key_a")
+    assert (await repo.get("b-brand")).version == 1  # type: ignore[union-attr]
+
+
+async def test_an_update_moves_a_note_and_keeps_its_key(repo: NoteRepository) -> None:
+    await _seed_scopes(repo)
+
+    moved = await repo.update("a-shared", principal="key_a", namespace="brand-a")
+
+    assert (moved.namespace, moved.principal, moved.version) == ("brand-a", "key_a", 2)
+    assert await repo.get("a-shared", principal="key_a") == moved
+    assert [n.id for n in await repo.list(namespaces=["shared"], principal="key_a")] == ["everyone"]
+
+
+async def test_sqlite_notes_of_before_namespaces_become_shared_and_ownerless(
+    tmp_path: Path,
+) -> None:
+    """A vault file written before namespaces gains the columns; its notes stay visible."""
+    import aiosqlite
+
+    path = tmp_path / "old.db"
+    async with aiosqlite.connect(path) as conn:
+        await conn.executescript(
+            """
+            CREATE TABLE knowledge_notes (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                type TEXT NOT NULL, status TEXT NOT NULL, content TEXT NOT NULL,
+                tags TEXT NOT NULL DEFAULT '[]', owner TEXT NOT NULL,
+                version INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL
+            );
+            INSERT INTO knowledge_notes
+                (id, type, status, content, tags, owner, version, created_at, updated_at)
+            VALUES ('old', 'blocker', 'approved', '禁止绝对化用语', '[]', 'editor', 1,
+                    '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00');
+            """
+        )
+        await conn.commit()
+
+    async with SqliteNoteRepository(path) as repo:
+        old = await repo.get("old", principal="key_a")
+        assert old is not None
+        assert (old.namespace, old.principal) == ("shared", None)
+        assert [n.id for n in await repo.list(namespaces=["shared"], principal="key_b")] == ["old"]
+    async with SqliteNoteRepository(path) as again:  # reopening adds nothing twice
+        assert await again.count() == 1
+
+
+def test_a_note_namespace_is_checked_and_its_key_never_serialized() -> None:
+    note = make("n", namespace="brand-a", principal="key_a")
+
+    assert note.namespace == "brand-a"
+    assert "principal" not in note.model_dump()
+    assert "principal" not in note.model_dump_json()
+    for bad in ("", "Brand", "-a", "a/b", "a" * 65):
+        with pytest.raises(ValidationError):
+            make("n", namespace=bad)

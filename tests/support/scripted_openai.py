@@ -27,6 +27,7 @@ ever binds 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import http.client
@@ -36,6 +37,7 @@ import json
 import logging
 import math
 import socket
+import struct
 import threading
 import time
 import traceback
@@ -539,6 +541,9 @@ class ScriptedOpenAIServer:
         shutdown_grace: Seconds uvicorn waits for in-flight responses in `stop()`.
         loop_factory: Makes the server thread's event loop (default: asyncio's);
             benchmarks pass `uvloop.new_event_loop` to keep the model's own CPU low.
+        embedder: `(text) -> vector`, which serves `POST /v1/embeddings` (float or
+            base64 `encoding_format`, as the `openai` SDK asks); None: that path is
+            not served. Each request's inputs are recorded (`embedding_inputs`).
     """
 
     def __init__(
@@ -549,8 +554,11 @@ class ScriptedOpenAIServer:
         startup_timeout: float = 10.0,
         shutdown_grace: float = 2.0,
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+        embedder: Callable[[str], list[float]] | None = None,
     ) -> None:
         self.responder: Responder = responder
+        self.embedder = embedder
+        self._embedding_inputs: list[list[str]] = []
         self.loop_factory = loop_factory
         self.model_ids = tuple(model_ids)
         self.startup_timeout = startup_timeout
@@ -592,11 +600,18 @@ class ScriptedOpenAIServer:
         with self._lock:
             return list(self._errors)
 
+    @property
+    def embedding_inputs(self) -> list[list[str]]:
+        """The texts of each `POST /v1/embeddings` received, in arrival order."""
+        with self._lock:
+            return [list(texts) for texts in self._embedding_inputs]
+
     def reset(self) -> None:
         """Forget recorded requests and errors."""
         with self._lock:
             self._requests.clear()
             self._errors.clear()
+            self._embedding_inputs.clear()
 
     def _record(self, body: dict[str, Any], headers: dict[str, str]) -> ChatRequest:
         with self._lock:
@@ -646,6 +661,7 @@ class ScriptedOpenAIServer:
         routes = [
             Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/embeddings", self._embeddings, methods=["POST"]),
             Route(
                 "/{path:path}",
                 self._not_found,
@@ -660,6 +676,35 @@ class ScriptedOpenAIServer:
             for mid in self.model_ids
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    async def _embeddings(self, request: Request) -> Response:
+        """Answer `POST /v1/embeddings` with the embedder's vectors (404 without one)."""
+        if self.embedder is None:
+            return await self._not_found(request)
+        body = await request.json()
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else list(raw or [])
+        if not all(isinstance(text, str) for text in texts):
+            return _error_response(400, "scripted server: input must be text", retry=False)
+        with self._lock:
+            self._embedding_inputs.append(texts)
+        data = []
+        for index, text in enumerate(texts):
+            vector = [float(x) for x in self.embedder(text)]
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                packed = struct.pack(f"<{len(vector)}f", *vector)
+                embedding = base64.b64encode(packed).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(_estimate_tokens(text) for text in texts)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", _DEFAULT_MODEL),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
     async def _not_found(self, request: Request) -> Response:
         msg = f"scripted server: no route for {request.method} {request.url.path}"

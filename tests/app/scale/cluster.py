@@ -273,6 +273,7 @@ class Cluster:
 #: The tables a test's data lives in, emptied between the tests sharing a cluster
 #: (the schema, its version and the knowledge notes stay).
 TEST_DATA_TABLES = (
+    "store",
     "threads",
     "runs",
     "run_events",

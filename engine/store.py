@@ -1,0 +1,329 @@
+"""The Store: LangGraph's namespaced key–value memory, scoped to one API key, with search.
+
+Each backend keeps the items in LangGraph's own store implementation
+(`engine.sqlite.store`: `AsyncSqliteStore`; `engine.postgres.store`:
+`AsyncPostgresStore`); this module is what every caller sees of it, the
+`/store/*` routes and the graphs' runtime store alike:
+
+- `ScopedStore` puts the owner id of the API key (`key_<hex>`, or `anonymous`) in
+  front of every namespace, a first label the client never sees and cannot name:
+  a client's namespace `["brand-a", "voice"]` is `(owner, "brand-a", "voice")` in
+  the database, and every answer drops that label again. Listing namespaces and
+  searching match under the owner's label only, so no crafted prefix, suffix or
+  wildcard reaches another key's items. The routes bind it to the caller
+  (`for_owner`); the graphs get one bound to no one, which scopes each call to the
+  run's owner (`studio.scope.run_owner`, read from the run's config), and fails in
+  a run that has none.
+- A search with a `query` ranks the items under the prefix (after the `filter`) by
+  a `QueryRanker`: by meaning (`SemanticRanker`, cosine similarity of embeddings
+  from the OpenAI-compatible `/embeddings` of `EMBEDDINGS_BASE_URL`) when one is
+  configured, else by the knowledge vault's Chinese keyword relevance
+  (`KeywordRanker`, `knowledge.retriever.text_relevance`: whole query +0.5, each
+  segmented word +0.1), where items matching nothing are left out. Either ranks
+  at most `MAX_CANDIDATES` items, the most recently updated first; an item's text
+  is the string leaves of its value, in order. The vectors of items are computed
+  on first use and kept in memory by (namespace, key, updated_at); a changed item
+  is embedded again. Ranking happens here rather than in the store's vector index
+  because the index needs a SQLite that loads extensions (`sqlite-vec`) or
+  PostgreSQL's `pgvector`, which neither the embedded deployment nor a plain
+  PostgreSQL can count on; ranking the candidates keeps both deployments alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from langchain_core.embeddings import Embeddings
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+
+from core.settings import Settings
+from knowledge.retriever import query_words, text_relevance
+from studio.scope import run_owner
+
+#: Items a query ranks at most (the most recently updated under the prefix).
+MAX_CANDIDATES = 1000
+#: Item vectors kept in memory per process.
+MAX_CACHED_VECTORS = 10_000
+#: TTL: reading an item renews it; expired items are swept every few minutes.
+STORE_TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": 5}
+
+
+class NoOwnerError(RuntimeError):
+    """The store was used in a run that no API key started (it is scoped to one)."""
+
+
+class EmbeddingsUnavailable(RuntimeError):
+    """The embeddings endpoint failed; a search with a `query` cannot be ranked."""
+
+
+def item_text(value: Mapping[str, Any]) -> str:
+    """Return the text of an item's value: its string leaves, in order, one a line."""
+    parts: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            parts.append(node)
+        elif isinstance(node, Mapping):
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list | tuple):
+            for child in node:
+                walk(child)
+
+    walk(value)
+    return "\n".join(parts)
+
+
+class QueryRanker(Protocol):
+    """Ranks a search's candidate items for its query."""
+
+    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
+        """Return (score, item) pairs, best first (stable for ties)."""
+        ...
+
+
+class KeywordRanker:
+    """Ranks by Chinese keyword relevance (`knowledge.retriever.text_relevance`)."""
+
+    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
+        """Return the items matching the query, best first; the others are left out."""
+        words = query_words(query)
+        scored = [(text_relevance(query, item_text(item.value), words), item) for item in items]
+        matched = [(round(score, 4), item) for score, item in scored if score > 0]
+        matched.sort(key=lambda pair: pair[0], reverse=True)
+        return matched
+
+
+class SemanticRanker:
+    """Ranks by cosine similarity of embeddings; keeps item vectors in memory (LRU)."""
+
+    def __init__(self, embeddings: Embeddings, max_cached: int = MAX_CACHED_VECTORS) -> None:
+        """Rank with `embeddings`, keeping at most `max_cached` item vectors."""
+        self._embeddings = embeddings
+        self._max_cached = max_cached
+        self._vectors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
+
+    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
+        """Return every item, most similar first."""
+        if not items:
+            return []
+        keys = [(item.namespace, item.key, item.updated_at.isoformat()) for item in items]
+        missing = [i for i, key in enumerate(keys) if key not in self._vectors]
+        try:
+            wanted = await self._embeddings.aembed_query(query)
+            if missing:
+                texts = [item_text(items[i].value) or items[i].key for i in missing]
+                fresh = await self._embeddings.aembed_documents(texts)
+                for i, vector in zip(missing, fresh, strict=True):
+                    self._remember(keys[i], vector)
+        except Exception as exc:
+            raise EmbeddingsUnavailable("the embeddings endpoint failed") from exc
+        scored = []
+        for key, item in zip(keys, items, strict=True):
+            cached = self._vectors.get(key)
+            if cached is None:  # evicted by this very batch (more items than the cache holds)
+                continue
+            self._vectors.move_to_end(key)
+            scored.append((round(_cosine(wanted, cached), 4), item))
+        scored.sort(key=lambda pair: pair[0], reverse=True)
+        return scored
+
+    def _remember(self, key: tuple[Any, ...], vector: list[float]) -> None:
+        self._vectors[key] = vector
+        self._vectors.move_to_end(key)
+        while len(self._vectors) > self._max_cached:
+            self._vectors.popitem(last=False)
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Return the cosine similarity of two vectors (0 when one is zero or sizes differ)."""
+    if len(a) != len(b):
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def query_ranker(settings: Settings) -> QueryRanker:
+    """Return the ranker `settings` configure: semantic with EMBEDDINGS_BASE_URL, else keywords."""
+    if settings.embeddings_base_url is None:
+        return KeywordRanker()
+    from langchain_openai import OpenAIEmbeddings
+
+    key = settings.embeddings_api_key
+    embeddings = OpenAIEmbeddings(
+        model=settings.embeddings_model,
+        base_url=settings.embeddings_base_url,
+        api_key=key if key is not None else "unused",  # type: ignore[arg-type]
+        timeout=settings.embeddings_timeout,
+        max_retries=1,
+        # Send text, not tiktoken ids: the endpoint need not be OpenAI's, and tiktoken
+        # would download its encodings.
+        check_embedding_ctx_length=False,
+    )
+    return SemanticRanker(embeddings)
+
+
+class ScopedStore(BaseStore):
+    """A store whose every namespace lives under one API key's owner id (module docstring)."""
+
+    supports_ttl = True
+
+    def __init__(self, inner: BaseStore, ranker: QueryRanker, owner: str | None = None) -> None:
+        """Scope `inner` to `owner`, or, when None, to the owner of the run calling it.
+
+        Args:
+            inner: LangGraph's store of the backend.
+            ranker: How a search's `query` ranks items.
+            owner: The API key's owner id; None: read each call's from the run's config.
+        """
+        self._inner = inner
+        self._ranker = ranker
+        self._owner = owner
+        # The loop the backend's store lives on (both LangGraph stores keep it as `loop`).
+        self._loop: asyncio.AbstractEventLoop | None = getattr(inner, "loop", None)
+        # Both backends' stores keep TTLs (AsyncSqliteStore's class says otherwise only
+        # through its base classes' order); their configuration decides read renewals.
+        self.ttl_config = getattr(inner, "ttl_config", None)
+
+    def for_owner(self, owner: str) -> ScopedStore:
+        """Return this store scoped to the key whose owner id is `owner`."""
+        return ScopedStore(self._inner, self._ranker, owner)
+
+    def _scope(self) -> str:
+        owner = self._owner or run_owner()
+        if owner is None:
+            raise NoOwnerError("the store is scoped to the run's API key, and this run has none")
+        return owner
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations under the owner's namespace."""
+        return await self._run(self._scope(), list(ops))
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations from a synchronous node (a worker thread) on the store's loop.
+
+        Raises:
+            RuntimeError: Called on the store's own loop (async code uses `aget`, `aput`, …).
+        """
+        owner = self._scope()  # in the caller's thread: the run's config is there
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            raise RuntimeError("on the event loop, call the store's a-methods (aget, aput, …)")
+        future = asyncio.run_coroutine_threadsafe(self._run(owner, list(ops)), loop)
+        return future.result()
+
+    async def _run(self, owner: str, ops: list[Op]) -> list[Result]:
+        results: list[Result] = [None] * len(ops)
+        plain: list[tuple[int, Op]] = []
+        ranked: list[tuple[int, SearchOp]] = []
+        for i, op in enumerate(ops):
+            if isinstance(op, SearchOp) and op.query:
+                ranked.append((i, op))
+            else:
+                plain.append((i, _scoped(owner, op)))
+        if plain:
+            answers = await self._inner.abatch([op for _, op in plain])
+            for (i, _), answer in zip(plain, answers, strict=True):
+                results[i] = _unscoped(answer)
+        for i, search in ranked:
+            results[i] = await self._ranked_search(owner, search)
+        return results
+
+    async def _ranked_search(self, owner: str, op: SearchOp) -> list[SearchItem]:
+        """Rank the items under the prefix (after the filter) for the query; return a page."""
+        candidates = await self._inner.asearch(
+            (owner, *op.namespace_prefix),
+            filter=op.filter,
+            limit=MAX_CANDIDATES,
+            offset=0,
+            refresh_ttl=op.refresh_ttl,
+        )
+        scored = await self._ranker.rank(op.query or "", candidates)
+        page = scored[op.offset : op.offset + op.limit]
+        return [
+            SearchItem(
+                namespace=item.namespace[1:],
+                key=item.key,
+                value=item.value,
+                created_at=item.created_at,
+                updated_at=item.updated_at,
+                score=score,
+            )
+            for score, item in page
+        ]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _scoped(owner: str, op: Op) -> Op:
+    """Return the operation with the owner's label in front of its namespaces."""
+    if isinstance(op, GetOp | PutOp):
+        return op._replace(namespace=(owner, *op.namespace))
+    if isinstance(op, SearchOp):
+        return op._replace(namespace_prefix=(owner, *op.namespace_prefix))
+    if isinstance(op, ListNamespacesOp):
+        conditions = [
+            MatchCondition("prefix", (owner, *c.path)) if c.match_type == "prefix" else c
+            for c in op.match_conditions or ()
+        ]
+        conditions.append(MatchCondition("prefix", (owner,)))
+        depth = op.max_depth + 1 if op.max_depth is not None else None
+        return op._replace(match_conditions=tuple(conditions), max_depth=depth)
+    raise TypeError(f"unknown store operation {type(op).__name__}")
+
+
+def _unscoped_item(item: Item) -> Item:
+    """Return the item with the owner's label dropped from its namespace."""
+    if isinstance(item, SearchItem):
+        return SearchItem(
+            namespace=item.namespace[1:],
+            key=item.key,
+            value=item.value,
+            created_at=item.created_at,
+            updated_at=item.updated_at,
+            score=item.score,
+        )
+    return Item(
+        namespace=item.namespace[1:],
+        key=item.key,
+        value=item.value,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+    )
+
+
+def _unscoped(result: Result) -> Result:
+    """Return a result with the owner's label dropped from its namespaces."""
+    if isinstance(result, Item):
+        return _unscoped_item(result)
+    if isinstance(result, list):
+        unscoped: list[Any] = []
+        for entry in result:
+            if isinstance(entry, Item):
+                unscoped.append(_unscoped_item(entry))
+            elif len(entry) > 1:  # a namespace; the owner's label alone holds no item
+                unscoped.append(entry[1:])
+        return unscoped
+    return result
