@@ -42,7 +42,7 @@ the parent's).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -86,6 +86,9 @@ AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
     "review_agent": review_agent,
 }
 
+#: An agent's node as the team runs it.
+AgentNode = Callable[..., Awaitable[dict[str, Any]]]
+
 #: Agents whose turn is one node that hands straight back to the supervisor.
 SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
 
@@ -116,11 +119,52 @@ def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -
     return 1 + steps * decision + (steps - 1) * agent_turn + 1
 
 
-def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
-    """Run the supervisor's look-ups if it asked for some, else route its decision."""
+def route_after_supervisor(state: TeamState) -> SupervisorTarget | str | list[str]:
+    """Run the supervisor's look-ups if it asked for some, else route its decision.
+
+    A parallel or planned step (`team_route`, written by the supervisor node)
+    starts its agents together: LangGraph runs the nodes of a returned list in
+    one superstep.
+    """
     if should_continue_supervisor(state) == "supervisor_tools":
         return "supervisor_tools"
+    step = state.get("team_route")
+    if step:
+        return step[0] if len(step) == 1 else list(step)
     return route_from_supervisor(state)
+
+
+#: State keys several agents write, as a whole list computed from what each read.
+_SHARED_NOTES = ("agent_errors", "no_optional_tools")
+
+
+def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
+    """Wrap an agent's node so agents of one parallel step never clobber a shared list.
+
+    An agent writes `agent_errors` / `no_optional_tools` as the whole new list;
+    two agents running together would each overwrite the other's change. The
+    wrapper writes the change instead (`{"add", "drop"}` against the list the
+    agent read), which the lists' reducer (`studio.state.notes`) applies in turn.
+    """
+
+    async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+        update = await node(state, runtime)
+        for key in _SHARED_NOTES:
+            if isinstance(update.get(key), list):
+                before = list(cast(Mapping[str, Any], state).get(key) or [])
+                after = update[key]
+                update = {
+                    **update,
+                    key: {
+                        "add": [n for n in after if n not in before],
+                        "drop": [n for n in before if n not in after],
+                    },
+                }
+        return update
+
+    run.__name__ = run.__qualname__ = getattr(node, "__name__", "agent")
+    run.__doc__ = node.__doc__
+    return run
 
 
 def build_team(
@@ -153,10 +197,12 @@ def build_team(
         output_schema=TeamOutput,
     )
     builder.add_node("enter_team", enter_team)
-    builder.add_node("supervisor", supervisor)
+    # Deferred: after a parallel step it runs once, when every agent of the step is done
+    # (on the one-agent path it is the only node left to run, so nothing changes).
+    builder.add_node("supervisor", supervisor, defer=True)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
     for name, node in AGENT_NODES.items():
-        builder.add_node(name, node)
+        builder.add_node(name, side_by_side(node))
     builder.add_node(
         "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
     )
