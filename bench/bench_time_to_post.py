@@ -111,7 +111,7 @@ class Recorder:
     def __post_init__(self) -> None:
         from tests.app.atelier_llm import atelier_responder
 
-        self.inner = atelier_responder()
+        self.inner = atelier_responder(plans=True)
 
     def latency(self, prompt: int, completion: int) -> float:
         """Seconds an answer takes under the current setting."""
