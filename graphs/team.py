@@ -21,6 +21,16 @@ may end the team) are wired by hand below.
 `limits` over the context's over the defaults, written to state `limits`, which
 every router and node reads.
 
+A decision may start several agents together (`parallel_agents`) and plan the
+steps after it (`plan`): the supervisor's edge then returns the step's agents as a
+list, which LangGraph starts in one superstep. Each agent still hands back to the
+supervisor; the supervisor node is deferred, so after a parallel step it runs
+once, when every agent of the step has finished, and takes the plan's next step
+without a model call unless `studio.routing.next_plan_step` asks for a decision.
+On the one-agent path the supervisor is the only node left to run after an
+agent, so deferring it changes nothing. Agents' nodes are wrapped
+(`side_by_side`) so that two of one step never overwrite each other's notes.
+
 Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
 `agent.fallback` events, so the stream explains every turn.
