@@ -16,6 +16,7 @@ the supervisor yet or what changed since (`supervisor_seen`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -196,6 +197,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
             "planned": True,
         }
         reset["team_log"] = [*(state.get("team_log") or []), entry]
+        reset.update(_caps(state, refused))
     merged = cast(TeamState, {**state, **reset})
     return {**reset, **await _decide(merged, runtime)}
 
@@ -238,6 +240,16 @@ def _take_step(state: TeamState, planned: PlanStep, writer: Any) -> dict[str, An
         "team_route": targets,
         "team_log": [*(state.get("team_log") or []), entry],
     }
+
+
+def _caps(state: Mapping[str, Any], route: Route) -> dict[str, Any]:
+    """Return the update recording the agent a route caps or gives up on (if any)."""
+    update: dict[str, Any] = {}
+    if route.gives_up is not None and route.gives_up not in (state.get("given_up") or []):
+        update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
+    if route.caps is not None and route.caps not in (state.get("capped") or []):
+        update["capped"] = [*(state.get("capped") or []), route.caps]
+    return update
 
 
 def _fallback(writer: Any, requested: str, target: str, route: Route) -> None:

@@ -404,7 +404,11 @@ def admit(agent: str, state: Mapping[str, Any], alongside: tuple[str, ...] = ())
         detail = f"{agent} was capped earlier in this run and its output is in place"
         return Route("supervisor", agent, "cap", detail)
     if _repeats_without_progress(agent, state) >= limits_of(state)["max_same_agent_repeats"]:
-        return Route("supervisor", agent, "cap", f"{agent} chosen repeatedly without progress")
+        # Capped (and given up on while its artefact is missing), as `resolve_route` does.
+        named = cast(AgentName, agent)
+        gives_up = None if stage_done(agent, state) else named
+        detail = f"{agent} chosen repeatedly without progress"
+        return Route("supervisor", agent, "cap", detail, gives_up=gives_up, caps=named)
     return Route(cast(SupervisorTarget, agent), agent)
 
 
@@ -465,8 +469,9 @@ def next_plan_step(state: Mapping[str, Any]) -> PlanStep:
     if int(state.get("team_step") or 0) + 1 >= limits["max_team_steps"]:
         detail = f"max_team_steps ({limits['max_team_steps']}) reached"
         return PlanStep((_END,), detail, Route(_END, upcoming[0], "cap", detail))
+    turn = {**state, "team_step": int(state.get("team_step") or 0) + 1}  # the step it starts
     for agent in upcoming:
-        route = admit(agent, state, tuple(a for a in upcoming if a != agent))
+        route = admit(agent, turn, tuple(a for a in upcoming if a != agent))
         if route.reason is not None:
             return PlanStep(("supervisor",), route.detail, route)
     return PlanStep(tuple(upcoming), "")

@@ -234,3 +234,23 @@ async def test_the_supervisor_sees_unchanged_context_once(tmp_path: Path) -> Non
     assert REQUEST in turns[0]
     assert all(REQUEST not in turn for turn in turns[1:])
     assert "与之前相同" in turns[1]
+
+
+async def test_a_supervisor_stuck_on_one_agent_with_a_plan_is_capped_as_without(
+    tmp_path: Path,
+) -> None:
+    stuck = planned(
+        next_agent="layout_planner_agent",
+        plan=[["layout_planner_agent"], ["layout_planner_agent"], ["layout_planner_agent"]],
+    )
+    models = FakeModels({**happy_team(1), "supervisor": stuck})
+    run = await run_team(models, tmp_path, image_count=1, limits={"max_team_steps": 12})
+
+    # The plan repeats it until the repeat cap refuses the step, the supervisor is asked,
+    # and its insistence is corrected as on the one-agent path: the post is still made.
+    assert ("layout_planner_agent", "supervisor", "cap") in run.fallbacks
+    assert ("layout_planner_agent", "brief_compiler_agent", "cap") in run.fallbacks
+    assert run.state["capped"] == ["layout_planner_agent"]
+    assert run.state["generated_content"]["body"]
+    assert run.state["images"] and run.state["review_feedback"] is not None
+    assert run.state["team_step"] <= 12
