@@ -154,7 +154,7 @@ def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
     An agent writes `agent_errors` / `no_optional_tools` as the whole new list;
     two agents running together would each overwrite the other's change. The
     wrapper writes the change instead (`{"add", "drop"}` against the list the
-    agent read), which the lists' reducer (`studio.state.notes`) applies in turn.
+    agent read), which the lists' reducer (`studio.state.shared_list`) applies in turn.
     """
 
     async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:

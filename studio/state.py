@@ -152,7 +152,9 @@ def transcript(
 MAX_NOTES = 8
 
 
-def notes(left: list[str] | None, right: list[str] | dict[str, list[str]] | None) -> list[str]:
+def shared_list(
+    left: list[str] | None, right: list[str] | dict[str, list[str]] | None
+) -> list[str]:
     """Reduce a list of notes that agents running together may both change.
 
     A plain list replaces the notes (one writer, as every node writes it alone).
@@ -187,7 +189,7 @@ class TeamState(TeamInput, TeamOutput, total=False):
     images_complete: bool  # image_agent → should_continue_image
     # Agents whose output could not be parsed, for the prompt; agents write it (a reducer:
     # agents of one parallel step may both write it).
-    agent_errors: NotRequired[Annotated[list[str], notes]]
+    agent_errors: NotRequired[Annotated[list[str], shared_list]]
     # Agents routing stopped sending work to in this team run: capped after being chosen
     # again and again without progress. supervisor writes it; the routers and the
     # supervisor's stage table and suggestion read it (studio.routing.given_up).
@@ -199,7 +201,7 @@ class TeamState(TeamInput, TeamOutput, total=False):
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
     # skip the offer on later turns instead of paying for another prose answer.
-    no_optional_tools: Annotated[list[str], notes]
+    no_optional_tools: Annotated[list[str], shared_list]
     # The supervisor's plan (PRODUCT.md §1.2, `plan`): the steps still to run, each the
     # agents started together. The supervisor writes it, the join after each step
     # (`team_join`) pops a step or clears it when the supervisor must be asked again.

@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from graphs.team import build_team
-from studio.state import MAX_NOTES, notes
+from studio.state import MAX_NOTES, shared_list
 from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor
 from tests.graphs.team_runs import REQUEST, run_team
 from tests.support.fake_models import (
@@ -219,11 +219,11 @@ async def test_notes_of_agents_run_together_are_all_kept(tmp_path: Path) -> None
 
 
 def test_the_notes_reducer_applies_changes_and_replaces_with_lists() -> None:
-    assert notes(["a: x"], {"add": ["b: y"], "drop": []}) == ["a: x", "b: y"]
-    assert notes(["a: x", "b: y"], {"add": [], "drop": ["a: x"]}) == ["b: y"]
-    assert notes(["a: x"], ["c: z"]) == ["c: z"]
-    assert notes(["a: x"], None) == ["a: x"]
-    many = notes([], {"add": [f"n{i}" for i in range(MAX_NOTES + 3)], "drop": []})
+    assert shared_list(["a: x"], {"add": ["b: y"], "drop": []}) == ["a: x", "b: y"]
+    assert shared_list(["a: x", "b: y"], {"add": [], "drop": ["a: x"]}) == ["b: y"]
+    assert shared_list(["a: x"], ["c: z"]) == ["c: z"]
+    assert shared_list(["a: x"], None) == ["a: x"]
+    many = shared_list([], {"add": [f"n{i}" for i in range(MAX_NOTES + 3)], "drop": []})
     assert len(many) == MAX_NOTES and many[-1] == f"n{MAX_NOTES + 2}"
 
 
