@@ -83,6 +83,18 @@ class SupervisorRoute(_Event):
     guidance: str = ""
     focus_areas: list[str] = Field(default_factory=list)
     step: int = Field(ge=1, description="1-based supervisor decision number in this team run.")
+    parallel_agents: list[str] = Field(
+        default_factory=list,
+        description="Agents started together with next_agent (a parallel step).",
+    )
+    plan: list[list[str]] = Field(
+        default_factory=list,
+        description="The steps planned after this one, each the agents run together.",
+    )
+    planned: bool = Field(
+        default=False,
+        description="The step came from the supervisor's plan: no supervisor call was made.",
+    )
 
 
 class AgentFallback(_Event):

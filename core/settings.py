@@ -314,6 +314,12 @@ class Settings(BaseSettings):
         default="1024x1536", pattern=r"^\d{2,4}x\d{2,4}$", description="Images API size (WxH)."
     )
     image_timeout: float = Field(default=120.0, gt=0, le=600, description="Images API timeout (s).")
+    image_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Images API requests in flight at once (a post's images are drawn together).",
+    )
     font_path: Path | None = Field(
         default=None, description="CJK-capable font for local cards (unset: search the system)."
     )

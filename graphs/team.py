@@ -29,6 +29,16 @@ writer's last draft message, same id, becomes the finished text — title, body,
 executor the team's `messages` are not part of its output, and the pipeline writes
 its own post message (nodes.executor, nodes.finalize).
 
+A decision may start several agents together (`parallel_agents`) and plan the
+steps after it (`plan`): the supervisor's edge then returns the step's agents as a
+list, which LangGraph starts in one superstep. Each agent still hands back to the
+supervisor; the supervisor node is deferred, so after a parallel step it runs
+once, when every agent of the step has finished, and takes the plan's next step
+without a model call unless `studio.routing.next_plan_step` asks for a decision.
+On the one-agent path the supervisor is the only node left to run after an
+agent, so deferring it changes nothing. Agents' nodes are wrapped
+(`side_by_side`) so that two of one step never overwrite each other's notes.
+
 Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
 `agent.fallback` events, so the stream explains every turn.
@@ -50,7 +60,7 @@ the parent's).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
@@ -95,6 +105,9 @@ AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
     "image_agent": image_agent,
     "review_agent": review_agent,
 }
+
+#: An agent's node as the team runs it.
+AgentNode = Callable[..., Awaitable[dict[str, Any]]]
 
 #: Agents whose turn is one node that hands straight back to the supervisor.
 SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
@@ -142,11 +155,52 @@ def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -
     return 1 + steps * decision + (steps - 1) * agent_turn + 1 + 1
 
 
-def route_after_supervisor(state: TeamState) -> SupervisorTarget | str:
-    """Run the supervisor's look-ups if it asked for some, else route its decision."""
+def route_after_supervisor(state: TeamState) -> SupervisorTarget | str | list[str]:
+    """Run the supervisor's look-ups if it asked for some, else route its decision.
+
+    A parallel or planned step (`team_route`, written by the supervisor node)
+    starts its agents together: LangGraph runs the nodes of a returned list in
+    one superstep.
+    """
     if should_continue_supervisor(state) == "supervisor_tools":
         return "supervisor_tools"
+    step = state.get("team_route")
+    if step:
+        return step[0] if len(step) == 1 else list(step)
     return route_from_supervisor(state)
+
+
+#: State keys several agents write, as a whole list computed from what each read.
+_SHARED_NOTES = ("agent_errors", "no_optional_tools")
+
+
+def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
+    """Wrap an agent's node so agents of one parallel step never clobber a shared list.
+
+    An agent writes `agent_errors` / `no_optional_tools` as the whole new list;
+    two agents running together would each overwrite the other's change. The
+    wrapper writes the change instead (`{"add", "drop"}` against the list the
+    agent read), which the lists' reducer (`studio.state.shared_list`) applies in turn.
+    """
+
+    async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+        update = await node(state, runtime)
+        for key in _SHARED_NOTES:
+            if isinstance(update.get(key), list):
+                before = list(cast(Mapping[str, Any], state).get(key) or [])
+                after = update[key]
+                update = {
+                    **update,
+                    key: {
+                        "add": [n for n in after if n not in before],
+                        "drop": [n for n in before if n not in after],
+                    },
+                }
+        return update
+
+    run.__name__ = run.__qualname__ = getattr(node, "__name__", "agent")
+    run.__doc__ = node.__doc__
+    return run
 
 
 def build_team(
@@ -179,10 +233,12 @@ def build_team(
         output_schema=TeamOutput,
     )
     builder.add_node("enter_team", enter_team)
-    builder.add_node("supervisor", supervisor)
+    # Deferred: after a parallel step it runs once, when every agent of the step is done
+    # (on the one-agent path it is the only node left to run, so nothing changes).
+    builder.add_node("supervisor", supervisor, defer=True)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
     for name, node in AGENT_NODES.items():
-        builder.add_node(name, node)
+        builder.add_node(name, side_by_side(node))
     builder.add_node(
         "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
     )

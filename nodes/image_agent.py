@@ -34,7 +34,10 @@ from studio.state import TeamState
 from studio.tools import generate_image
 
 AGENT = "image_agent"
-SECTIONS = ("request", "brief", "references", "plans", "content", "review")
+# What its calls need: the plans, and the style and palette to polish their prompts. Not
+# the post's text: the tool lays the card text out from the post itself
+# (`studio.tools.image_request`), and the cards are drawn while the review reads the text.
+SECTIONS = ("request", "brief", "references", "plans", "review")
 MAX_PROMPT_CHARS = 2000
 
 

@@ -1,8 +1,23 @@
-"""The supervisor: decides, one turn at a time, which agent of the team works next."""
+"""The supervisor: decides which agent of the team works next, and may plan the steps after.
+
+A decision (PRODUCT.md §1.2) names `next_agent`; optionally `parallel_agents` to
+start alongside it and a `plan`, the steps that follow (each one agent or several
+started together). The team runs the plan without asking again until it ends, an
+agent's output fails its check, the review rejects, or a check refuses a step
+(`studio.routing.next_plan_step`). A decision with `next_agent` alone routes one
+agent, exactly as before the two fields existed.
+
+The prompt shows a compact status: the stage table (what exists, what was given
+up), the agents whose output failed, the last guidance, and of the run's context
+(request, constraints, notes, retry, brief) only what this team run has not shown
+the supervisor yet or what changed since (`supervisor_seen`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from collections.abc import Mapping
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
@@ -24,12 +39,17 @@ from studio.common import (
 from studio.context import AtelierContext, context_of
 from studio.limits import limits_of
 from studio.routing import (
+    PlanStep,
+    Route,
+    admit,
     artefact_digest,
     capped,
     check_basic_preconditions,
     end_allowed,
     first_missing_stage,
     given_up,
+    next_plan_step,
+    plan_steps,
     quality_fallback,
     resolve_route,
     stage_done,
@@ -55,6 +75,20 @@ class SupervisorDecision(BaseModel):
     )
     focus_areas: list[str] = Field(
         default_factory=list, max_length=8, description="Aspects to focus on."
+    )
+    parallel_agents: list[str] = Field(
+        default_factory=list,
+        max_length=len(AGENTS) - 1,
+        description="Further agents to start together with next_agent (their inputs ready).",
+        json_schema_extra={"items": {"type": "string", "enum": list(AGENTS)}},
+    )
+    plan: list[str | list[str]] = Field(
+        default_factory=list,
+        max_length=len(AGENTS) + 1,
+        description=(
+            "The steps after this one, in order: an agent name, a list of agents to run "
+            "together, or END last."
+        ),
     )
 
 
@@ -99,6 +133,33 @@ def _notice(state: TeamState) -> str:
     return f"注意：上一次的决定没有被执行（{last['detail']}）。请给出有效的决定。"
 
 
+#: The context sections the supervisor is shown (each once per team run unless it changes).
+CONTEXT_SECTIONS = ("request", "constraints", "notes", "retry", "brief")
+
+
+def compact_context(state: TeamState) -> tuple[str, dict[str, str]]:
+    """Render the context sections the supervisor has not seen unchanged in this team run.
+
+    Returns the text and the fingerprints of every section shown so far: a
+    section seen with the same content is named in one line instead of repeated.
+    """
+    seen = dict(state.get("supervisor_seen") or {})
+    shown, kept = [], []
+    for name in CONTEXT_SECTIONS:
+        text = render_context(state, (name,))
+        if not text:
+            continue
+        digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+        if seen.get(name) == digest:
+            kept.append(name)
+        else:
+            shown.append(text)
+            seen[name] = digest
+    if kept:
+        shown.append(prompt.UNCHANGED.format(sections="、".join(kept)))
+    return "\n\n".join(shown), seen
+
+
 def _errors(state: TeamState) -> str:
     """List the agents whose last output could not be used, if any."""
     errors = state.get("agent_errors") or []
@@ -106,12 +167,108 @@ def _errors(state: TeamState) -> str:
 
 
 async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+    """Take the plan's next step, or ask the supervisor LLM; record where routing sends the run.
+
+    After a parallel or planned step (`team_group`, every agent of it finished:
+    the node is deferred) the plan goes on without a model call while
+    `studio.routing.next_plan_step` allows; otherwise the plan is dropped and the
+    model decides (a refusal that stopped the plan is reported as a fallback and
+    shown to the model as the notice on why it is asked).
+    """
+    if not state.get("team_group") or state.get("supervisor_messages"):
+        return await _decide(state, runtime)
+    writer = runtime.stream_writer
+    planned = next_plan_step(state)
+    if planned.targets[0] != "supervisor":
+        return _take_step(state, planned, writer)
+    reset: dict[str, Any] = {"team_group": None, "team_plan": [], "team_route": None}
+    refused = planned.refused
+    if refused is not None:
+        _fallback(writer, refused.requested, "supervisor", refused)
+        entry: TeamLogEntry = {
+            "step": int(state.get("team_step") or 0),
+            "requested": refused.requested,
+            "routed": "supervisor",
+            "reason": refused.reason,
+            "detail": refused.detail,
+            "guidance": "",
+            "focus_areas": [],
+            "digest": artefact_digest(state),
+            "planned": True,
+        }
+        reset["team_log"] = [*(state.get("team_log") or []), entry]
+        reset.update(_caps(state, refused))
+    merged = cast(TeamState, {**state, **reset})
+    return {**reset, **await _decide(merged, runtime)}
+
+
+def _take_step(state: TeamState, planned: PlanStep, writer: Any) -> dict[str, Any]:
+    """Start the plan's next step (or end the team) without asking the model."""
+    targets = list(planned.targets)
+    if planned.refused is not None:  # the step cap
+        _fallback(writer, planned.refused.requested, targets[0], planned.refused)
+    if targets[0] not in AGENTS:
+        return {"team_group": None, "team_plan": [], "team_route": targets}
+    step = int(state.get("team_step") or 0) + 1
+    plan = plan_steps(state.get("team_plan"))[1:]
+    emit(
+        writer,
+        SupervisorRoute(
+            next_agent=targets[0],
+            step=step,
+            parallel_agents=targets[1:],
+            plan=plan,
+            planned=True,
+        ),
+    )
+    entry: TeamLogEntry = {
+        "step": step,
+        "requested": targets[0],
+        "routed": targets[0],
+        "reason": None,
+        "detail": "",
+        "guidance": "",
+        "focus_areas": [],
+        "digest": artefact_digest(state),
+        "group": targets,
+        "planned": True,
+    }
+    return {
+        "team_step": step,
+        "team_group": targets,
+        "team_plan": plan,
+        "team_route": targets,
+        "team_log": [*(state.get("team_log") or []), entry],
+    }
+
+
+def _caps(state: Mapping[str, Any], route: Route) -> dict[str, Any]:
+    """Return the update recording the agent a route caps or gives up on (if any)."""
+    update: dict[str, Any] = {}
+    if route.gives_up is not None and route.gives_up not in (state.get("given_up") or []):
+        update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
+    if route.caps is not None and route.caps not in (state.get("capped") or []):
+        update["capped"] = [*(state.get("capped") or []), route.caps]
+    return update
+
+
+def _fallback(writer: Any, requested: str, target: str, route: Route) -> None:
+    emit(
+        writer,
+        AgentFallback.model_validate(
+            {"from": requested, "to": target, "reason": route.reason, "detail": route.detail}
+        ),
+    )
+
+
+async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Ask the supervisor LLM for the next agent and record where routing sends the run."""
     ctx = context_of(runtime)
     limits = limits_of(state)
     step = int(state.get("team_step") or 0) + 1
     tool_rounds = int(state.get("supervisor_tool_rounds") or 0)
     log = state.get("team_log") or []
+    context, seen = compact_context(state)
 
     turn = prompt.TURN.format(
         step=step,
@@ -121,7 +278,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         last_guidance=(log[-1]["guidance"] if log else "") or "（无）",
         notice=_notice(state),
         errors=_errors(state),
-        context=render_context(state, ("request", "constraints", "notes", "retry", "brief")),
+        context=context,
     )
     messages = [
         SystemMessage(system_prompt(prompt.SYSTEM)),
@@ -159,6 +316,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         return {
             "supervisor_messages": to_transcript([message]),
             "supervisor_tool_rounds": tool_rounds + 1,
+            "team_route": None,
         }
 
     valid = decision is not None and decision.next_agent in (*AGENTS, "END")
@@ -168,6 +326,10 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         "invalid_decisions": 0 if valid else int(state.get("invalid_decisions") or 0) + 1,
         "supervisor_messages": None,
         "supervisor_tool_rounds": 0,
+        "supervisor_seen": seen,
+        "team_group": None,
+        "team_plan": [],
+        "team_route": None,
         **shy,
     }
     merged = {**state, **update}
@@ -179,6 +341,13 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
 
     writer = runtime.stream_writer
     requested = decision.next_agent if decision else ""
+    group: list[str] = []
+    if decision is not None and route.reason is None and route.target in AGENTS:
+        group = _group(route.target, decision, merged, writer)
+        if len(group) > 1 or decision.plan:
+            update["team_group"] = group
+            update["team_plan"] = plan_steps(decision.plan)
+            update["team_route"] = group
     emit(
         writer,
         SupervisorRoute(
@@ -186,6 +355,8 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
             guidance=decision.guidance if decision else "",
             focus_areas=decision.focus_areas if decision else [],
             step=step,
+            parallel_agents=group[1:],
+            plan=update.get("team_plan") or [],
         ),
     )
     if route.reason is not None:
@@ -210,5 +381,37 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         "focus_areas": decision.focus_areas if decision else [],
         "digest": artefact_digest(merged),
     }
+    if update["team_group"]:
+        entry["group"] = list(update["team_group"])
     update["team_log"] = [*log, entry]
     return update
+
+
+def _group(
+    target: str, decision: SupervisorDecision, state: dict[str, Any], writer: Any
+) -> list[str]:
+    """Return the agents started together: `target`, then each parallel agent `admit`s.
+
+    A parallel agent that may not start now (unknown, its input not ready or made
+    in this very step, given up on, capped, repeated without progress) is left
+    out with an `agent.fallback` event; the others start.
+    """
+    group = [target]
+    wanted = [a for a in dict.fromkeys(decision.parallel_agents) if a != target]
+    for agent in wanted:
+        route = admit(agent, state, tuple(a for a in [target, *wanted] if a != agent))
+        if route.reason is None:
+            group.append(agent)
+            continue
+        emit(
+            writer,
+            AgentFallback.model_validate(
+                {
+                    "from": agent,
+                    "to": target,
+                    "reason": route.reason,
+                    "detail": f"{route.detail}; not started alongside {target}",
+                }
+            ),
+        )
+    return group

@@ -1,4 +1,4 @@
-"""Prompt of the supervisor, which routes the team one agent at a time.
+"""Prompt of the supervisor, which routes the team: the next agent, and may plan ahead.
 
 The roster and the dependency rules are rendered from the agent table
 (`core.agents`): an agent's `duty` is its roster line, and each agent that
@@ -31,6 +31,9 @@ SYSTEM = f"""你是内容工作室的主管（supervisor），负责调度一个
 - guidance：给它的具体指示（要做什么、注意什么）
 - context_from_previous：它需要知道的上一步结论
 - focus_areas：需要重点关注的方面（列表）
+- parallel_agents（可选）：与 next_agent 同时开始的其他智能体（它们需要的输入都已具备）
+- plan（可选）：之后按顺序执行的步骤，每步是一个智能体名，或同时执行的智能体名列表，最后可写 END；
+  计划会一直执行，直到结束、某一步没有可用产出、审核未通过或被规则拦下时才再问你
 需要查阅知识库时，可以先调用 search_knowledge。
 
 团队成员：
@@ -53,6 +56,9 @@ TURN = """第 {step} / {max_steps} 轮决策。
 {context}
 
 请调用 SupervisorDecision 给出下一步。建议 next_agent：{suggested}"""
+
+#: Names the context sections shown earlier in this team run and unchanged since.
+UNCHANGED = "（{sections} 与之前相同，不再重复）"
 
 #: Shown when agents' last outputs could not be parsed, so the supervisor can react.
 ERRORS = "这些智能体上一次没有产出可用结果：{errors}"

@@ -46,8 +46,11 @@ QUALITY_FALLBACK: dict[str, AgentName] = {
 #: `TeamOutput` fields that are not artefacts: the images (their asset ids stand for them),
 #: the review's bookkeeping and the team log.
 _NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log"})
-#: What the review writes: a draft is every artefact but these.
-_REVIEW_FIELDS = frozenset({"review_feedback", "quality_scores"})
+#: What a review's verdict does not depend on: its own fields, and the drawn images' ids.
+#: The cards follow the image plans (part of the draft), and the review may judge the
+#: text while they are drawn (a parallel step): the images landing after it does not make
+#: it stale.
+_REVIEW_FIELDS = frozenset({"review_feedback", "quality_scores", "generated_image_asset_ids"})
 
 #: The artefact fields; their fingerprint tells whether an agent made progress.
 ARTEFACT_FIELDS: tuple[str, ...] = tuple(
@@ -366,3 +369,109 @@ def should_continue_image(state: Mapping[str, Any]) -> Literal["image_tools", "s
 def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supervisor"]:
     """End the team when the review approves and every quality score passes."""
     return _END if review_passes(state) else "supervisor"
+
+
+# --- parallel and planned steps (PRODUCT.md §1.2: `parallel_agents`, `plan`) ---------------
+#
+# A decision may start several agents at once (`parallel_agents`) and name the steps that
+# follow (`plan`, each step one agent or several started together). Every agent hands back
+# to the supervisor node as on the one-agent path; that node is deferred (`graphs.team`),
+# so it runs once all the agents of a step have finished, and then takes the plan's next
+# step without asking the model unless something calls for a decision (`next_plan_step`).
+# Each agent of a step passes the checks a decision's agent passes (`admit`).
+
+
+def admit(agent: str, state: Mapping[str, Any], alongside: tuple[str, ...] = ()) -> Route:
+    """Check one agent of a parallel or planned step as `resolve_route` checks a decision.
+
+    Returns `Route(agent, agent)` when it may start now, next to the agents
+    `alongside`; otherwise a route to the supervisor with the reason: an unknown
+    name, an agent alongside the one whose output it needs, its input missing
+    (preconditions), an agent given up on or capped with its output in place, or
+    one chosen again with no progress (`max_same_agent_repeats`).
+    """
+    if agent not in AGENTS:
+        return Route("supervisor", agent, "invalid_decision", f"unknown agent {agent!r}")
+    needs = AGENT_TABLE[cast(AgentName, agent)].needs
+    if needs is not None and needs in alongside:
+        return Route("supervisor", agent, "precondition", f"{agent} needs {needs} first")
+    provider = check_basic_preconditions(agent, state)
+    if provider != agent:
+        return Route("supervisor", agent, "precondition", f"{agent} needs {provider} first")
+    if agent in given_up(state) and not stage_done(agent, state):
+        return Route("supervisor", agent, "cap", f"{agent} was given up on earlier in this run")
+    if agent in capped(state) and stage_done(agent, state):
+        detail = f"{agent} was capped earlier in this run and its output is in place"
+        return Route("supervisor", agent, "cap", detail)
+    if _repeats_without_progress(agent, state) >= limits_of(state)["max_same_agent_repeats"]:
+        # Capped (and given up on while its artefact is missing), as `resolve_route` does.
+        named = cast(AgentName, agent)
+        gives_up = None if stage_done(agent, state) else named
+        detail = f"{agent} chosen repeatedly without progress"
+        return Route("supervisor", agent, "cap", detail, gives_up=gives_up, caps=named)
+    return Route(cast(SupervisorTarget, agent), agent)
+
+
+def plan_steps(plan: Any) -> list[list[str]]:
+    """Return a decision's `plan` as steps: each entry one agent, or a list run together.
+
+    Blank names are dropped, and so is an empty step; a name repeated within a
+    step counts once. Unknown names are kept: the step that holds one is refused
+    when it comes (`admit`), so the supervisor is asked again then.
+    """
+    steps: list[list[str]] = []
+    for entry in plan or []:
+        names = [entry] if isinstance(entry, str) else list(entry or [])
+        step = list(dict.fromkeys(str(n).strip() for n in names if str(n).strip()))
+        if step:
+            steps.append(step)
+    return steps
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """What follows a parallel or planned step: the next step's agents, END, or a decision."""
+
+    targets: tuple[str, ...]  # agents started together; or ("supervisor",) or ("__end__",)
+    why: str  # why the supervisor is asked again or the team ends ("" while the plan runs)
+    refused: Route | None = None  # the check that stopped the plan (an agent.fallback)
+
+
+def next_plan_step(state: Mapping[str, Any]) -> PlanStep:
+    """Decide what follows a parallel or planned step, once all its agents have finished.
+
+    In order: a review in the step ends the team when it passed (as
+    `should_continue_review`) and asks the supervisor when it did not; an agent
+    of the step whose stage is still not done (its output failed its check) asks
+    the supervisor; so does the end of the plan. A plan's `END` step ends the team
+    when that is allowed (`end_allowed`), else asks. A step that would be the
+    `max_team_steps`-th turn ends the run (the cap, as for a decision). The next
+    step's agents each pass `admit`; the first refused one stops the plan and
+    the supervisor is asked (the refusal is reported as a fallback).
+    """
+    limits = limits_of(state)
+    ran = list(state.get("team_group") or [])
+    if "review_agent" in ran:
+        if review_passes(state) and end_allowed(state):
+            return PlanStep((_END,), "the review passed")
+        return PlanStep(("supervisor",), "the review did not pass")
+    failed = [agent for agent in ran if agent in AGENT_TABLE and not stage_done(agent, state)]
+    if failed:
+        return PlanStep(("supervisor",), f"{', '.join(failed)} produced no usable output")
+    plan = plan_steps(state.get("team_plan"))
+    if not plan:
+        return PlanStep(("supervisor",), "the plan ended")
+    upcoming = plan[0]
+    if upcoming == ["END"]:
+        if end_allowed(state):
+            return PlanStep((_END,), "the plan ended the team")
+        return PlanStep(("supervisor",), "the plan's END is not allowed yet")
+    if int(state.get("team_step") or 0) + 1 >= limits["max_team_steps"]:
+        detail = f"max_team_steps ({limits['max_team_steps']}) reached"
+        return PlanStep((_END,), detail, Route(_END, upcoming[0], "cap", detail))
+    turn = {**state, "team_step": int(state.get("team_step") or 0) + 1}  # the step it starts
+    for agent in upcoming:
+        route = admit(agent, turn, tuple(a for a in upcoming if a != agent))
+        if route.reason is not None:
+            return PlanStep(("supervisor",), route.detail, route)
+    return PlanStep(tuple(upcoming), "")

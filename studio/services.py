@@ -65,6 +65,7 @@ def image_providers(settings: Settings) -> dict[str, ImageProvider]:
             openai_api_key=settings.image_api_key,
             openai_model=settings.image_model,
             timeout=settings.image_timeout,
+            concurrency=settings.image_concurrency,
         )
     return providers
 

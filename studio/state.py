@@ -83,6 +83,10 @@ class TeamLogEntry(TypedDict):
     guidance: str
     focus_areas: list[str]
     digest: str  # fingerprint of the artefacts at decision time (progress detection)
+    # The agents started together with `routed` (a parallel or planned step); absent
+    # on the one-agent path.
+    group: NotRequired[list[str]]
+    planned: NotRequired[bool]  # the step came from the supervisor's plan, not a decision
 
 
 class TeamInput(TypedDict, total=False):
@@ -144,6 +148,32 @@ def transcript(
     return [*(left or []), *right]
 
 
+#: How many unparsable-output notes `agent_errors` keeps (newest last).
+MAX_NOTES = 8
+
+
+def shared_list(
+    left: list[str] | None, right: list[str] | dict[str, list[str]] | None
+) -> list[str]:
+    """Reduce a list of notes that agents running together may both change.
+
+    A plain list replaces the notes (one writer, as every node writes it alone).
+    A change `{"add": [...], "drop": [...]}` — what the team's wiring turns an
+    agent's new list into, against the list the agent read (`graphs.team`) —
+    applies to the current notes, so two agents of one parallel step that each
+    add or clear their own note both keep their change. At most `MAX_NOTES`
+    newest are kept.
+    """
+    if right is None:
+        return list(left or [])
+    if isinstance(right, list):
+        return right[-MAX_NOTES:]
+    dropped = set(right.get("drop") or [])
+    kept = [note for note in left or [] if note not in dropped]
+    added = [note for note in right.get("add") or [] if note not in kept]
+    return [*kept, *added][-MAX_NOTES:]
+
+
 class TeamState(TeamInput, TeamOutput, total=False):
     """Working state of the team subgraph."""
 
@@ -157,7 +187,9 @@ class TeamState(TeamInput, TeamOutput, total=False):
     image_messages: Annotated[list[dict[str, Any]], transcript]  # image tool loop
     image_tool_rounds: int  # rounds asked for; image_agent → should_continue_image
     images_complete: bool  # image_agent → should_continue_image
-    agent_errors: NotRequired[list[str]]  # agents whose output could not be parsed, for the prompt
+    # Agents whose output could not be parsed, for the prompt; agents write it (a reducer:
+    # agents of one parallel step may both write it).
+    agent_errors: NotRequired[Annotated[list[str], shared_list]]
     # Agents routing stopped sending work to in this team run: capped after being chosen
     # again and again without progress. supervisor writes it; the routers and the
     # supervisor's stage table and suggestion read it (studio.routing.given_up).
@@ -169,7 +201,20 @@ class TeamState(TeamInput, TeamOutput, total=False):
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
     # skip the offer on later turns instead of paying for another prose answer.
-    no_optional_tools: list[str]
+    no_optional_tools: Annotated[list[str], shared_list]
+    # The supervisor's plan (PRODUCT.md §1.2, `plan`): the steps still to run, each the
+    # agents started together. The supervisor writes it, the join after each step
+    # (`team_join`) pops a step or clears it when the supervisor must be asked again.
+    team_plan: list[list[str]]
+    # The agents of the step running now when it came from a plan or named
+    # `parallel_agents` (None on the one-agent path, where each agent hands straight
+    # back to the supervisor). Supervisor and join write it; the agents' exits read it.
+    team_group: list[str] | None
+    # Where the join sends the run: the next step's agents, "supervisor" or "__end__".
+    team_route: list[str]
+    # Fingerprints of the context sections the supervisor was shown in this team run,
+    # so a later decision shows only what changed (nodes.supervisor).
+    supervisor_seen: dict[str, str]
 
 
 # ---------------------------------------------------------------------------

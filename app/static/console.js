@@ -431,9 +431,11 @@ function onPipelineEvent(ev) {
     case "knowledge.injected":
       logRoute(t("knowledge.injected", { n: ev.notes.length }), "", ev.notes.map((n) => `${n.type}:${n.id}`).join(", "));
       break;
-    case "supervisor.route":
-      logRoute(`→ ${named("agent", ev.next_agent)}`, `#${ev.step}`, ev.guidance, "", ev.next_agent);
+    case "supervisor.route": {
+      const route = routeLine(ev);  // steps.js: agents started together, planned steps
+      logRoute(route.text, route.tag, ev.guidance, route.together ? "together" : "", ev.next_agent);
       break;
+    }
     case "agent.fallback":
       // The reason names why in the user's language; the router's own words stay a tooltip.
       logRoute(`↪ ${named("agent", ev.from)} → ${named("agent", ev.to)}`, named("reason", ev.reason), "", "fallback");

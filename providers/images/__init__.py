@@ -9,7 +9,8 @@ agent gets one from `build_image_provider` and stores the bytes in the
 
 The package's parts, one concern a module: `contract` (request, result,
 protocol, error), `colour` (palette roles and contrast), `text` (CJK layout),
-`cards` (the local renderer) and `openai_client` (the images API). Callers
+`cards` (the local renderer), `openai_client` (the images API) and `gate`
+(how many images one provider draws at once). Callers
 import from `providers.images`.
 """
 
@@ -63,8 +64,14 @@ def build_image_provider(
     timeout: float = 60.0,
     max_retries: int = 2,
     client: httpx.AsyncClient | None = None,
+    concurrency: int = 4,
+    local_concurrency: int = 0,
 ) -> ImageProvider:
     """Return the image provider called `name` ("local" or "openai").
+
+    `concurrency` bounds the images API's requests in flight (`IMAGE_CONCURRENCY`),
+    `local_concurrency` the local cards rendered at once (0: the cores this process
+    may use); see `providers.images.gate`.
 
     Raises:
         ValueError: Unknown name, or "openai" without a base URL or API key.
@@ -72,7 +79,7 @@ def build_image_provider(
     """
     key = name.strip().lower()
     if key == "local":
-        return LocalCardProvider(font_path=font_path)
+        return LocalCardProvider(font_path=font_path, concurrency=local_concurrency)
     if key == "openai":
         secret = (
             openai_api_key.get_secret_value()
@@ -92,6 +99,7 @@ def build_image_provider(
             timeout=timeout,
             max_retries=max_retries,
             client=client,
+            concurrency=concurrency,
         )
     allowed = ", ".join(repr(p) for p in IMAGE_PROVIDERS)
     raise ValueError(f"unknown image provider {name!r}; allowed: {allowed}")

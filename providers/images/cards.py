@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from providers.fonts import find_cjk_font
 from providers.images.colour import RGB, Scheme, ink_for, mix, scheme_for
 from providers.images.contract import CARD_WIDTH, GeneratedImage, ImageRequest
+from providers.images.gate import DrawGate, local_concurrency
 from providers.images.text import (
     Fonts,
     chinese_face_index,
@@ -51,23 +52,31 @@ class LocalCardProvider:
     and a short subtitle; content and detail cards show a heading and wrapped
     body text on a light panel. The palette's first colour is the background
     (its top-left pixel is exactly that colour); text colour is picked for
-    contrast. Rendering runs in a worker thread, so cards render concurrently.
+    contrast. Rendering runs in a worker thread, so cards render concurrently,
+    at most `concurrency` at once (default: the cores this process may use —
+    rendering is CPU-bound, more threads only queue on them).
     """
 
     name = "local"
 
-    def __init__(self, font_path: str | Path | None = None) -> None:
+    def __init__(self, font_path: str | Path | None = None, *, concurrency: int = 0) -> None:
         """Resolve the CJK font now, so a missing font fails at startup, not mid-run.
+
+        Args:
+            font_path: A CJK-capable font (None: search the system).
+            concurrency: Cards rendered at once; 0 for the cores this process may use.
 
         Raises:
             FontNotFoundError: No CJK-capable font (see `find_cjk_font`).
         """
         self.font_path = find_cjk_font(font_path)
         self._fonts = Fonts(self.font_path, chinese_face_index(self.font_path))
+        self.gate = DrawGate(concurrency or local_concurrency())
 
     async def generate(self, req: ImageRequest) -> GeneratedImage:
-        """Render the card for `req` as PNG."""
-        return await asyncio.to_thread(self.render_png, req)
+        """Render the card for `req` as PNG, waiting for a free slot of the bound."""
+        async with self.gate.slot():
+            return await asyncio.to_thread(self.render_png, req)
 
     def render_png(self, req: ImageRequest) -> GeneratedImage:
         """Render the card for `req` as PNG in the calling thread."""

@@ -12,6 +12,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from pydantic import SecretStr
 
 from providers.images.contract import GeneratedImage, ImageProviderError, ImageRequest
+from providers.images.gate import DrawGate
 
 _NO_TEXT = (
     "Do not render any text, letters, numbers, captions, logos or watermarks in the image; "
@@ -29,7 +30,9 @@ class OpenAIImageProvider:
     times with exponential backoff (honouring a numeric `Retry-After`), then
     raises `ImageProviderError`. Errors never contain the API key. With
     `fit_to_request` (default) the result is centre-cropped and resized to
-    the request's size (3:4 cards) and re-encoded as PNG.
+    the request's size (3:4 cards) and re-encoded as PNG. At most
+    `concurrency` requests are in flight at once (`IMAGE_CONCURRENCY`): a
+    post's images are drawn together, and the API is not flooded.
     """
 
     name = "openai"
@@ -47,6 +50,7 @@ class OpenAIImageProvider:
         fit_to_request: bool = True,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        concurrency: int = 4,
     ) -> None:
         """Configure the endpoint.
 
@@ -61,6 +65,7 @@ class OpenAIImageProvider:
             fit_to_request: Crop/resize the result to the request's width × height.
             client: A client to use (not closed here); tests inject one.
             transport: A transport for the per-call client when `client` is None.
+            concurrency: Requests in flight at once (a retry keeps its slot).
         """
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key if isinstance(api_key, SecretStr | None) else SecretStr(api_key)
@@ -72,6 +77,7 @@ class OpenAIImageProvider:
         self.fit_to_request = fit_to_request
         self._client = client
         self._transport = transport
+        self.gate = DrawGate(concurrency)
 
     def __repr__(self) -> str:
         """Describe the provider without its key."""
@@ -98,11 +104,12 @@ class OpenAIImageProvider:
             ImageProviderError: The API failed after retries, rejected the
                 request, or returned something that is not an image.
         """
-        if self._client is not None:
-            return await self._generate(self._client, req)
-        timeout = httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))
-        async with httpx.AsyncClient(transport=self._transport, timeout=timeout) as client:
-            return await self._generate(client, req)
+        async with self.gate.slot():
+            if self._client is not None:
+                return await self._generate(self._client, req)
+            timeout = httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))
+            async with httpx.AsyncClient(transport=self._transport, timeout=timeout) as client:
+                return await self._generate(client, req)
 
     async def _generate(self, client: httpx.AsyncClient, req: ImageRequest) -> GeneratedImage:
         payload: dict[str, object] = {

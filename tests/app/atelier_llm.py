@@ -8,6 +8,9 @@ writer's answer streams in chunks, so `messages-tuple` carries tokens.
 
 `writer_delay` and `writer_chunk_delay` make the writer take its time (the console tests).
 `team_responder()` answers the team alone (the team-over-the-wire test).
+`planning_supervisor` plans the whole normal path in its first decision, with the
+agents whose inputs are ready started together (`atelier_responder(plans=True)`,
+the time-to-post bench).
 """
 
 from __future__ import annotations
@@ -18,8 +21,32 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from tests.graphs.pipeline_runs import judge_reply, planner_reply
-from tests.support.fake_models import happy_team
+from tests.support.fake_models import happy_supervisor, happy_team, tool_call
 from tests.support.scripted_openai import ChatRequest, Reply
+
+#: The steps after the brief on the normal path, each the agents that only need what the
+#: steps before made: research, references and layout read the brief; the image planner
+#: reads the layout and the writer the evidence; the cards are drawn while the review
+#: reads the text.
+NORMAL_PLAN: list[list[str]] = [
+    ["research_evidence_agent", "reference_intelligence_agent", "layout_planner_agent"],
+    ["image_planner_agent", "writer_agent"],
+    ["image_agent", "review_agent"],
+]
+
+
+def planning_supervisor(messages: list[BaseMessage]) -> AIMessage:
+    """Decide as `happy_supervisor`, planning the rest of the normal path at the first step.
+
+    When the brief is the stage missing (nothing made yet), the decision names it
+    and the plan `NORMAL_PLAN`; every later decision (a plan stopped by a check, a
+    failure or a rejecting review) is the happy one: the first missing stage.
+    """
+    reply = happy_supervisor(messages)
+    args = dict(reply.tool_calls[0]["args"])
+    if args["next_agent"] == "brief_compiler_agent":
+        return tool_call("SupervisorDecision", **args, plan=NORMAL_PLAN)
+    return reply
 
 
 def _as_messages(req: ChatRequest) -> list[BaseMessage]:
@@ -97,7 +124,11 @@ def team_responder(
 
 
 def atelier_responder(
-    *, images: int = 1, writer_delay: float = 0.0, writer_chunk_delay: float = 0.0
+    *,
+    images: int = 1,
+    writer_delay: float = 0.0,
+    writer_chunk_delay: float = 0.0,
+    plans: bool = False,
 ) -> Callable[[ChatRequest], Reply]:
     """Return a responder for the whole pipeline's normal path.
 
@@ -105,13 +136,17 @@ def atelier_responder(
         images: Images the image planner plans (and the image agent draws).
         writer_delay: Seconds the writer waits before answering.
         writer_chunk_delay: Seconds between the writer's streamed chunks.
+        plans: The supervisor plans ahead with steps run together (`planning_supervisor`).
     """
 
     def delayed(reply: Reply) -> Reply:
         return Reply.delay(writer_delay, reply, per_chunk=writer_chunk_delay)
 
+    team = happy_team(images)
+    if plans:
+        team["supervisor"] = planning_supervisor
     return team_responder(
-        happy_team(images),
+        team,
         writer_chunk_chars=4,
         forced={"PlannerIntent": _bridge(planner_reply()), "JudgeVerdict": _bridge(judge_reply())},
         writer_wrap=delayed if writer_delay or writer_chunk_delay else None,

@@ -1,0 +1,256 @@
+"""A supervisor that plans ahead and starts agents together (PRODUCT.md §1.2, issue 28).
+
+The decision's optional `plan` and `parallel_agents` on scripted fake models: the
+plan runs without asking the supervisor again until it ends, an agent's output
+fails its check, the review rejects or a check refuses a step; the agents of a
+step start in one superstep; their notes never clobber each other; and the
+stuck and failing cases end as on the one-agent path (`test_team.py`, unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from graphs.team import build_team
+from studio.state import MAX_NOTES, shared_list
+from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor
+from tests.graphs.team_runs import REQUEST, run_team
+from tests.support.fake_models import (
+    FakeModels,
+    Reply,
+    fake_context,
+    garbage,
+    happy_supervisor,
+    happy_team,
+    tool_call,
+)
+
+ARTEFACTS = (
+    "creative_brief",
+    "evidence_pack",
+    "body_blocks",
+    "reference_analyses",
+    "layout_spec",
+    "image_plans",
+    "generated_content",
+    "quality_scores",
+)
+
+
+def first_then_happy(*first: AIMessage) -> Callable[[list[BaseMessage]], Reply]:
+    """Return a supervisor that answers `first` in order, then decides the happy way."""
+    queue = list(first)
+
+    def respond(messages: list[BaseMessage]) -> Reply:
+        return queue.pop(0) if queue else happy_supervisor(messages)
+
+    return respond
+
+
+def planned(**args: Any) -> AIMessage:
+    """Return a supervisor decision with the given fields (plan, parallel_agents …)."""
+    return tool_call("SupervisorDecision", **{"guidance": "", "focus_areas": [], **args})
+
+
+def route_events(events: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]]:
+    """Return (next_agent, parallel_agents, planned) of every supervisor.route event."""
+    return [
+        (e["next_agent"], e["parallel_agents"], e["planned"])
+        for e in events
+        if e["type"] == "supervisor.route"
+    ]
+
+
+async def test_a_planned_run_asks_the_supervisor_once(tmp_path: Path) -> None:
+    models = FakeModels({**happy_team(2), "supervisor": planning_supervisor})
+    run = await run_team(models, tmp_path, image_count=2)
+
+    assert models.count("supervisor") == 1
+    assert route_events(run.events) == [
+        ("brief_compiler_agent", [], False),
+        ("research_evidence_agent", ["reference_intelligence_agent", "layout_planner_agent"], True),
+        ("image_planner_agent", ["writer_agent"], True),
+        ("image_agent", ["review_agent"], True),
+    ]
+    assert run.of_type("supervisor.route")[0]["plan"] == NORMAL_PLAN
+    assert not run.fallbacks
+    assert run.state["review_feedback"]["approved"] is True
+    assert len(run.state["images"]) == 2
+    assert [e.get("group") for e in run.state["team_log"]] == [
+        ["brief_compiler_agent"],
+        *NORMAL_PLAN,
+    ]
+
+
+async def test_a_planned_run_makes_what_the_one_agent_path_makes(tmp_path: Path) -> None:
+    one = await run_team(FakeModels(happy_team(2)), tmp_path / "one", image_count=2)
+    models = FakeModels({**happy_team(2), "supervisor": planning_supervisor})
+    plan = await run_team(models, tmp_path / "plan", image_count=2)
+    for field in ARTEFACTS:
+        assert plan.state[field] == one.state[field], field
+    assert [i["slot"] for i in plan.state["images"]] == [i["slot"] for i in one.state["images"]]
+
+
+async def test_the_agents_of_a_step_start_in_one_superstep(tmp_path: Path) -> None:
+    models = FakeModels({**happy_team(1), "supervisor": planning_supervisor})
+    steps: dict[str, list[int]] = {}
+    async for chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 1},
+        context=fake_context(models, tmp_path),
+        stream_mode="debug",
+    ):
+        if chunk["type"] == "task":
+            steps.setdefault(chunk["payload"]["name"], []).append(chunk["step"])
+    for group in NORMAL_PLAN:
+        assert len({steps[agent][0] for agent in group}) == 1, (group, steps)
+    # The supervisor node ran once per step (and once more to end the team after the
+    # last step's cards), never while agents were running; its model only the first time.
+    assert len(steps["supervisor"]) == 2 + len(NORMAL_PLAN)
+    busy = {step for name, runs in steps.items() if name != "supervisor" for step in runs}
+    assert not busy & set(steps["supervisor"])
+    assert models.count("supervisor") == 1
+
+
+async def test_an_agent_failing_in_a_plan_hands_back_and_ends_as_without_a_plan(
+    tmp_path: Path,
+) -> None:
+    team = {**happy_team(1), "research_evidence_agent": garbage()}
+    models = FakeModels({**team, "supervisor": planning_supervisor})
+    run = await run_team(models, tmp_path, image_count=1, limits={"max_team_steps": 12})
+
+    # The first step failed its check: the supervisor is asked again after it.
+    assert models.count("supervisor") >= 2
+    assert route_events(run.events)[2][0] == "research_evidence_agent"
+    # As in test_team's never-delivering agent: given up, and the post still made.
+    assert run.state["given_up"] == ["research_evidence_agent"]
+    assert run.state["generated_content"]["body"]
+    assert run.state["images"] and run.state["review_feedback"] is not None
+    assert run.state["team_step"] <= 12
+
+
+async def test_a_review_rejecting_in_a_plan_hands_back_to_the_quality_fix(
+    tmp_path: Path,
+) -> None:
+    weak = happy_team(1, scores={"platformFit": 0.5})["review_agent"]
+    team = happy_team(1)
+    models = FakeModels(
+        {**team, "review_agent": [weak, team["review_agent"]], "supervisor": planning_supervisor}
+    )
+    run = await run_team(models, tmp_path, image_count=1)
+
+    assert ("END", "writer_agent", "quality") in run.fallbacks
+    assert models.count("writer_agent") == 2 and models.count("review_agent") == 2
+    assert run.state["review_feedback"]["approved"] is True
+
+
+async def test_a_step_whose_input_is_not_ready_is_refused_and_the_supervisor_asked(
+    tmp_path: Path,
+) -> None:
+    first = planned(
+        next_agent="brief_compiler_agent", plan=[["writer_agent", "review_agent"], "END"]
+    )
+    models = FakeModels({**happy_team(1), "supervisor": first_then_happy(first)})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    assert run.fallbacks[0] == ("review_agent", "supervisor", "precondition")
+    assert models.count("writer_agent") == 1
+    assert models.count("supervisor") > 1
+    # The model is told why it is asked again.
+    second = models.calls_for("supervisor")[1].messages[1].content
+    assert "review_agent needs writer_agent first" in second
+    assert run.state["review_feedback"]["approved"] is True
+
+
+async def test_a_parallel_agent_needing_its_neighbour_is_left_out(tmp_path: Path) -> None:
+    first = planned(
+        next_agent="brief_compiler_agent",
+        parallel_agents=["writer_agent", "research_evidence_agent", "poet_agent"],
+    )
+    models = FakeModels({**happy_team(1), "supervisor": first_then_happy(first)})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    assert route_events(run.events)[0] == (
+        "brief_compiler_agent",
+        ["research_evidence_agent"],
+        False,
+    )
+    assert run.fallbacks[:2] == [
+        ("writer_agent", "brief_compiler_agent", "precondition"),
+        ("poet_agent", "brief_compiler_agent", "invalid_decision"),
+    ]
+    # No plan: the supervisor decides again once both have finished.
+    assert route_events(run.events)[1][0] == "reference_intelligence_agent"
+    assert run.state["review_feedback"]["approved"] is True
+
+
+async def test_the_step_cap_ends_a_plan(tmp_path: Path) -> None:
+    models = FakeModels({**happy_team(1), "supervisor": planning_supervisor})
+    run = await run_team(models, tmp_path, image_count=1, limits={"max_team_steps": 4})
+
+    assert run.fallbacks == [("image_agent", "__end__", "cap")]
+    assert run.state["team_step"] == 3
+    assert models.count("image_agent") == 0
+
+
+async def test_notes_of_agents_run_together_are_all_kept(tmp_path: Path) -> None:
+    team = {
+        **happy_team(1),
+        "reference_intelligence_agent": garbage(),
+        "layout_planner_agent": garbage(),
+    }
+    models = FakeModels({**team, "supervisor": planning_supervisor})
+    steps: list[dict[str, Any]] = []
+    async for mode, chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 1, "limits": {"max_team_steps": 12}},
+        context=fake_context(models, tmp_path),
+        stream_mode=["values", "custom"],
+    ):
+        if mode == "values":
+            steps.append(chunk)
+    errors = [s.get("agent_errors") or [] for s in steps]
+    both = [e for e in errors if len(e) >= 2]
+    assert both, errors
+    assert any(n.startswith("reference_intelligence_agent: ") for n in both[0])
+    assert any(n.startswith("layout_planner_agent: ") for n in both[0])
+
+
+def test_the_notes_reducer_applies_changes_and_replaces_with_lists() -> None:
+    assert shared_list(["a: x"], {"add": ["b: y"], "drop": []}) == ["a: x", "b: y"]
+    assert shared_list(["a: x", "b: y"], {"add": [], "drop": ["a: x"]}) == ["b: y"]
+    assert shared_list(["a: x"], ["c: z"]) == ["c: z"]
+    assert shared_list(["a: x"], None) == ["a: x"]
+    many = shared_list([], {"add": [f"n{i}" for i in range(MAX_NOTES + 3)], "drop": []})
+    assert len(many) == MAX_NOTES and many[-1] == f"n{MAX_NOTES + 2}"
+
+
+async def test_the_supervisor_sees_unchanged_context_once(tmp_path: Path) -> None:
+    models = FakeModels(happy_team(1))
+    await run_team(models, tmp_path, image_count=1)
+    turns = [str(call.messages[1].content) for call in models.calls_for("supervisor")]
+    assert REQUEST in turns[0]
+    assert all(REQUEST not in turn for turn in turns[1:])
+    assert "与之前相同" in turns[1]
+
+
+async def test_a_supervisor_stuck_on_one_agent_with_a_plan_is_capped_as_without(
+    tmp_path: Path,
+) -> None:
+    stuck = planned(
+        next_agent="layout_planner_agent",
+        plan=[["layout_planner_agent"], ["layout_planner_agent"], ["layout_planner_agent"]],
+    )
+    models = FakeModels({**happy_team(1), "supervisor": stuck})
+    run = await run_team(models, tmp_path, image_count=1, limits={"max_team_steps": 12})
+
+    # The plan repeats it until the repeat cap refuses the step, the supervisor is asked,
+    # and its insistence is corrected as on the one-agent path: the post is still made.
+    assert ("layout_planner_agent", "supervisor", "cap") in run.fallbacks
+    assert ("layout_planner_agent", "brief_compiler_agent", "cap") in run.fallbacks
+    assert run.state["capped"] == ["layout_planner_agent"]
+    assert run.state["generated_content"]["body"]
+    assert run.state["images"] and run.state["review_feedback"] is not None
+    assert run.state["team_step"] <= 12
