@@ -297,9 +297,11 @@ class CountingNotes(InMemoryNoteRepository):
 
     searches = 0
 
-    async def search(self, query: str, limit: int = 6, only_approved: bool = False) -> Any:
+    async def search(
+        self, query: str, limit: int = 6, only_approved: bool = False, **scope: Any
+    ) -> Any:
         self.searches += 1
-        return await super().search(query, limit, only_approved)
+        return await super().search(query, limit, only_approved, **scope)
 
 
 async def test_research_tool_loop_stops_after_three_rounds(tmp_path: Path) -> None:

@@ -225,6 +225,7 @@ def test_usage_by_role_with_unknown_tokens_left_null() -> None:
         "prompt_tokens": 100,
         "completion_tokens": 40,
         "seconds": 3.5,
+        "cost": None,  # no price table
     }
     assert build_result({}, 0.7)["usage"] == {
         "roles": {},
@@ -234,5 +235,6 @@ def test_usage_by_role_with_unknown_tokens_left_null() -> None:
             "prompt_tokens": None,
             "completion_tokens": None,
             "seconds": 0.0,
+            "cost": None,
         },
     }
