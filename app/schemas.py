@@ -680,6 +680,15 @@ class _AssistantFields(_Strict):
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return _bounded_mapping(dict(value) if value is not None else None, "context")
 
+    @model_validator(mode="after")
+    def _no_nul(self) -> _AssistantFields:
+        # PostgreSQL's text and jsonb cannot hold U+0000: refused alike in every backend.
+        from engine.serde import dumps
+
+        if "\\u0000" in dumps(self.model_dump(exclude_none=True)):
+            raise ValueError("an assistant's texts may not contain U+0000 (NUL)")
+        return self
+
 
 class AssistantCreate(_AssistantFields):
     """Body of POST /assistants: a saved configuration of a graph (version 1)."""
