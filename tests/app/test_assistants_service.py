@@ -8,6 +8,9 @@ workers as processes). The JS SDK's flows are in `tests/app/test_js_sdk.py`.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +260,32 @@ def test_bad_presets_and_built_in_assistants_are_refused(server: Served) -> None
         assert http.get("/assistants/my-team/schemas").json()["context_schema"] is None
         assert http.delete("/assistants/my-team").status_code == 204
         assert http.delete("/assistants/my-team").status_code == 404
+
+
+def readme_snippet() -> str:
+    """Return the Python snippet of the README's "Brand presets" section."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"^### Brand presets\n(.*?)(?=^### )", readme, re.MULTILINE | re.DOTALL)
+    assert found, "README has no '### Brand presets' section"
+    (snippet,) = re.findall(r"```python\n(.*?)```", found.group(1), flags=re.DOTALL)
+    return snippet
+
+
+async def test_the_readme_snippet_runs_as_written(
+    server: Served, llm: ScriptedOpenAIServer
+) -> None:
+    # As a notebook runs it: top-level await, `KEY` defined; only the URL is this server's.
+    snippet = readme_snippet().replace("http://localhost:8000", server.url)
+    namespace: dict[str, Any] = {"KEY": KEY}
+    code = compile(snippet, "<README Brand presets>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        await result
+    assert [v["version"] for v in namespace["versions"]] == [2, 1]
+    assert [a["assistant_id"] for a in namespace["found"]] == [namespace["brand"]["assistant_id"]]
+    assert namespace["found"][0]["version"] == 1  # rolled back
+    assert namespace["values"]["brand"]["brand_name"] == "青禾护肤"
+    assert any("少用感叹号" in s for s in writer_systems(llm))
+    sdk = get_client(url=server.url, api_key=KEY)
+    with pytest.raises(NotFoundError):
+        await sdk.assistants.get(namespace["brand"]["assistant_id"])
