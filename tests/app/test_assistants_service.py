@@ -258,6 +258,15 @@ def test_bad_presets_and_built_in_assistants_are_refused(server: Served) -> None
         )
         assert http.post("/assistants/my-team/latest", json={"version": 9}).status_code == 404
         assert http.get("/assistants/my-team/schemas").json()["context_schema"] is None
+        # A cron may name a created assistant (a preset works too); another key's may not.
+        preset = http.post("/assistants", json={"graph_id": "atelier", "context": PRESET}).json()
+        cron = {"assistant_id": preset["assistant_id"], "schedule": "0 9 * * *", "input": RUN_INPUT}
+        made_cron = http.post("/runs/crons", json=cron)
+        assert made_cron.status_code == 200, made_cron.text
+        assert made_cron.json()["assistant_id"] == preset["assistant_id"]
+        assert http.delete(f"/runs/crons/{made_cron.json()['cron_id']}").status_code == 204
+        foreign = http.post("/runs/crons", json=cron, headers={"X-Api-Key": OTHER})
+        assert foreign.status_code == 404, foreign.text
         assert http.delete("/assistants/my-team").status_code == 204
         assert http.delete("/assistants/my-team").status_code == 404
 
