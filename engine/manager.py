@@ -549,7 +549,22 @@ class RunManager:
                 f"assistant {assistant_id!r} not found; the built-in ones are: {known}",
                 field="assistant_id",
             )
-        return self._assistants[record.graph_id].with_record(record)
+        return self._served(record)
+
+    def _served(self, record: AssistantRecord) -> Assistant:
+        """Return the graph of a created assistant, served as that assistant.
+
+        Raises:
+            NotFound: This server no longer serves its graph.
+        """
+        builtin = self._assistants.get(record.graph_id)
+        if builtin is None:
+            raise NotFound(
+                f"assistant {record.assistant_id!r} runs graph {record.graph_id!r}, "
+                "which this server does not serve",
+                field="assistant_id",
+            )
+        return builtin.with_record(record)
 
     def _check_assistant(
         self, graph_id: str, config: dict[str, Any], context: dict[str, Any]
@@ -603,7 +618,7 @@ class RunManager:
         if if_exists == "do_nothing":
             existing = await self._created.get(owner, assistant_id)
             if existing is not None:
-                return self._assistants[existing.graph_id].with_record(existing)
+                return self._served(existing)
         stamp = now()
         record = AssistantRecord(
             assistant_id=assistant_id,
@@ -622,7 +637,7 @@ class RunManager:
             await self._created.insert(record)
         except AssistantExists:
             raise Conflict(f"assistant {assistant_id!r} already exists") from None
-        return self._assistants[graph_id].with_record(record)
+        return self._served(record)
 
     async def _owned(self, owner: str, assistant_id: str, verb: str) -> AssistantRecord:
         """Return the owner's created assistant to change; refuse a built-in one.
@@ -667,7 +682,7 @@ class RunManager:
         record = await self._created.update(owner, assistant_id, changes, now())
         if record is None:
             raise NotFound(f"assistant {assistant_id!r} not found", field="assistant_id")
-        return self._assistants[record.graph_id].with_record(record)
+        return self._served(record)
 
     async def delete_assistant(self, owner: str, assistant_id: str) -> None:
         """Delete the owner's assistant with its versions (its runs' threads stay)."""
@@ -706,7 +721,7 @@ class RunManager:
         record = await self._created.set_latest(owner, assistant_id, version)
         if record is None:
             raise NotFound(f"assistant {assistant_id!r} has no version {version}", field="version")
-        return self._assistants[record.graph_id].with_record(record)
+        return self._served(record)
 
     def _builtins_matching(
         self, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None
