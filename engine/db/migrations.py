@@ -265,6 +265,32 @@ ALTER TABLE knowledge_notes ADD COLUMN principal text;
 CREATE INDEX knowledge_notes_namespace ON knowledge_notes (namespace, principal);
 """
 
+# Schema version 7. Assistants clients created (engine/postgres/assistants.py): `version`
+# is the latest, the one runs use; each version is written once and never changed, and
+# goes with its assistant. Searches match the latest version's metadata by containment.
+_V7 = """
+CREATE TABLE assistants (
+    assistant_id  text PRIMARY KEY,
+    owner         text NOT NULL,
+    version       integer NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX assistants_owner ON assistants (owner, created_at);
+CREATE TABLE assistant_versions (
+    assistant_id  text NOT NULL REFERENCES assistants (assistant_id) ON DELETE CASCADE,
+    version       integer NOT NULL,
+    graph_id      text NOT NULL,
+    name          text NOT NULL,
+    description   text,
+    config        jsonb NOT NULL DEFAULT '{}',
+    context       jsonb NOT NULL DEFAULT '{}',
+    metadata      jsonb NOT NULL DEFAULT '{}',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (assistant_id, version)
+);
+CREATE INDEX assistant_versions_metadata ON assistant_versions USING gin (metadata jsonb_path_ops);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -273,6 +299,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "crons", _V4),
     Migration(5, "run feedback", _V5),
     Migration(6, "knowledge notes in namespaces, owned by keys", _V6),
+    Migration(7, "assistants and their versions", _V7),
 )
 
 _VERSION_TABLE = """

@@ -27,6 +27,7 @@ from engine.db.backend import PostgresBackend, open_backend
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
+from engine.postgres.assistants import PostgresAssistantRepository
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.feedback import PostgresFeedbackRepository
@@ -62,6 +63,8 @@ class PostgresRunBackend:
     feedback: PostgresFeedbackRepository
     #: LangGraph's store, in the service's database (`engine.postgres.store`).
     store: AsyncPostgresStore
+    #: The assistants clients created, with their versions.
+    assistants: PostgresAssistantRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -195,5 +198,6 @@ async def open_postgres_backend(
             crons=PostgresCronRepository(resources.pool),
             feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
+            assistants=PostgresAssistantRepository(resources.pool),
             metrics=metrics,
         )

@@ -6,6 +6,8 @@
     event_log.py    SqliteEventLog (EventLog), group-committed appends
     checkpoints.py  SqliteCheckpoints: housekeeping of LangGraph's SQLite saver
     webhooks.py     SqliteDeliveryStore: the webhook outbox (engine.webhooks.DeliveryStore)
+    assistants.py   SqliteAssistantRepository (AssistantRepository): created assistants
+                    and their versions
     backend.py      open_sqlite_backend: the saver and the storage (a RunBackend)
 
 `SqliteRunStorage` opens the three repositories and the outbox on one database file; use it as an

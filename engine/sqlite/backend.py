@@ -26,6 +26,7 @@ from engine.executor import InProcessExecutor
 from engine.hub import Hub
 from engine.protocols import ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
@@ -51,6 +52,8 @@ class SqliteRunBackend:
     feedback: SqliteFeedbackRepository
     #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
     store: AsyncSqliteStore
+    #: The assistants clients created, with their versions.
+    assistants: SqliteAssistantRepository
     #: The studio opens its SQLite vault and file asset store itself.
     notes: NoteRepository | None = None
     assets: AssetStore | None = None
@@ -139,5 +142,6 @@ async def open_sqlite_backend(
                     crons=SqliteCronRepository(storage.database),
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
+                    assistants=SqliteAssistantRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )

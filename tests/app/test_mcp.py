@@ -414,6 +414,27 @@ async def test_with_a_key_the_call_works_and_its_run_belongs_to_that_key(
     assert hidden.status_code == 404
 
 
+async def test_a_call_may_name_an_assistant_the_caller_created(keyed_server: LiveServer) -> None:
+    async with http(keyed_server.url, KEY) as mine:
+        created = await mine.post(
+            "/assistants", json={"graph_id": "atelier", "context": {"voice": "MCP 的语气"}}
+        )
+    preset = created.json()["assistant_id"]
+    async with mcp_session(keyed_server.url, {"X-Api-Key": KEY}) as session:
+        result = await session.call_tool(preset, {"request": REQUEST})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    async with http(keyed_server.url, KEY) as mine:
+        thread_id = result.structured_content["thread_id"]
+        state = (await mine.get(f"/threads/{thread_id}/state")).json()
+        runs = (await mine.get(f"/threads/{thread_id}/runs")).json()
+    assert state["values"]["brand"] == {"voice": "MCP 的语气"}
+    assert [r["assistant_id"] for r in runs] == [preset]
+    async with mcp_session(keyed_server.url, {"X-Api-Key": OTHER_KEY}) as session:
+        with pytest.raises(MCPError, match="Unknown tool"):
+            await session.call_tool(preset, {"request": REQUEST})
+
+
 @pytest.mark.parametrize("keyed", [False, True], ids=["open", "keyed"])
 def test_the_openapi_document_describes_the_mcp_endpoint(tmp_path: Path, keyed: bool) -> None:
     keys = [KEY] if keyed else []

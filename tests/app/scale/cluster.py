@@ -284,6 +284,8 @@ TEST_DATA_TABLES = (
     "webhook_attempts",
     "crons",
     "run_feedback",
+    "assistants",
+    "assistant_versions",
 )
 
 
