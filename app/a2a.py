@@ -714,8 +714,12 @@ async def get_agent_card(assistant_id: AssistantId, request: Request, manager: R
 async def a2a_rpc(
     assistant_id: AssistantId, request: Request, manager: RunsDep, owner: PrincipalDep
 ) -> Response:
-    """Answer one A2A JSON-RPC request (see the module docstring for the mapping)."""
-    assistant = manager.assistant(assistant_id)
+    """Answer one A2A JSON-RPC request (see the module docstring for the mapping).
+
+    The assistant may be one the caller created (a brand preset); its card is not
+    published (cards are public, and a created assistant is its owner's alone).
+    """
+    assistant = await manager.resolve_assistant(owner, assistant_id)
     request.state.a2a_call = Call(manager, owner, assistant, _base_url(request))
     return await _dispatcher.handle_requests(request)
 

@@ -282,17 +282,17 @@ def mcp_server(app: FastAPI) -> Server[Any]:
 
     async def run_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         manager = runs()
-        try:
-            assistant = manager.assistant(params.name)
+        request = ctx.request
+        if not isinstance(request, Request):  # only HTTP serves this server
+            raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
+        owner = caller(request)
+        try:  # a built-in assistant, or one the caller created (a brand preset works too)
+            assistant = await manager.resolve_assistant(owner, params.name)
         except NotFound:
             known = ", ".join(a.assistant_id for a in served_assistants(manager))
             raise MCPError(
                 types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools: {known}"
             ) from None
-        request = ctx.request
-        if not isinstance(request, Request):  # only HTTP serves this server
-            raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
-        owner = caller(request)
         graph_input = tool_input(assistant, params.arguments or {})
         try:
             run = await start_run(manager, owner, assistant, graph_input)

@@ -107,6 +107,7 @@ def stream_schemas() -> dict[str, Any]:
 
 
 #: Operations that answer 409, and why.
+_READ_ONLY = "A built-in assistant (atelier, team) is read-only."
 CONFLICTS: dict[tuple[str, str], str] = {
     ("post", "/threads"): "A thread with this thread_id exists (if_exists raise).",
     ("post", "/threads/{thread_id}/runs/{run_id}/cancel"): "The run has already ended.",
@@ -117,6 +118,11 @@ CONFLICTS: dict[tuple[str, str], str] = {
     ("post", "/threads/{thread_id}/state"): "The thread is running a run, or has never run a "
     "graph whose state could be updated.",
     ("get", "/threads/{thread_id}/export.zip"): "The thread has no finished post yet.",
+    ("post", "/assistants"): "The assistant_id is a built-in assistant's, or taken "
+    "(if_exists raise).",
+    ("patch", "/assistants/{assistant_id}"): _READ_ONLY,
+    ("delete", "/assistants/{assistant_id}"): _READ_ONLY,
+    ("post", "/assistants/{assistant_id}/latest"): _READ_ONLY,
 }
 _RUN_UNAVAILABLE = "The database takes no writes right now (locked or full); retry later."
 _RUN_CONFLICT = (

@@ -35,6 +35,7 @@ from engine.frames import (
     StreamModeName,
 )
 from engine.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
+from studio.brand import BrandPreset
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -453,6 +454,17 @@ class ThreadPatch(_Strict):
 _SEARCH_KEY = re.compile(r'^[^"\\\x00-\x1f\x7f]{1,128}$')
 
 
+def search_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Check a metadata filter: keys that can be JSON path labels, a bounded mapping."""
+    for key in value or {}:
+        if not _SEARCH_KEY.match(key):
+            raise ValueError(
+                "metadata keys to search by are 1-128 characters without double "
+                "quotes, backslashes or control characters"
+            )
+    return _bounded_mapping(value, "metadata")
+
+
 class ThreadSearch(_Strict):
     """Body of POST /threads/search."""
 
@@ -467,13 +479,7 @@ class ThreadSearch(_Strict):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        for key in value or {}:
-            if not _SEARCH_KEY.match(key):
-                raise ValueError(
-                    "metadata keys to search by are 1-128 characters without double "
-                    "quotes, backslashes or control characters"
-                )
-        return _bounded_mapping(value, "metadata")
+        return search_metadata(value)
 
 
 class ThreadCount(_Strict):
@@ -609,7 +615,7 @@ class AssistantSearch(_Strict):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _bounded_mapping(value, "metadata")
+        return search_metadata(value)
 
 
 class AssistantCount(_Strict):
@@ -619,9 +625,108 @@ class AssistantCount(_Strict):
     name: str | None = Field(default=None, max_length=128)
     metadata: dict[str, Any] | None = None
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return search_metadata(value)
+
+
+#: An assistant's context: for an `atelier` assistant a brand preset, checked by the
+#: engine against its graph's context schema (`GET /assistants/{id}/schemas`).
+AssistantContext = Annotated[
+    BrandPreset | dict[str, Any],
+    Field(
+        description="What the assistant's runs carry: for an atelier assistant a brand "
+        "preset (BrandPreset; 422 naming context.<field> when it breaks a rule), for other "
+        "graphs any object.",
+    ),
+]
+AssistantName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+AssistantDescription = Annotated[str, StringConstraints(max_length=2000)]
+
+
+class AssistantConfig(_Strict):
+    """An assistant's config: `configurable` keys (a preset's fields too), tags, recursion limit."""
+
+    configurable: dict[str, Any] | None = None
+    tags: list[Annotated[str, StringConstraints(max_length=128)]] | None = Field(
+        default=None, max_length=32
+    )
+    recursion_limit: StrictInt | None = Field(default=None, ge=1, le=10_000)
+
+    @field_validator("configurable")
+    @classmethod
+    def _configurable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        reserved = sorted(RESERVED_CONFIGURABLE & set(value or {}))
+        if reserved:
+            raise ValueError(f"configurable keys {reserved} are set by the server")
+        return _bounded_mapping(value, "configurable")
+
+
+class _AssistantFields(_Strict):
+    config: AssistantConfig | None = None
+    context: AssistantContext | None = None
+    metadata: dict[str, Any] | None = None
+    name: AssistantName | None = None
+    description: AssistantDescription | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return search_metadata(value)
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_mapping(dict(value) if value is not None else None, "context")
+
+    @model_validator(mode="after")
+    def _no_nul(self) -> _AssistantFields:
+        # PostgreSQL's text and jsonb cannot hold U+0000: refused alike in every backend.
+        from engine.serde import dumps
+
+        if "\\u0000" in dumps(self.model_dump(exclude_none=True)):
+            raise ValueError("an assistant's texts may not contain U+0000 (NUL)")
+        return self
+
+
+class AssistantCreate(_AssistantFields):
+    """Body of POST /assistants: a saved configuration of a graph (version 1)."""
+
+    graph_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        description="The graph its runs run.", examples=["atelier"]
+    )
+    assistant_id: ResourceId | None = Field(default=None, description="Id; a UUID when unset.")
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+
+
+class AssistantPatch(_AssistantFields):
+    """Body of PATCH /assistants/{id}: a new version (fields unset stay; metadata merged)."""
+
+    graph_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+
+
+class AssistantVersionSearch(_Strict):
+    """Body of POST /assistants/{id}/versions."""
+
+    metadata: dict[str, Any] | None = None
+    limit: StrictInt = Field(default=10, ge=1, le=1000)
+    offset: StrictInt = Field(default=0, ge=0, le=MAX_OFFSET)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return search_metadata(value)
+
+
+class AssistantLatest(_Strict):
+    """Body of POST /assistants/{id}/latest: the version runs use from now on."""
+
+    version: StrictInt = Field(ge=1, le=INT64_MAX)
+
 
 class AssistantOut(BaseModel):
-    """An assistant: a graph served by this service."""
+    """An assistant: a built-in graph, or a saved configuration of one (a version of it)."""
 
     assistant_id: str
     graph_id: str

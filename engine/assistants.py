@@ -6,13 +6,21 @@ with the service's checkpointer. Whoever opens the engine passes the specs it
 serves (`graphs.assistants.ASSISTANTS`; tests their small graphs'), and the
 registry builds them once in the app's lifespan (or a worker's start) through an
 `AssistantFactory` (`registry(specs)`).
+
+Those are the built-in assistants, one per graph, read-only. A client creates more
+(`POST /assistants`): an `AssistantRecord`, one version of a saved configuration of a
+graph (its `config`, `context`, `metadata`, `name`, `description`) owned by the API key
+that created it. Every update is a new version; one version is the latest, the one
+runs use. A run naming such an assistant runs the built-in graph of its `graph_id`
+with the record attached (`Assistant.with_record`): the run's `assistant_id` is the
+created one, its graph the graph id's (`RunRecord.graph_id`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
@@ -20,14 +28,64 @@ from langgraph.pregel import Pregel
 from engine.records import now
 from graphs.spec import AssistantSpec
 
+#: What `POST /assistants` does when the id is taken by the caller.
+IfExists = Literal["raise", "do_nothing"]
+
+
+@dataclass(frozen=True)
+class AssistantRecord:
+    """One version of an assistant a client created: a saved configuration of a graph."""
+
+    assistant_id: str
+    #: The API key that created it; nobody else sees it.
+    owner: str
+    #: The built-in graph its runs run.
+    graph_id: str
+    version: int
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    #: When the assistant (its first version) was created.
+    created_at: str
+    #: When this version was made.
+    updated_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the assistant (or version) in the LangGraph Platform shape."""
+        return {
+            "assistant_id": self.assistant_id,
+            "graph_id": self.graph_id,
+            "name": self.name,
+            "description": self.description,
+            "config": self.config,
+            "context": self.context,
+            "metadata": self.metadata,
+            "version": self.version,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
 
 @dataclass(frozen=True)
 class Assistant:
-    """One graph served under an assistant id (also its graph id)."""
+    """One graph served under an assistant id: a built-in one, or one a client created."""
 
     spec: AssistantSpec
     graph: Pregel[Any, Any, Any, Any]
     created_at: str = field(default_factory=now)
+    #: The created assistant's version this is (None: the built-in assistant).
+    record: AssistantRecord | None = None
+
+    def with_record(self, record: AssistantRecord) -> Assistant:
+        """Return this graph served as the created assistant `record`."""
+        return replace(self, record=record)
+
+    @property
+    def builtin(self) -> bool:
+        """Whether this is the read-only assistant the server was started with."""
+        return self.record is None
 
     @classmethod
     def build(cls, spec: AssistantSpec, checkpointer: BaseCheckpointSaver) -> Assistant:
@@ -36,12 +94,12 @@ class Assistant:
 
     @property
     def assistant_id(self) -> str:
-        """The assistant's id."""
-        return self.spec.assistant_id
+        """The assistant's id (a built-in one's is its graph id)."""
+        return self.record.assistant_id if self.record is not None else self.spec.assistant_id
 
     @property
     def graph_id(self) -> str:
-        """The graph's id (the assistant id: one assistant per graph)."""
+        """The graph's id (the built-in assistant's id)."""
         return self.spec.assistant_id
 
     @property
@@ -56,6 +114,8 @@ class Assistant:
 
     def to_json(self) -> dict[str, Any]:
         """Return the assistant in the LangGraph Platform shape."""
+        if self.record is not None:
+            return self.record.to_json()
         return {
             "assistant_id": self.assistant_id,
             "graph_id": self.graph_id,

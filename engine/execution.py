@@ -97,7 +97,7 @@ def graph_config(
     config["metadata"] = {
         "run_id": run.run_id,
         "assistant_id": run.assistant_id,
-        "graph_id": run.assistant_id,
+        "graph_id": run.graph_id,
         "attempt": run.attempt,
     }
     if client.get("tags"):
@@ -326,11 +326,11 @@ class RunExecution:
     async def _execute(self) -> Outcome:
         run = self.run
         runner = self.runner
-        assistant = runner.assistants.get(run.assistant_id)
+        assistant = runner.assistants.get(run.graph_id)
         if assistant is None:
             return Outcome(
                 "error",
-                error={"error": "NotFound", "message": f"assistant {run.assistant_id!r} is gone"},
+                error={"error": "NotFound", "message": f"graph {run.graph_id!r} is gone"},
             )
         graph = assistant.graph
         payload = await self._payload()
@@ -442,9 +442,7 @@ class RunExecution:
             log.info("run %s: committed a checkpoint write its cancellation left open", run.run_id)
         if self.next_id == 1:  # cancelled before it started: the stream still opens with this
             self._emit("metadata", self._metadata())
-        values, interrupts = await thread_values(
-            runner.assistants.get(run.assistant_id), run.thread_id
-        )
+        values, interrupts = await thread_values(runner.assistants.get(run.graph_id), run.thread_id)
         if self._busy_beside(self):
             thread_status: ThreadStatus = "busy"
         elif outcome.status in ("error", "timeout"):

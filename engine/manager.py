@@ -9,7 +9,8 @@ interleave with another creation), records it and hands it to the executor.
 
 The manager is the routes' only door to the engine: threads (create, get, merge
 metadata, search, count, state, history, update state, copy, delete), runs (get,
-list, delete, cancel, wait, join), assistants, and what a stream response follows
+list, delete, cancel, wait, join), assistants (the built-in ones, and those a client
+creates, versions and deletes: `engine.assistants`), and what a stream response follows
 (`engine.protocols.RunFrames`). Its repositories, live fan-out, graphs and
 checkpointer are its own (private); a thread's state and a run's result are read
 by `engine.reads`.
@@ -43,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 from engine import reads
-from engine.assistants import Assistant
+from engine.assistants import Assistant, AssistantRecord, IfExists
 from engine.crons import (
     CRON_POLL,
     CronRecord,
@@ -56,10 +57,11 @@ from engine.crons import (
     parse_time,
     utc_now,
 )
-from engine.errors import Conflict, Invalid, NotFound, RunsError, Unavailable
+from engine.errors import Conflict, Invalid, InvalidFields, NotFound, RunsError, Unavailable
 from engine.frames import public_error
-from engine.preparation import RunPreparer, RunRequest
+from engine.preparation import RunPreparer, RunRequest, check_context
 from engine.protocols import (
+    AssistantExists,
     CronTick,
     ExecutorSetup,
     RunBackend,
@@ -128,6 +130,7 @@ class RunManager:
         self._events = backend.storage.events
         self._hub = backend.live
         self._assistants = setup.assistants
+        self._created = backend.assistants
         self._checkpointer = backend.checkpointer
         self._checkpoints = backend.checkpoints
         self.max_attempts = max_attempts
@@ -529,8 +532,243 @@ class RunManager:
         return await self.result(run) if run else {}
 
     def list_assistants(self) -> list[Assistant]:
-        """Return the assistants this server runs."""
+        """Return the built-in assistants this server runs (one per graph)."""
         return list(self._assistants.values())
+
+    # -- assistants clients create ---------------------------------------------------
+
+    async def resolve_assistant(self, owner: str, assistant_id: str) -> Assistant:
+        """Return a built-in assistant, or the owner's created one at its latest version.
+
+        Raises:
+            NotFound: Neither (also when another owner created it).
+        """
+        builtin = self._assistants.get(assistant_id)
+        if builtin is not None:
+            return builtin
+        record = await self._created.get(owner, assistant_id)
+        if record is None:
+            known = ", ".join(sorted(self._assistants)) or "none"
+            raise NotFound(
+                f"assistant {assistant_id!r} not found; the built-in ones are: {known}",
+                field="assistant_id",
+            )
+        return self._assistants[record.graph_id].with_record(record)
+
+    def _check_assistant(
+        self, graph_id: str, config: dict[str, Any], context: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Check an assistant's graph and context against the graph's context type.
+
+        Returns:
+            The context as the context type validated it.
+
+        Raises:
+            InvalidFields: The graph is unknown (`graph_id`), or the context (or the
+                preset fields of `config.configurable`, for an atelier assistant)
+                breaks the context type's rules, naming `context.<field>`.
+        """
+        builtin = self._assistants.get(graph_id)
+        if builtin is None:
+            known = ", ".join(sorted(self._assistants))
+            raise InvalidFields.at("graph_id", f"unknown graph {graph_id!r}; graphs: {known}")
+        context_type = builtin.spec.context_type
+        if context_type is None:
+            return context
+        return check_context(context_type, context, config)
+
+    async def create_assistant(
+        self,
+        owner: str,
+        *,
+        graph_id: str,
+        assistant_id: str | None = None,
+        config: dict[str, Any] | None = None,
+        context: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        if_exists: IfExists = "raise",
+    ) -> Assistant:
+        """Create an assistant of a graph (version 1, the latest), owned by `owner`.
+
+        Raises:
+            RunsError: Conflict (the id is a built-in one's, or taken: `if_exists`
+                `do_nothing` returns the owner's own), InvalidFields (graph, context).
+        """
+        assistant_id = assistant_id or str(uuid.uuid4())
+        if assistant_id in self._assistants:
+            raise Conflict(
+                f"assistant {assistant_id!r} is a built-in assistant; choose another id",
+                field="assistant_id",
+            )
+        config, context = dict(config or {}), dict(context or {})
+        context = self._check_assistant(graph_id, config, context)
+        if if_exists == "do_nothing":
+            existing = await self._created.get(owner, assistant_id)
+            if existing is not None:
+                return self._assistants[existing.graph_id].with_record(existing)
+        stamp = now()
+        record = AssistantRecord(
+            assistant_id=assistant_id,
+            owner=owner,
+            graph_id=graph_id,
+            version=1,
+            name=name or "Untitled",
+            description=description,
+            config=config,
+            context=context,
+            metadata=metadata or {},
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        try:
+            await self._created.insert(record)
+        except AssistantExists:
+            raise Conflict(f"assistant {assistant_id!r} already exists") from None
+        return self._assistants[graph_id].with_record(record)
+
+    async def _owned(self, owner: str, assistant_id: str, verb: str) -> AssistantRecord:
+        """Return the owner's created assistant to change; refuse a built-in one.
+
+        Raises:
+            RunsError: Conflict (a built-in assistant is read-only) or NotFound.
+        """
+        if assistant_id in self._assistants:
+            raise Conflict(
+                f"assistant {assistant_id!r} is built in and read-only: it cannot be {verb}; "
+                "create an assistant of its graph instead (POST /assistants)",
+                field="assistant_id",
+            )
+        record = await self._created.get(owner, assistant_id)
+        if record is None:
+            raise NotFound(f"assistant {assistant_id!r} not found", field="assistant_id")
+        return record
+
+    async def update_assistant(
+        self, owner: str, assistant_id: str, changes: dict[str, Any]
+    ) -> Assistant:
+        """Write a new version of the owner's assistant, which becomes the latest.
+
+        Args:
+            owner: The caller.
+            assistant_id: The assistant.
+            changes: New `graph_id`, `config`, `context`, `name`, `description`
+                (each replaces the latest version's), and `metadata` (merged into it).
+
+        Raises:
+            RunsError: Conflict (built-in), NotFound, InvalidFields (graph, context).
+        """
+        latest = await self._owned(owner, assistant_id, "updated")
+        changes = {k: v for k, v in changes.items() if v is not None or k == "description"}
+        if "metadata" in changes:
+            changes["metadata"] = {**latest.metadata, **changes["metadata"]}
+        graph_id = changes.get("graph_id", latest.graph_id)
+        config = changes.get("config", latest.config)
+        context = self._check_assistant(graph_id, config, changes.get("context", latest.context))
+        if "context" in changes or "graph_id" in changes:
+            changes["context"] = context
+        record = await self._created.update(owner, assistant_id, changes, now())
+        if record is None:
+            raise NotFound(f"assistant {assistant_id!r} not found", field="assistant_id")
+        return self._assistants[record.graph_id].with_record(record)
+
+    async def delete_assistant(self, owner: str, assistant_id: str) -> None:
+        """Delete the owner's assistant with its versions (its runs' threads stay)."""
+        await self._owned(owner, assistant_id, "deleted")
+        if not await self._created.delete(owner, assistant_id):
+            raise NotFound(f"assistant {assistant_id!r} not found", field="assistant_id")
+
+    async def assistant_versions(
+        self,
+        owner: str,
+        assistant_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Return an assistant's versions, newest first (a built-in one has one)."""
+        builtin = self._assistants.get(assistant_id)
+        if builtin is not None:
+            shown = builtin.to_json()
+            matches = all(shown["metadata"].get(k) == v for k, v in (metadata or {}).items())
+            return [shown][offset : offset + limit] if matches else []
+        await self.resolve_assistant(owner, assistant_id)
+        found = await self._created.versions(
+            owner, assistant_id, metadata=metadata, limit=limit, offset=offset
+        )
+        return [record.to_json() for record in found]
+
+    async def set_latest_version(self, owner: str, assistant_id: str, version: int) -> Assistant:
+        """Make one of the owner's assistant's versions the latest, the one runs use.
+
+        Raises:
+            RunsError: Conflict (built-in) or NotFound (assistant, version).
+        """
+        await self._owned(owner, assistant_id, "changed")
+        record = await self._created.set_latest(owner, assistant_id, version)
+        if record is None:
+            raise NotFound(f"assistant {assistant_id!r} has no version {version}", field="version")
+        return self._assistants[record.graph_id].with_record(record)
+
+    def _builtins_matching(
+        self, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None
+    ) -> list[Assistant]:
+        return [
+            a
+            for a in self._assistants.values()
+            if (graph_id is None or a.graph_id == graph_id)
+            and (name is None or a.spec.name == name)
+            and not metadata  # built-in assistants carry no metadata: any filter excludes them
+        ]
+
+    async def search_assistants(
+        self,
+        owner: str,
+        *,
+        graph_id: str | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str | None = None,
+        sort_order: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return the assistants matching every filter: the built-in ones, then the owner's.
+
+        Without `sort_by` the built-in ones come first (as the server lists them), then
+        the owner's newest first; with it, all of them in that order.
+        """
+        order = sort_order or ("asc" if sort_by is not None else "desc")
+        builtins = [a.to_json() for a in self._builtins_matching(graph_id, name, metadata)]
+        created = await self._created.search(
+            owner,
+            graph_id=graph_id,
+            name=name,
+            metadata=metadata,
+            limit=offset + limit,  # the page may start among the built-in ones
+            offset=0,
+            sort_by=sort_by or "created_at",
+            sort_order=order,
+        )
+        found = builtins + [record.to_json() for record in created]
+        if sort_by is not None:
+            key = sort_by
+            found.sort(key=lambda a: str(a[key] or ""), reverse=order == "desc")
+        return found[offset : offset + limit]
+
+    async def count_assistants(
+        self,
+        owner: str,
+        *,
+        graph_id: str | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Return how many assistants match every filter (the built-in ones and the owner's)."""
+        created = await self._created.count(owner, graph_id=graph_id, name=name, metadata=metadata)
+        return len(self._builtins_matching(graph_id, name, metadata)) + created
 
     # `engine.protocols.RunFrames`: what a stream response follows.
 
@@ -660,7 +898,7 @@ class RunManager:
             created_at=stamp,
             updated_at=stamp,
         )
-        self._check_cron(cron)
+        await self._check_cron(cron)
         await self._crons.insert(cron)
         return cron
 
@@ -704,7 +942,7 @@ class RunManager:
                     "on_run_completed applies to crons without a thread", field="on_run_completed"
                 )
             updated.updated_at = iso(self.cron_scheduler.clock()) or ""
-            self._check_cron(updated)
+            await self._check_cron(updated)
             if not {"schedule", "timezone", "end_time", "enabled"} & set(changes):
                 updated.next_run_at = cron.next_run_at
             if await self._crons.replace(updated, previous_next_run_at=cron.next_run_at):
@@ -754,7 +992,7 @@ class RunManager:
             owner, assistant_id=assistant_id, thread_id=thread_id, metadata=metadata
         )
 
-    def _check_cron(self, cron: CronRecord) -> None:
+    async def _check_cron(self, cron: CronRecord) -> None:
         """Check a cron's schedule, time zone and run request; set its next tick.
 
         Raises:
@@ -768,7 +1006,7 @@ class RunManager:
             cron.timezone = check_timezone(cron.timezone)
         except ValueError as exc:
             raise Invalid(str(exc), field="timezone") from None
-        self.preparation.check_request(self._cron_request(cron))
+        self.preparation.check_request(await self._cron_request(cron))
         # Each tick's run is checked again; refuse at once what every tick would refuse.
         check_webhook(cron.payload.get("webhook"), self.preparation.webhooks)
         tick = next_tick(
@@ -776,7 +1014,7 @@ class RunManager:
         )
         cron.next_run_at = iso(tick)
 
-    def _cron_request(self, cron: CronRecord) -> RunRequest:
+    async def _cron_request(self, cron: CronRecord) -> RunRequest:
         """Return the run request a cron's tick makes (checked like a client's)."""
         payload = cron.payload
         kwargs: dict[str, Any] = {
@@ -799,7 +1037,7 @@ class RunManager:
         return RunRequest(
             owner=cron.owner,
             thread_id=cron.thread_id,
-            assistant=self.assistant(cron.assistant_id),
+            assistant=await self.resolve_assistant(cron.owner, cron.assistant_id),
             kwargs=kwargs,
             metadata={**cron.metadata, "cron_id": cron.cron_id},
             multitask_strategy=payload.get("multitask_strategy") or "reject",
@@ -834,7 +1072,7 @@ class RunManager:
         cron = tick.cron
         following = iso(next_tick(cron.schedule, cron.timezone, now, parse_time(cron.end_time)))
         try:
-            prepared = await self.preparation.prepare(self._cron_request(cron))
+            prepared = await self.preparation.prepare(await self._cron_request(cron))
         except RunsError as exc:
             log.warning("cron %s: tick %s skipped: %s", cron.cron_id, cron.next_run_at, exc)
             await tick.fire(following, None)

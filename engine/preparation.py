@@ -21,6 +21,17 @@ the message added to the conversation; `command.goto: "__end__"` answers a
 pending interrupt with a HITL `reject`; a thread gets a `title` (its first
 request) and its assistant in its metadata; and the run's config carries the
 server's base URL (`configurable.base_url`), which a graph links images with.
+
+A run of an assistant a client created (`engine.assistants.AssistantRecord`, its
+latest version, resolved by the run manager) runs the graph of its `graph_id`,
+recorded in the run's kwargs (`RunRecord.graph_id`). The assistant's `config` is
+under the run's (the run's keys win, `configurable` key by key). An `atelier`
+assistant's context is a brand preset (`studio.brand`): checked again, it becomes the
+input's `brand`, the fields of a `brand` the input sends itself winning; the graph
+fills the input's unset fields from it when the run starts (`studio.brand.brand_fill`),
+so the run's own input overrides the preset field by field. The preset is also the
+`context` the Platform's clients read back; the graph's runtime context stays the
+server's (its services), so no client value reaches a model endpoint or key.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from typing import Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Interrupt
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from engine.assistants import Assistant
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
@@ -43,8 +54,39 @@ from engine.protocols import RunExecutor, RunStorage
 from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadRecord, now
 from engine.serde import dumps
 from engine.webhooks import WebhookConfig, check_webhook
+from studio.brand import BrandPreset, preset_of, preset_with
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def check_context(
+    context_type: Any, context: dict[str, Any], config: dict[str, Any]
+) -> dict[str, Any]:
+    """Check an assistant's context against its graph's context type; return it validated.
+
+    For a brand preset (`studio.brand.BrandPreset`), the preset fields of
+    `config.configurable` are checked too (`studio.brand.preset_of`).
+
+    Raises:
+        InvalidFields: Each fault, at `context.<field>` (or `config.configurable.<field>`).
+    """
+    adapter: TypeAdapter[Any] = TypeAdapter(context_type)
+    errors: list[dict[str, Any]] = []
+    try:
+        checked = adapter.validate_python(context)
+    except ValidationError as exc:
+        errors += [{**e, "loc": ("context", *e["loc"])} for e in exc.errors(include_url=False)]
+    if context_type is BrandPreset:
+        try:
+            adapter.validate_python(preset_of(None, config))
+        except ValidationError as exc:
+            errors += [
+                {**e, "loc": ("config", "configurable", *e["loc"])}
+                for e in exc.errors(include_url=False)
+            ]
+    if errors:
+        raise InvalidFields(errors)
+    return dict(checked)
 
 
 def request_fingerprint(thread_id: str | None, body: dict[str, Any]) -> str:
@@ -326,11 +368,47 @@ class RunPreparer:
                 raise InvalidFields.at(
                     option, f"{option} names unknown nodes {unknown}; nodes: {nodes}"
                 )
+        if assistant.record is not None:
+            kwargs, graph_input = RunPreparer.with_assistant(assistant, kwargs, graph_input)
         if request.base_url:
             config = dict(kwargs.get("config") or {})
             configurable = {**(config.get("configurable") or {}), "base_url": request.base_url}
             kwargs = {**kwargs, "config": {**config, "configurable": configurable}}
         return {**kwargs, "input": graph_input}
+
+    @staticmethod
+    def with_assistant(
+        assistant: Assistant, kwargs: dict[str, Any], graph_input: Any
+    ) -> tuple[dict[str, Any], Any]:
+        """Return a created assistant's run kwargs and input (see the module docstring).
+
+        Raises:
+            InvalidFields: The assistant's preset no longer passes its check (at
+                `assistant_id`, naming the preset's field).
+        """
+        record = assistant.record
+        assert record is not None
+        own = dict(kwargs.get("config") or {})
+        configurable = {
+            **(record.config.get("configurable") or {}),
+            **(own.get("configurable") or {}),
+        }
+        config = {**record.config, **own}
+        if configurable:
+            config["configurable"] = configurable
+        kwargs = {**kwargs, "config": config, "graph_id": assistant.graph_id}
+        if assistant.spec.context_type is not BrandPreset or not isinstance(graph_input, dict):
+            return kwargs, graph_input
+        preset = preset_of(record.context, record.config)
+        try:
+            check_context(BrandPreset, preset, {})
+        except InvalidFields as exc:
+            raise InvalidFields.at(
+                "assistant_id", f"assistant {record.assistant_id!r}'s preset: {exc.message}"
+            ) from None
+        if preset:
+            graph_input = {**graph_input, "brand": preset_with(preset, graph_input.get("brand"))}
+        return kwargs, graph_input
 
     def at_checkpoint(self, thread_id: str, checkpoint: dict[str, Any] | None) -> RunnableConfig:
         """Return the config of a thread's head, or of one of its checkpoints."""

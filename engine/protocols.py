@@ -28,7 +28,8 @@ and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
 the saver's own API, one per backend. `CronRepository` keeps the crons
-(`engine.crons`) and claims their due ticks, one per backend.
+(`engine.crons`) and claims their due ticks, one per backend. `AssistantRepository`
+keeps the assistants clients create, with their versions, one per backend.
 
 Invariants every implementation keeps:
 
@@ -66,7 +67,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from engine.assistants import Assistant
+from engine.assistants import Assistant, AssistantRecord
 from engine.crons import CronRecord
 from engine.records import (
     CancelAction,
@@ -506,6 +507,91 @@ class CronRepository(Protocol):
         ...
 
 
+class AssistantExists(RuntimeError):
+    """An assistant id is taken (by any owner)."""
+
+
+class AssistantRepository(Protocol):
+    """Assistants clients created, each owned by one API key, with their versions.
+
+    A version is never changed once written; `update` adds one and makes it the
+    latest, `set_latest` points the assistant at another. Every read answers the
+    owner's assistant only (None or False for another owner's, as for none).
+    """
+
+    async def insert(self, record: AssistantRecord) -> None:
+        """Store a new assistant with its first version (`record`).
+
+        Raises:
+            AssistantExists: The id is taken, by any owner.
+        """
+        ...
+
+    async def get(
+        self, owner: str, assistant_id: str, version: int | None = None
+    ) -> AssistantRecord | None:
+        """Return the owner's assistant at its latest version (or at `version`), or None."""
+        ...
+
+    async def update(
+        self, owner: str, assistant_id: str, changes: dict[str, Any], stamp: str
+    ) -> AssistantRecord | None:
+        """Write a new version: the latest one with `changes` (its fields), made the latest.
+
+        Returns:
+            The new version, or None when the owner has no such assistant.
+        """
+        ...
+
+    async def set_latest(
+        self, owner: str, assistant_id: str, version: int
+    ) -> AssistantRecord | None:
+        """Make `version` the one runs use; return it (None: no such assistant or version)."""
+        ...
+
+    async def versions(
+        self,
+        owner: str,
+        assistant_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[AssistantRecord]:
+        """Return the assistant's versions matching `metadata`, newest first."""
+        ...
+
+    async def delete(self, owner: str, assistant_id: str) -> bool:
+        """Delete the owner's assistant with every version; False when there is none."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        graph_id: str | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[AssistantRecord]:
+        """Return the owner's assistants (at their latest versions) matching every filter."""
+        ...
+
+    async def count(
+        self,
+        owner: str,
+        *,
+        graph_id: str | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Return how many of the owner's assistants match every given filter."""
+        ...
+
+
 class RunBackend(Protocol):
     """One deployment's run engine parts, opened and closed together.
 
@@ -562,6 +648,11 @@ class RunBackend(Protocol):
     @property
     def crons(self) -> CronRepository:
         """The crons, and the claiming of their ticks."""
+        ...
+
+    @property
+    def assistants(self) -> AssistantRepository:
+        """The assistants clients created, with their versions."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

@@ -116,6 +116,11 @@ class RunRecord:
         """Whether the run is pending or running."""
         return self.status in ACTIVE_STATUSES
 
+    @property
+    def graph_id(self) -> str:
+        """The graph the run runs: its assistant's, recorded for a created assistant."""
+        return str(self.kwargs.get("graph_id") or self.assistant_id)
+
     def to_json(self) -> dict[str, Any]:
         """Return the run in the LangGraph Platform shape."""
         return {

@@ -1,7 +1,8 @@
 """The assistants this service serves, each with its contract (PRODUCT.md §2.6).
 
     atelier   the content pipeline (`graphs.pipeline.build_pipeline`): its input is
-              `studio.state.AtelierInput`; a resume answers the planner's
+              `studio.state.AtelierInput`, an assistant of it carries a brand
+              preset in its context (`studio.brand.BrandPreset`); a resume answers the planner's
               clarification question (`check_clarification_answer`); a state update
               may ask for a card to be redrawn (`check_pipeline_update`); only the
               writing roles' tokens are streamed (`writer_tokens_only`).
@@ -36,6 +37,7 @@ from graphs.pipeline import build_pipeline
 from graphs.spec import AssistantSpec
 from graphs.team import build_team
 from providers.llm import streams_to_users
+from studio.brand import BrandPreset
 from studio.chat import chat_request
 from studio.post import card_to_redraw
 from studio.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
@@ -192,6 +194,7 @@ ATELIER = AssistantSpec(
     check_update=check_pipeline_update,
     keep_message=writer_tokens_only,
     chat_text=chat_text,
+    context_type=BrandPreset,
 )
 
 TEAM = AssistantSpec(

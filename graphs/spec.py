@@ -50,3 +50,6 @@ class AssistantSpec:
     # Chat input (`messages`): a message on a thread waiting at an interrupt answers it;
     # None: the assistant takes no chat input.
     chat_text: ChatReader | None = None
+    # What an assistant of this graph carries in its `context` (a TypedDict or model,
+    # validated and published as its context schema); None: any object.
+    context_type: Any = None

@@ -23,7 +23,11 @@
    ever reported that no judge gave.
 
 Pass = every code check passes, no REPLAN_REQUIRED, and the judge says
-`passed` with a score ≥ `ctx.critic_pass_threshold` — never without a judge.
+`passed` with a score ≥ the threshold — never without a judge. The threshold is
+the run's brand preset's `critic_pass_threshold` when it sets one, else
+`ctx.critic_pass_threshold` (`pass_threshold`); the judge is shown the brand's name
+and voice too. A brand's `must_avoid` terms reach the constraints (`studio.brand`),
+so a post using one fails layer 1's `must_avoid` check.
 
 Without a judge (decision, written down where PRODUCT.md §1.3 is silent): a
 failing code check still makes the attempt `failed` / `needs_improvement` and
@@ -242,6 +246,12 @@ def _deviation_check(alert: DeviationAlert | None) -> CheckResult:
 # ---------------------------------------------------------------------------
 
 
+def brand_block(brand: Mapping[str, Any] | None) -> list[str]:
+    """Return the judge's block on the run's brand (its name and voice), if it has one."""
+    shown = {k: (brand or {}).get(k) for k in ("brand_name", "voice") if (brand or {}).get(k)}
+    return [data_block("品牌设定", shown)] if shown else []
+
+
 def judge_messages(
     state: Mapping[str, Any], checks: Sequence[CheckResult], today: str
 ) -> list[Any]:
@@ -255,6 +265,7 @@ def judge_messages(
             {k: intent.get(k) for k in ("topic", "audience", "goal", "style", "rules")},
         ),
         data_block("可验证约束", intent.get("constraints") or {}),
+        *brand_block(state.get("brand")),
         data_block("帖子", {k: content.get(k) for k in ("title", "body", "tags")}),
     ]
     images = [{"slot": img.get("slot"), "alt": img.get("alt")} for img in state.get("images") or []]
@@ -432,6 +443,13 @@ def draft_source(state: Mapping[str, Any]) -> AttemptSource:
     return source if source in ("team", "card") else "edit"
 
 
+def pass_threshold(state: Mapping[str, Any], ctx: AtelierContext) -> float:
+    """Return the judge score a post needs: its brand preset's, else CRITIC_PASS_THRESHOLD."""
+    brand = state.get("brand") or {}
+    threshold = brand.get("critic_pass_threshold")
+    return float(threshold) if threshold is not None else ctx.critic_pass_threshold
+
+
 async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: Any) -> Judgement:
     """Run the three layers on the attempt in `state` (none when the team broke down).
 
@@ -439,7 +457,7 @@ async def judge_attempt(state: Mapping[str, Any], ctx: AtelierContext, writer: A
     redrawn card made after it is judged on its own.
     """
     failure = state.get("failure") if draft_source(state) == "team" else None
-    judgement = Judgement(threshold=ctx.critic_pass_threshold, failure=failure)
+    judgement = Judgement(threshold=pass_threshold(state, ctx), failure=failure)
     if judgement.failure is not None:
         return judgement
     # The checks stat and decode the image files: off the event loop.

@@ -93,6 +93,7 @@ def team_input(state: PipelineState) -> TeamInput:
         "knowledge_notes": list(state.get("knowledge_notes") or []),
         "retry_context": state.get("retry_context"),
         "limits": state.get("team_limits"),  # resolved at the run's start (studio.run_start)
+        "brand": state.get("brand"),  # the writer's voice (studio.brand)
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 

@@ -1,5 +1,8 @@
 """The writer: writes the post in plain Markdown, the one agent whose tokens stream to users.
 
+A run written for a brand (`state["brand"]`, a preset) has the brand's name, voice
+and terms in the writer's system prompt (`brand_rules`).
+
 A tool call would hide the text until it is complete, so the writer answers in
 a fixed plain-text format (see `prompts.writer`) that streams token by token in
 LangGraph's `messages` mode, and `parse_post` turns it into {title, body, tags}.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -37,6 +41,8 @@ SECTIONS = (
     "content",
     "review",
 )
+#: A brand preset's term lists, which the writer is told too.
+_TERMS = ("must_include", "must_avoid")
 #: Platforms whose names the prompt shows in Chinese.
 PLATFORM_NAMES = {
     "xiaohongshu": "小红书",
@@ -144,6 +150,24 @@ def parse_post(text: str) -> Post:
     return Post(title=title.strip(), body="\n".join(lines).strip(), tags=normalize_tags(tags))
 
 
+def brand_rules(brand: Mapping[str, Any] | None) -> str:
+    """Return the system prompt's lines on the run's brand: its name, voice and terms.
+
+    Empty without a brand (or one with none of those fields); a field the preset
+    leaves out is "未指定".
+    """
+    if not brand or not any(brand.get(k) for k in ("brand_name", "voice", *_TERMS)):
+        return ""
+    text = prompt.BRAND.format(
+        brand_name=brand.get("brand_name") or "未指定", voice=brand.get("voice") or "未指定"
+    )
+    if brand.get("must_include"):
+        text += prompt.MUST_INCLUDE.format(terms="、".join(brand["must_include"]))
+    if brand.get("must_avoid"):
+        text += prompt.MUST_AVOID.format(terms="、".join(brand["must_avoid"]))
+    return text
+
+
 def _platform(state: TeamState) -> str:
     platform = state.get("platform") or DEFAULT_PLATFORM
     return PLATFORM_NAMES.get(platform, platform)
@@ -159,7 +183,7 @@ async def writer_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> di
     ctx = context_of(runtime)
     revising = bool(state.get("generated_content") or state.get("retry_context"))
     task = prompt.REVISE_TASK if revising else prompt.TASK
-    system = prompt.SYSTEM.format(platform=_platform(state))
+    system = prompt.SYSTEM.format(platform=_platform(state)) + brand_rules(state.get("brand"))
     messages = build_messages(system, state, SECTIONS, AGENT, task=task)
     reply = await ctx.models(AGENT).ainvoke(messages)
     post = parse_post(str(reply.text))

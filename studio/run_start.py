@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from langgraph.runtime import Runtime
 
+from studio.brand import brand_fill
 from studio.chat import chat_request, image_blocks, is_human
 from studio.context import AtelierContext, context_of
 from studio.limits import fast_mode_limits, resolve_limits
@@ -118,7 +119,8 @@ def session_id_of(runtime: Runtime[Any]) -> str:
 def starting_run(node: PipelineNode) -> PipelineNode:
     """Return `node` entered with a new run's state reset first (see the module docstring).
 
-    On a new run the wrapped node sees the reset state, and its update carries
+    On a new run the wrapped node sees the reset state, with what the run's brand
+    preset fills of the input (`studio.brand.brand_fill`), and its update carries
     the reset fields under its own; otherwise (a replan, a resume) the node runs
     as it is.
     """
@@ -130,6 +132,7 @@ def starting_run(node: PipelineNode) -> PipelineNode:
         start = {
             **new_run_state(ctx, state, session_id_of(runtime)),
             **await chat_start(ctx, state),
+            **brand_fill(state),
         }
         update = await node({**state, **start}, runtime)  # type: ignore[typeddict-item]
         return {**start, **update}

@@ -103,6 +103,8 @@ class TeamInput(TypedDict, total=False):
     # Loop bounds; unset ones come from the context, then the defaults. The team's entry
     # node resolves them (studio.limits); routers and nodes read them (limits_of).
     limits: TeamLimits
+    # The brand preset the run writes for (`studio.brand`): the writer reads its name and voice.
+    brand: BrandPreset | None
     # The conversation when the team is served on its own (PRODUCT.md §7): the client's
     # messages, then writer_agent's draft as an AI message. The pipeline passes none.
     messages: Annotated[list[Any], add_messages]

@@ -1,23 +1,41 @@
-"""Assistants: the graphs this service runs, searchable and drawable.
+"""Assistants: the graphs this service runs, and the saved configurations of them clients make.
 
-POST /assistants/search          list them (filter by graph_id, name, metadata)
-POST /assistants/count           how many match
-GET  /assistants/{id}            one assistant
+POST   /assistants                  create one (a graph, config, context, metadata): version 1
+POST   /assistants/search           list them (filter by graph_id, name, metadata)
+POST   /assistants/count            how many match
+GET    /assistants/{id}             one assistant (a created one at its latest version)
+PATCH  /assistants/{id}             a new version, which becomes the latest
+DELETE /assistants/{id}             delete it with its versions (its runs' threads stay)
+POST   /assistants/{id}/versions    its versions, newest first
+POST   /assistants/{id}/latest      pick the version runs use
 GET  /assistants/{id}/graph      its graph as nodes and edges (`xray` opens subgraphs)
 GET  /assistants/{id}/schemas    JSON schemas of its input, output and state
 GET  /assistants/{id}/subgraphs  its subgraphs' schemas by namespace (`/subgraphs/{ns}`, `recurse`)
+
+The built-in assistants (`atelier`, `team`: one per graph) are read-only and every
+caller sees them; a created one belongs to the API key that created it (another key
+gets 404, as for threads). An `atelier` assistant's context is a brand preset
+(`studio.brand.BrandPreset`, its context schema).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
 from app.deps import PrincipalDep, RunsDep
-from app.schemas import AssistantCount, AssistantOut, AssistantSearch
+from app.schemas import (
+    AssistantCount,
+    AssistantCreate,
+    AssistantLatest,
+    AssistantOut,
+    AssistantPatch,
+    AssistantSearch,
+    AssistantVersionSearch,
+)
 from engine.assistants import Assistant
 from engine.manager import RunManager
 from engine.serde import to_jsonable
@@ -28,46 +46,130 @@ AssistantId = Annotated[str, Path(min_length=1, max_length=128, description="Ass
 MAX_XRAY_DEPTH = 10
 
 
-def _assistant(manager: RunManager, assistant_id: str) -> Assistant:
-    return manager.assistant(assistant_id)
+async def _assistant(manager: RunManager, owner: str, assistant_id: str) -> Assistant:
+    return await manager.resolve_assistant(owner, assistant_id)
+
+
+@router.post("/assistants", response_model=AssistantOut, summary="Create an assistant")
+async def create_assistant(
+    body: AssistantCreate, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Save a configuration of a graph as an assistant (version 1), owned by the caller."""
+    assistant = await manager.create_assistant(
+        owner,
+        graph_id=body.graph_id,
+        assistant_id=body.assistant_id,
+        config=body.config.model_dump(exclude_none=True) if body.config else None,
+        context=dict(body.context) if body.context is not None else None,
+        metadata=body.metadata,
+        name=body.name,
+        description=body.description,
+        if_exists=body.if_exists,
+    )
+    return assistant.to_json()
 
 
 @router.post("/assistants/search", response_model=list[AssistantOut], summary="Search assistants")
 async def search_assistants(
-    body: AssistantSearch, manager: RunsDep, _owner: PrincipalDep
+    body: AssistantSearch, manager: RunsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
-    """List the assistants matching every given filter."""
-    found = [
-        a.to_json()
-        for a in manager.list_assistants()
-        if (body.graph_id is None or a.graph_id == body.graph_id)
-        and (body.name is None or a.spec.name == body.name)
-        and not body.metadata  # assistants carry no metadata: any filter excludes them
-    ]
-    if body.sort_by is not None:
-        key = body.sort_by
-        found.sort(key=lambda a: str(a[key]), reverse=body.sort_order == "desc")
-    return found[body.offset : body.offset + body.limit]
+    """List the assistants matching every given filter: the built-in ones and the caller's."""
+    return await manager.search_assistants(
+        owner,
+        graph_id=body.graph_id,
+        name=body.name,
+        metadata=body.metadata,
+        limit=body.limit,
+        offset=body.offset,
+        sort_by=body.sort_by,
+        sort_order=body.sort_order,
+    )
 
 
 @router.post("/assistants/count", response_model=int, summary="Count assistants")
-async def count_assistants(body: AssistantCount, manager: RunsDep, _owner: PrincipalDep) -> int:
+async def count_assistants(body: AssistantCount, manager: RunsDep, owner: PrincipalDep) -> int:
     """Return how many assistants match every given filter."""
-    return sum(
-        1
-        for a in manager.list_assistants()
-        if (body.graph_id is None or a.graph_id == body.graph_id)
-        and (body.name is None or a.spec.name == body.name)
-        and not body.metadata  # assistants carry no metadata: any filter excludes them
+    return await manager.count_assistants(
+        owner, graph_id=body.graph_id, name=body.name, metadata=body.metadata
     )
 
 
 @router.get("/assistants/{assistant_id}", response_model=AssistantOut, summary="Get an assistant")
 async def get_assistant(
-    assistant_id: AssistantId, manager: RunsDep, _owner: PrincipalDep
+    assistant_id: AssistantId, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
-    """Return one assistant."""
-    return _assistant(manager, assistant_id).to_json()
+    """Return one assistant (a created one at its latest version)."""
+    return (await _assistant(manager, owner, assistant_id)).to_json()
+
+
+@router.patch(
+    "/assistants/{assistant_id}", response_model=AssistantOut, summary="Update an assistant"
+)
+async def patch_assistant(
+    assistant_id: AssistantId, body: AssistantPatch, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Write a new version (the fields sent replace the latest's; metadata is merged).
+
+    The new version becomes the latest; a built-in assistant is read-only (409).
+    """
+    changes = body.model_dump(exclude_unset=True)
+    if body.config is not None:
+        changes["config"] = body.config.model_dump(exclude_none=True)
+    if body.context is not None:
+        changes["context"] = dict(body.context)
+    assistant = await manager.update_assistant(owner, assistant_id, changes)
+    return assistant.to_json()
+
+
+@router.delete("/assistants/{assistant_id}", status_code=204, summary="Delete an assistant")
+async def delete_assistant(
+    assistant_id: AssistantId,
+    manager: RunsDep,
+    owner: PrincipalDep,
+    delete_threads: Annotated[
+        bool, Query(description="Delete its threads too: not supported (false only).")
+    ] = False,
+) -> Response:
+    """Delete a created assistant with every version; its runs' threads stay readable."""
+    if delete_threads:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("query", "delete_threads"),
+                    "msg": "delete_threads is not supported: an assistant's threads stay; "
+                    "delete them with DELETE /threads/{thread_id}",
+                }
+            ]
+        )
+    await manager.delete_assistant(owner, assistant_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/assistants/{assistant_id}/versions",
+    response_model=list[AssistantOut],
+    summary="List an assistant's versions",
+)
+async def list_versions(
+    assistant_id: AssistantId, body: AssistantVersionSearch, manager: RunsDep, owner: PrincipalDep
+) -> list[dict[str, Any]]:
+    """Return the assistant's versions matching `metadata`, newest first."""
+    return await manager.assistant_versions(
+        owner, assistant_id, metadata=body.metadata, limit=body.limit, offset=body.offset
+    )
+
+
+@router.post(
+    "/assistants/{assistant_id}/latest",
+    response_model=AssistantOut,
+    summary="Set an assistant's latest version",
+)
+async def set_latest_version(
+    assistant_id: AssistantId, body: AssistantLatest, manager: RunsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Make one version the latest: the one the assistant's runs use from now on."""
+    return (await manager.set_latest_version(owner, assistant_id, body.version)).to_json()
 
 
 def _xray(value: str) -> bool | int:
@@ -91,13 +193,13 @@ def _xray(value: str) -> bool | int:
 async def get_graph(
     assistant_id: AssistantId,
     manager: RunsDep,
-    _owner: PrincipalDep,
+    owner: PrincipalDep,
     xray: Annotated[
         str, Query(max_length=5, description="Open subgraphs: true, false or a depth.")
     ] = "false",
 ) -> dict[str, Any]:
     """Return the graph as `{nodes, edges}` (what LangGraph Studio draws)."""
-    graph = _assistant(manager, assistant_id).graph
+    graph = (await _assistant(manager, owner, assistant_id)).graph
     drawable = await graph.aget_graph(xray=_xray(xray))
     return to_jsonable(drawable.to_json())
 
@@ -111,10 +213,14 @@ def _state_schema(graph: Any) -> dict[str, Any]:
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's JSON schemas")
 async def get_schemas(
-    assistant_id: AssistantId, manager: RunsDep, _owner: PrincipalDep
+    assistant_id: AssistantId, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
-    """Return the JSON schemas of the assistant's input, output and state."""
-    assistant = _assistant(manager, assistant_id)
+    """Return the JSON schemas of the assistant's input, output, state and context.
+
+    The context schema is the graph's context type's (an atelier assistant's: a brand
+    preset, `studio.brand.BrandPreset`); None where the graph takes any object.
+    """
+    assistant = await _assistant(manager, owner, assistant_id)
     graph = assistant.graph
 
     def schema(get: Any) -> dict[str, Any] | None:
@@ -134,8 +240,16 @@ async def get_schemas(
         "output_schema": schema(graph.get_output_jsonschema),
         "state_schema": schema(lambda: _state_schema(graph)),
         "config_schema": None,
-        "context_schema": None,
+        "context_schema": _context_schema(assistant),
     }
+
+
+def _context_schema(assistant: Assistant) -> dict[str, Any] | None:
+    context_type = assistant.spec.context_type
+    if context_type is None:
+        return None
+    adapter: TypeAdapter[Any] = TypeAdapter(context_type)
+    return adapter.json_schema()
 
 
 def _graph_schemas(graph_id: str, graph: Any) -> dict[str, Any]:
@@ -158,9 +272,9 @@ def _graph_schemas(graph_id: str, graph: Any) -> dict[str, Any]:
 
 
 async def _subgraphs(
-    manager: RunManager, assistant_id: str, namespace: str | None, recurse: bool
+    manager: RunManager, owner: str, assistant_id: str, namespace: str | None, recurse: bool
 ) -> dict[str, Any]:
-    assistant = _assistant(manager, assistant_id)
+    assistant = await _assistant(manager, owner, assistant_id)
     found = {
         ns: _graph_schemas(assistant.graph_id, subgraph)
         async for ns, subgraph in assistant.graph.aget_subgraphs(
@@ -174,11 +288,11 @@ async def _subgraphs(
 async def get_subgraphs(
     assistant_id: AssistantId,
     manager: RunsDep,
-    _owner: PrincipalDep,
+    owner: PrincipalDep,
     recurse: bool = False,
 ) -> dict[str, Any]:
     """Return the schemas of the graph's subgraphs by namespace (`recurse`: nested too)."""
-    return await _subgraphs(manager, assistant_id, None, recurse)
+    return await _subgraphs(manager, owner, assistant_id, None, recurse)
 
 
 @router.get("/assistants/{assistant_id}/subgraphs/{namespace}", summary="One subgraph's schemas")
@@ -186,8 +300,8 @@ async def get_subgraphs_at(
     assistant_id: AssistantId,
     namespace: Annotated[str, Path(min_length=1, max_length=512, description="Namespace.")],
     manager: RunsDep,
-    _owner: PrincipalDep,
+    owner: PrincipalDep,
     recurse: bool = False,
 ) -> dict[str, Any]:
     """Return the schemas of the subgraphs under one namespace (e.g. `executor`)."""
-    return await _subgraphs(manager, assistant_id, namespace, recurse)
+    return await _subgraphs(manager, owner, assistant_id, namespace, recurse)

@@ -313,7 +313,7 @@ async def _create(
     on_run_completed = body.on_run_completed if isinstance(body, CronCreate) else None
     cron = await manager.create_cron(
         owner,
-        assistant_id=manager.assistant(body.assistant_id).assistant_id,
+        assistant_id=(await manager.resolve_assistant(owner, body.assistant_id)).assistant_id,
         thread_id=thread_id,
         schedule=body.schedule,
         timezone=body.timezone,

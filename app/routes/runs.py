@@ -150,7 +150,7 @@ async def _create(
         raise _header_error(
             "Idempotency-Key", "Idempotency-Key must be 1-255 printable ASCII characters"
         )
-    assistant = manager.assistant(body.assistant_id)
+    assistant = await manager.resolve_assistant(owner, body.assistant_id)
     kwargs: dict[str, Any] = {
         "input": body.input,
         "command": body.command.model_dump(exclude_none=True) if body.command else None,

@@ -236,12 +236,39 @@ CREATE INDEX crons_metadata ON crons USING gin (metadata jsonb_path_ops);
 CREATE INDEX crons_due ON crons (next_run_at) WHERE enabled;
 """
 
+# Schema version 5. Assistants clients created (engine/postgres/assistants.py): `version`
+# is the latest, the one runs use; each version is written once and never changed, and
+# goes with its assistant. Searches match the latest version's metadata by containment.
+_V5 = """
+CREATE TABLE assistants (
+    assistant_id  text PRIMARY KEY,
+    owner         text NOT NULL,
+    version       integer NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX assistants_owner ON assistants (owner, created_at);
+CREATE TABLE assistant_versions (
+    assistant_id  text NOT NULL REFERENCES assistants (assistant_id) ON DELETE CASCADE,
+    version       integer NOT NULL,
+    graph_id      text NOT NULL,
+    name          text NOT NULL,
+    description   text,
+    config        jsonb NOT NULL DEFAULT '{}',
+    context       jsonb NOT NULL DEFAULT '{}',
+    metadata      jsonb NOT NULL DEFAULT '{}',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (assistant_id, version)
+);
+CREATE INDEX assistant_versions_metadata ON assistant_versions USING gin (metadata jsonb_path_ops);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
     Migration(2, "lease renewals update runs in place", _V2),
     Migration(3, "webhook outbox", _V3),
     Migration(4, "crons", _V4),
+    Migration(5, "assistants and their versions", _V5),
 )
 
 _VERSION_TABLE = """

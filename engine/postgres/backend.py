@@ -25,6 +25,7 @@ from engine.db.backend import PostgresBackend, open_backend
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
+from engine.postgres.assistants import PostgresAssistantRepository
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.live import RedisLiveFrames
@@ -54,6 +55,8 @@ class PostgresRunBackend:
     signals: RunSignals
     #: The crons; every API replica's run manager fires their ticks, each once.
     crons: PostgresCronRepository
+    #: The assistants clients created, with their versions.
+    assistants: PostgresAssistantRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -184,5 +187,6 @@ async def open_postgres_backend(
             checkpoints=PostgresCheckpoints(checkpointer),
             signals=RunSignals(storage.runs, resources.redis),
             crons=PostgresCronRepository(resources.pool),
+            assistants=PostgresAssistantRepository(resources.pool),
             metrics=metrics,
         )

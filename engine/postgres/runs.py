@@ -252,7 +252,7 @@ async def insert_run(
         "WHEN coalesce(jsonb_typeof(metadata -> 'graph_id'), 'null') = 'null' "
         "THEN metadata || jsonb_build_object('graph_id', %s::text, 'assistant_id', %s::text) "
         "ELSE metadata END WHERE thread_id = %s",
-        (run.assistant_id, run.assistant_id, run.thread_id),
+        (run.graph_id, run.assistant_id, run.thread_id),
     )
     return True
 

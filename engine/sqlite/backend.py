@@ -24,6 +24,7 @@ from engine.executor import InProcessExecutor
 from engine.hub import Hub
 from engine.protocols import ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
+from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
@@ -43,6 +44,8 @@ class SqliteRunBackend:
     checkpoints: SqliteCheckpoints
     #: The crons, in the same file; this process's run manager fires them.
     crons: SqliteCronRepository
+    #: The assistants clients created, with their versions.
+    assistants: SqliteAssistantRepository
     #: The studio opens its SQLite vault and file asset store itself.
     notes: NoteRepository | None = None
     assets: AssetStore | None = None
@@ -124,5 +127,6 @@ async def open_sqlite_backend(
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
                     crons=SqliteCronRepository(storage.database),
+                    assistants=SqliteAssistantRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )

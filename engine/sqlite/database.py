@@ -127,6 +127,29 @@ CREATE INDEX IF NOT EXISTS webhook_deliveries_due
     ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS webhook_deliveries_run ON webhook_deliveries (run_id);
 
+-- Assistants clients created (engine/sqlite/assistants.py): `version` is the latest, the
+-- one runs use; each version is written once and never changed.
+CREATE TABLE IF NOT EXISTS assistants (
+    assistant_id  TEXT PRIMARY KEY,
+    owner         TEXT NOT NULL,
+    version       INTEGER NOT NULL,
+    created_at    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS assistants_owner ON assistants (owner, created_at);
+
+CREATE TABLE IF NOT EXISTS assistant_versions (
+    assistant_id  TEXT NOT NULL,
+    version       INTEGER NOT NULL,
+    graph_id      TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    description   TEXT,
+    config        TEXT NOT NULL DEFAULT '{}',
+    context       TEXT NOT NULL DEFAULT '{}',
+    metadata      TEXT NOT NULL DEFAULT '{}',
+    created_at    TEXT NOT NULL,
+    PRIMARY KEY (assistant_id, version)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS webhook_attempts (
     delivery_id  TEXT NOT NULL,
     attempt      INTEGER NOT NULL,

@@ -95,7 +95,7 @@ async def insert_run(
         "WHEN json_extract(metadata, '$.graph_id') IS NULL "
         "THEN json_set(metadata, '$.graph_id', ?, '$.assistant_id', ?) "
         "ELSE metadata END WHERE thread_id = ?",
-        (now(), run.assistant_id, run.assistant_id, run.thread_id),
+        (now(), run.graph_id, run.assistant_id, run.thread_id),
     )
     return True
 

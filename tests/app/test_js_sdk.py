@@ -48,6 +48,8 @@ JS_DIR = Path(__file__).resolve().parents[1] / "js"
 FLOWS = ("submit", "interrupt", "second", "reconnect", "branch", "join", "client")
 ATELIER_FLOWS = ("atelier-post", "atelier-question", "atelier-revise", "atelier-branch")
 KEY = "js-acceptance-key-0123456789"
+#: A second API key of the assistants flow (its assistants are the first key's alone).
+OTHER_KEY = "js-acceptance-other-0123456789"
 #: What the writer's prompt says when it revises the thread's previous post (studio.post).
 REVISING = "要修改的上一篇帖子"
 
@@ -131,7 +133,11 @@ def processes(
     scripted_llm: ScriptedOpenAIServer,
 ) -> Iterator[Any]:
     """`atelier serve --workers 0` twice behind nginx and `atelier worker` twice."""
-    env = {"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30", "SSE_HEARTBEAT_INTERVAL": "15"}
+    env = {
+        "AUTH_API_KEYS": f"{KEY},{OTHER_KEY}",
+        "LLM_TIMEOUT": "30",
+        "SSE_HEARTBEAT_INTERVAL": "15",
+    }
     with processes_deployment(
         request, tmp_path_factory, scripted_llm.base_url, cli=True, env=env
     ) as deployment:
@@ -147,7 +153,7 @@ def studio(
 
     def settings(**scale: Any) -> Settings:
         return service_settings(
-            tmp_path / "data", scripted_llm.base_url, auth_api_keys=[KEY], **scale
+            tmp_path / "data", scripted_llm.base_url, auth_api_keys=[KEY, OTHER_KEY], **scale
         )
 
     with serve_deployment(request, settings, None, {"X-Api-Key": KEY}) as served:
@@ -170,3 +176,19 @@ def test_agent_chat_ui_flow_on_atelier(
         assert revising, "no writer prompt carried the previous post"
         prompt = json.dumps(revising[-1].messages, ensure_ascii=False)
         assert result["previous_title"] in prompt
+
+
+@pytest.mark.slow
+def test_brand_presets_through_the_js_sdk(
+    node: str, studio: Served, scripted_llm: ScriptedOpenAIServer
+) -> None:
+    """Create, run, update, roll back, search and delete a preset with the JS SDK's Client."""
+    result = run_flow(node, "assistants-preset", studio.url, KEY, OTHER_KEY)
+    assert result["voices"] == ["JS第一版", "JS第二版", "JS第一版"]
+    writer_prompts = [
+        str(r.messages[0].get("content"))
+        for r in scripted_llm.requests
+        if not r.tools and r.messages and r.messages[0].get("role") == "system"
+    ]
+    for voice in ("JS第一版", "JS第二版"):  # the preset's voice and terms reach the writer
+        assert any(voice in p and "JS 青禾" in p and "营销" in p for p in writer_prompts)

@@ -215,3 +215,44 @@ def test_the_cron_routes_are_listed_with_typed_bodies(
 def test_a_cron_schedule_documents_its_bounds(document: dict[str, Any]) -> None:
     schedule = document["components"]["schemas"]["CronCreate"]["properties"]["schedule"]
     assert schedule["maxLength"] == 256 and schedule["examples"]
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "body", "answer", "statuses"),
+    [
+        ("/assistants", "post", "AssistantCreate", "AssistantOut", {"200", "409", "422"}),
+        ("/assistants/{assistant_id}", "patch", "AssistantPatch", "AssistantOut", {"404", "409"}),
+        ("/assistants/{assistant_id}/versions", "post", "AssistantVersionSearch", None, {"404"}),
+        ("/assistants/{assistant_id}/latest", "post", "AssistantLatest", "AssistantOut", {"409"}),
+        ("/assistants/search", "post", "AssistantSearch", None, {"422"}),
+        ("/assistants/count", "post", "AssistantCount", None, {"422"}),
+    ],
+)
+def test_the_assistant_routes_are_listed_with_typed_bodies(
+    document: dict[str, Any],
+    path: str,
+    method: str,
+    body: str,
+    answer: str | None,
+    statuses: set[str],
+) -> None:
+    operation = document["paths"][path][method]
+    request = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": f"#/components/schemas/{body}"}
+    assert statuses <= set(operation["responses"])
+    if answer is not None:
+        ok = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok == {"$ref": f"#/components/schemas/{answer}"}
+    assert document["components"]["schemas"][body]["additionalProperties"] is False
+    deleting = document["paths"]["/assistants/{assistant_id}"]["delete"]["responses"]
+    assert {"204", "404", "409"} <= set(deleting)
+
+
+def test_an_assistants_context_is_documented_as_a_brand_preset(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    context = str(schemas["AssistantCreate"]["properties"]["context"])
+    assert "'$ref': '#/components/schemas/BrandPreset'" in context
+    preset = schemas["BrandPreset"]
+    assert preset["additionalProperties"] is False
+    assert preset["properties"]["image_count"]["maximum"] == 9
+    assert "url" not in str(sorted(preset["properties"])).lower()  # no endpoint a client sets

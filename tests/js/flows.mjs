@@ -453,6 +453,71 @@ Object.assign(flows, {
   },
 });
 
+// Brand presets (issue 25): an `atelier` assistant's context, created, versioned, rolled
+// back and deleted through the SDK's Client; a run with its id writes for the brand.
+// Usage: node flows.mjs assistants-preset <apiUrl> <apiKey> <otherApiKey>
+const PRESET_REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚";
+Object.assign(flows, {
+  async "assistants-preset"() {
+    const otherKey = process.argv[5];
+    const client = new Client({ apiUrl, defaultHeaders: keyed });
+    const other = new Client({ apiUrl, defaultHeaders: { "X-Api-Key": otherKey } });
+    const input = { request: PRESET_REQUEST, auto_confirm: true, fast_mode: true };
+    const preset = (voice) => ({ brand_name: "JS 青禾", voice, must_include: ["氨基酸"], must_avoid: ["营销"] });
+    const status = async (call) => {
+      try {
+        await call();
+        return 200;
+      } catch (error) {
+        return error.status;
+      }
+    };
+    const run = async (assistantId) => {
+      const thread = await client.threads.create();
+      const values = await client.runs.wait(thread.thread_id, assistantId, { input });
+      return { thread: thread.thread_id, values };
+    };
+
+    const created = await client.assistants.create({ graphId: "atelier", context: preset("JS第一版"), metadata: { brand: "js-brand" }, name: "JS 青禾" });
+    check(created.version === 1 && created.graph_id === "atelier", "version 1 of an atelier assistant", created);
+    const id = created.assistant_id;
+    const first = await run(id);
+    check(first.values.brand?.voice === "JS第一版", "the run writes for the preset", first.values.brand);
+    const avoided = first.values.verdict.checks.find((c) => c.name === "must_avoid");
+    check(avoided && avoided.passed === false, "the critic fails the must-avoid term", first.values.verdict.checks);
+
+    const updated = await client.assistants.update(id, { context: preset("JS第二版") });
+    check(updated.version === 2, "an update is version 2", updated);
+    const second = await run(id);
+    check(second.values.brand.voice === "JS第二版", "the next run uses version 2", second.values.brand);
+    const latest = await client.assistants.setLatest(id, 1);
+    check(latest.version === 1, "setLatest(1)", latest);
+    const third = await run(id);
+    check(third.values.brand.voice === "JS第一版", "the next run uses version 1 again", third.values.brand);
+
+    const versions = await client.assistants.getVersions(id);
+    check(versions.map((v) => v.version).join() === "2,1", "getVersions lists both", versions);
+    const found = await client.assistants.search({ metadata: { brand: "js-brand" } });
+    check(found.length === 1 && found[0].assistant_id === id && found[0].version === 1, "search by metadata", found);
+    check((await client.assistants.count({ metadata: { brand: "js-brand" } })) === 1, "count by metadata");
+    const schemas = await client.assistants.getSchemas(id);
+    check("voice" in schemas.context_schema.properties, "the context schema is a preset's", schemas.context_schema);
+
+    check((await status(() => other.assistants.get(id))) === 404, "another key gets 404");
+    check((await other.assistants.search({ metadata: { brand: "js-brand" } })).length === 0, "another key finds none");
+    check((await status(() => other.assistants.delete(id))) === 404, "another key cannot delete it");
+    check((await status(() => client.assistants.update("atelier", { name: "x" }))) === 409, "a built-in assistant is read-only");
+
+    await client.assistants.delete(id);
+    check((await status(() => client.assistants.get(id))) === 404, "deleted: 404");
+    const state = await client.threads.getState(first.thread);
+    check(state.values.brand.voice === "JS第一版", "its runs' threads stay readable", state.values.brand);
+    const runs = await client.runs.list(first.thread);
+    check(runs.length === 1 && runs[0].assistant_id === id, "the run names the assistant", runs);
+    return { assistant_id: id, voices: [first, second, third].map((r) => r.values.brand.voice) };
+  },
+});
+
 try {
   if (!flows[flow]) throw new Error(`unknown flow ${flow}; flows: ${Object.keys(flows).join(", ")}`);
   const result = await flows[flow]();

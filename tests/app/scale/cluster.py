@@ -282,6 +282,8 @@ TEST_DATA_TABLES = (
     "webhook_deliveries",
     "webhook_attempts",
     "crons",
+    "assistants",
+    "assistant_versions",
 )
 
 
