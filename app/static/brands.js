@@ -297,7 +297,8 @@ function fieldControl(name, schema) {
   if (kind === "text") {
     const input = document.createElement("input");
     if (schema.maxLength) input.maxLength = schema.maxLength;
-    if (schema.pattern) input.pattern = schema.pattern.replace(/^\^|\$$/g, "");
+    const pattern = schema.pattern && htmlPattern(schema.pattern);
+    if (pattern) input.pattern = pattern;
     input.spellcheck = !schema.pattern;
     return input;
   }
@@ -305,6 +306,19 @@ function fieldControl(name, schema) {
   area.rows = kind === "posts" ? 6 : 3;
   if (kind === "long" && schema.maxLength) area.maxLength = schema.maxLength;
   return area;
+}
+
+// A JSON schema pattern as an input's `pattern` (matched whole, with the `v` flag,
+// where a class's literal "-" needs escaping), or null when that mode cannot read
+// it: the server checks the value anyway.
+function htmlPattern(pattern) {
+  const whole = pattern.replace(/^\^/, "").replace(/\$$/, "").replace(/(?<!\\)-\]/g, "\\-]");
+  try {
+    new RegExp(whole, "v");
+    return whole;
+  } catch {
+    return null;
+  }
 }
 
 // Field labels come from I18N (data-i18n); the bounds are written in the chosen language.
