@@ -95,7 +95,8 @@ let presets = [];             // the caller's atelier assistants, each at its la
 let presetFields = [];        // [name, JSON schema of the field] of the context schema
 let editing = null;           // the preset the form edits (null: a new one)
 let versionsOf = null;        // {preset, versions} shown in the version history
-let notesOf = null;           // {preset, notes} shown in the notes
+let notesOf = null;           // {preset, namespace, notes} shown in the notes
+let shownNote = null;         // [key, vars] of the panel's last note, drawn again in another language
 
 // ---------------------------------------------------------------- picker
 
@@ -184,6 +185,7 @@ function renderPresets() {
       button.className = `link ${action}`;
       button.dataset.action = action;
       button.textContent = t(`brands.${action}`);
+      button.setAttribute("aria-label", `${t(`brands.${action}`)}: ${presetName(preset)}`);
       button.addEventListener("click", () => handler().catch((err) => brandError(err.message)));
       li.append(button);
     }
@@ -198,7 +200,7 @@ async function deletePreset(preset) {
   if (editing && editing.assistant_id === preset.assistant_id) closeForm();
   if (versionsOf && versionsOf.preset.assistant_id === preset.assistant_id) closeVersions();
   if (notesOf && notesOf.preset.assistant_id === preset.assistant_id) closeNotes();
-  await loadPresets().then(pickShownPost);  // a reloaded page may show a brand's post
+  await loadPresets();
 }
 
 function brandError(message) {
@@ -207,8 +209,6 @@ function brandError(message) {
   $("brand-error").textContent = message;  // a 422 names the field and the rule
   $("brand-error").hidden = false;
 }
-
-let shownNote = null;          // [key, vars] of the panel's last note, drawn again in another language
 
 function brandNote(key, vars = {}) {
   shownNote = [key, vars];
@@ -411,13 +411,13 @@ async function savePreset() {
       const saved = await api("PATCH", `/assistants/${encodeURIComponent(editing.assistant_id)}`, body);
       closeForm();
       brandNote("brands.saved", { n: saved.version });
-      await loadPresets().then(pickShownPost);  // a reloaded page may show a brand's post
+      await loadPresets();
       if (versionsOf && versionsOf.preset.assistant_id === saved.assistant_id) await loadVersions(saved);
     } else {
       const created = await api("POST", "/assistants", { graph_id: BUILT_IN, ...body });
       closeForm();
       brandNote("brands.created");
-      await loadPresets().then(pickShownPost);  // a reloaded page may show a brand's post
+      await loadPresets();
       $("brand").value = created.assistant_id;  // a new brand is the one to write with
       onPick();
     }
@@ -485,7 +485,7 @@ async function useVersion(version) {
   const id = versionsOf.preset.assistant_id;
   await api("POST", `/assistants/${encodeURIComponent(id)}/latest`, { version });
   brandNote("brands.used", { n: version });
-  await loadPresets().then(pickShownPost);  // a reloaded page may show a brand's post
+  await loadPresets();
   await loadVersions({ assistant_id: id });
 }
 

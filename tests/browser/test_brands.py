@@ -172,7 +172,8 @@ def test_a_preset_made_in_the_console_writes_in_its_voice_is_edited_and_rolled_b
     runs = httpx.get(f"{server}/threads/{thread_id}/runs").json()
     assert [r["assistant_id"] for r in runs] == [assistant_id]
 
-    # Edit: version 2, which the next run uses.
+    # Edit: version 2, which the next run uses. Saving leaves the picker as the person set it.
+    page.select_option("#brand", "")
     page.click(f"#brands-list li[data-assistant='{assistant_id}'] button[data-action='edit']")
     assert page.input_value("#brand-field-voice") == VOICE_1
     assert page.input_value("#brand-field-must_include") == "氨基酸\n防晒"
@@ -181,6 +182,7 @@ def test_a_preset_made_in_the_console_writes_in_its_voice_is_edited_and_rolled_b
     page.wait_for_function("() => document.querySelector('#brand-note').textContent.includes('2')")
     assert page.inner_text("#brand-note") == "已保存为第 2 版，之后的创作使用这一版。"
     assert "第 2 版" in page.inner_text("#brands-list li .muted")
+    assert page.input_value("#brand") == ""
     page.select_option("#brand", assistant_id)
     llm.reset()
     post = _run(page)
