@@ -178,6 +178,7 @@ const state = {
   draftIds: new Map(),      // writer message id → {el, text}
   stageCounts: {},
   status: "idle",
+  assistantId: null,        // the assistant the shown post runs (a brand preset's, or atelier)
   result: null,             // the thread's result shown under the run, if any
   pending: null,            // the open question of the thread, if any
   input: null,              // the request and settings of the thread's post
@@ -254,9 +255,12 @@ function parseData(text) {
 
 // ---------------------------------------------------------------- run lifecycle
 
+// The assistant a new post runs: brands.js makes it the picked brand preset's.
+let pickAssistant = () => "atelier";
+
 function runBody(extra) {
   return {
-    assistant_id: "atelier",
+    assistant_id: state.assistantId || "atelier",
     stream_mode: STREAM_MODES,
     stream_subgraphs: true,
     stream_resumable: true,
@@ -271,6 +275,7 @@ async function startRun(input) {
   state.threadId = thread.thread_id;
   state.runId = null;
   state.input = input;
+  state.assistantId = pickAssistant();
   await openStream("POST", `/threads/${state.threadId}/runs/stream`, runBody({ input }));
 }
 
@@ -331,6 +336,7 @@ async function settle() {
   if (!state.threadId || !state.runId) return;
   try {
     const run = await api("GET", `/threads/${state.threadId}/runs/${state.runId}`);
+    state.assistantId = run.assistant_id;  // its resume, edit and redraw run the same one
     const threadState = await api("GET", `/threads/${state.threadId}/state`);
     const values = threadState.values || {};
     showInput(values, run);

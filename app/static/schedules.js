@@ -68,7 +68,7 @@ async function createSchedule() {
   const input = scheduleInput();
   if (!input.request) { error.textContent = t("schedule.need_request"); error.hidden = false; return; }
   const body = {
-    assistant_id: "atelier",
+    assistant_id: pickAssistant(),  // the picked brand preset, or the built-in
     input,
     schedule: $("schedule-cron").value.trim(),
     timezone: $("schedule-timezone").value.trim() || undefined,
