@@ -57,6 +57,7 @@ from tests.app.harness import (
 )
 from tests.app.test_assistants_service import writer_systems
 from tests.app.test_atelier_service import ANSWER_DELAY, REQUEST, Gate, writer_requests
+from tests.app.test_mcp import readme_snippet, run_snippet
 from tests.support.scripted_openai import ScriptedOpenAIServer, delayed
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -425,3 +426,14 @@ def test_a_built_in_assistants_extended_card_is_its_public_card(server: Served) 
     assert card["name"] == public["name"] == "atelier"
     assert card["description"] == public["description"]
     assert not public["capabilities"].get("extendedAgentCard")
+
+
+async def test_the_readme_snippet_of_a_presets_card_runs_as_written(server: Served) -> None:
+    snippet = readme_snippet("A2A agents", "minimal_agent_card")
+    namespace = await run_snippet(snippet, server.url, KEY)
+    await namespace["http"].aclose()
+
+    card = namespace["card"]
+    assert card.name == "青禾" and "写 青禾护肤 的帖子" in card.description
+    assert {i.url for i in card.supported_interfaces} == {namespace["url"]}
+    assert namespace["url"] == f"{server.url}/a2a/{namespace['brand']['assistant_id']}"

@@ -10,6 +10,8 @@ client would: its Streamable HTTP transport (`streamable_http_client`) under a
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -568,3 +570,43 @@ async def test_the_listing_pages_through_the_callers_assistants(
     assert pages[0][:2] == ["atelier", "team"] and len(pages[0]) == 4
     assert all(len(page) <= 2 for page in pages[1:])
     assert sorted(listed_names) == sorted(tool_name(a["assistant_id"]) for a in served)
+
+
+def readme_snippet(section: str, containing: str) -> str:
+    """Return the Python block of the README's `### section` that contains `containing`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    found = re.search(rf"^### {section}\n(.*?)(?=^##)", readme, re.MULTILINE | re.DOTALL)
+    assert found, f"README has no '### {section}' section"
+    (snippet,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", found.group(1), flags=re.DOTALL)
+        if containing in block
+    ]
+    return snippet
+
+
+async def run_snippet(snippet: str, url: str, key: str) -> dict[str, Any]:
+    """Run a README snippet as a notebook does (top-level await, `KEY` defined) on `url`."""
+    source = snippet.replace("http://localhost:8000", url)
+    namespace: dict[str, Any] = {"KEY": key}
+    code = compile(source, "<README>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        await result
+    return namespace
+
+
+async def test_the_readme_snippet_runs_as_written(
+    keyed_server: LiveServer, llm: ScriptedOpenAIServer
+) -> None:
+    llm.reset()
+    namespace = await run_snippet(
+        readme_snippet("MCP clients", "streamable_http_client"), keyed_server.url, KEY
+    )
+
+    preset_id = namespace["brand"]["assistant_id"]
+    assert namespace["tools"][:2] == ["atelier", "team"] and preset_id in namespace["tools"]
+    result = namespace["result"]
+    assert not result.is_error, result.content
+    assert result.content[0].text.startswith("# ")
+    assert any("像学姐一样亲切" in s for s in writer_systems(llm))
