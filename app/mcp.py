@@ -1,4 +1,4 @@
-"""MCP: every assistant the service serves is a tool at `/mcp`.
+"""MCP: every assistant the caller can run is a tool at `/mcp` (its presets too).
 
 MCP clients (desktop assistants, IDEs, other agents) reach Atelier over the Model
 Context Protocol's Streamable HTTP transport at `POST /mcp`, served by the official
