@@ -36,6 +36,15 @@ The mapping:
   `tasks/get` or `tasks/resubscribe`).
 * **Ownership**: a task belongs to the API key that created it (the thread's
   owner); another key gets "task not found".
+* **Created assistants** (brand presets, `POST /assistants`) are served at
+  `/a2a/{their id}` to the key that created them, like any run of theirs (another
+  key: 404). Their card is not public: agent cards are read without a key, and a
+  preset, its name, brand and voice are its owner's alone. It is the authenticated
+  extended card instead (`GetExtendedAgentCard`, A2A 0.3's
+  `agent/getAuthenticatedExtendedCard`, on the JSON-RPC URL, behind the API key):
+  a client that knows the URL starts from the SDK's `minimal_agent_card(url,
+  ["JSONRPC"])` and asks for it. The extended card of a built-in assistant is its
+  public card, which therefore does not announce one (`extendedAgentCard` false).
 
 The engine calls sit in the few functions right below, so a change of the run
 engine's door is made here in one place.
@@ -89,7 +98,6 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, TransportProtocol
 from a2a.utils.errors import (
-    ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
     PushNotificationNotSupportedError,
@@ -104,6 +112,7 @@ from google.protobuf.struct_pb2 import Value
 from starlette.requests import Request as StarletteRequest
 
 from app.deps import PrincipalDep, RunsDep
+from app.described import assistant_description, assistant_name
 from app.routes.exports import post_markdown
 from engine.assistants import Assistant
 from engine.errors import Conflict, Invalid, NotFound, RunsError
@@ -238,6 +247,8 @@ class Call:
     assistant: Assistant
     base_url: str  # e.g. http://127.0.0.1:8000, for absolute links to assets
     links: AssetLinks | None = None  # signs those links when API keys are on
+    version: str = ""  # the service's version, which its cards state
+    keyed: bool = False  # API keys are on: the card says how to present one
 
 
 def _call(context: ServerCallContext) -> Call:
@@ -558,16 +569,25 @@ class AtelierRequestHandler(RequestHandler):
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
-        """Refuse: the public card is the whole card."""
-        raise ExtendedAgentCardNotConfiguredError()
+        """Answer the card of the assistant at this URL, for its caller (see the module docstring).
+
+        The only card of an assistant the caller created; a built-in one's public card.
+        """
+        call = _call(context)
+        return agent_card(call.assistant, call.base_url, call.version, keyed=call.keyed)
 
 
 # --------------------------------------------------------------------------- the card
 
 
 def agent_card(assistant: Assistant, base_url: str, version: str, *, keyed: bool) -> AgentCard:
-    """Return an assistant's agent card: what it does, where to call it, how to authenticate."""
+    """Return an assistant's agent card: what it does, where to call it, how to authenticate.
+
+    A created assistant's card is an extended card (`extendedAgentCard`: asking again
+    with the key answers it); a built-in one's is public and whole.
+    """
     url = base_url + RPC_PATH.format(assistant_id=assistant.assistant_id)
+    name, description = assistant_name(assistant), assistant_description(assistant)
     examples: list[str] = []
     if (
         assistant.spec.input_model is not None
@@ -577,22 +597,24 @@ def agent_card(assistant: Assistant, base_url: str, version: str, *, keyed: bool
             str(e) for e in assistant.spec.input_model.model_fields["request"].examples or []
         ]
     card = AgentCard(
-        name=assistant.spec.name,
-        description=assistant.spec.description,
+        name=name,
+        description=description,
         version=version,
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version=v)
             for v in ("1.0", PROTOCOL_VERSION_0_3)
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=False, extended_agent_card=not assistant.builtin
+        ),
         default_input_modes=["text/plain"],
         default_output_modes=["text/markdown", "application/json"],
         skills=[
             AgentSkill(
                 id=assistant.assistant_id,
-                name=assistant.spec.name,
-                description=assistant.spec.description,
-                tags=["content", "writing", assistant.assistant_id],
+                name=name,
+                description=description,
+                tags=["content", "writing", assistant.graph_id],
                 examples=examples,
             )
         ],
@@ -724,12 +746,19 @@ async def a2a_rpc(
 ) -> Response:
     """Answer one A2A JSON-RPC request (see the module docstring for the mapping).
 
-    The assistant may be one the caller created (a brand preset); its card is not
-    published (cards are public, and a created assistant is its owner's alone).
+    The assistant may be one the caller created (a brand preset); its card is the
+    extended card this endpoint answers (`GetExtendedAgentCard`), never a public one.
     """
     assistant = await manager.resolve_assistant(owner, assistant_id)
-    links = getattr(request.app.state, "asset_links", None)
-    request.state.a2a_call = Call(manager, owner, assistant, _base_url(request), links)
+    request.state.a2a_call = Call(
+        manager,
+        owner,
+        assistant,
+        _base_url(request),
+        getattr(request.app.state, "asset_links", None),
+        version=request.app.version,
+        keyed=bool(request.app.state.settings.auth_api_keys),
+    )
     return await _dispatcher.handle_requests(request)
 
 

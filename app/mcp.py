@@ -1,4 +1,4 @@
-"""MCP: every assistant the service serves is a tool at `/mcp`.
+"""MCP: every assistant the caller can run is a tool at `/mcp` (its presets too).
 
 MCP clients (desktop assistants, IDEs, other agents) reach Atelier over the Model
 Context Protocol's Streamable HTTP transport at `POST /mcp`, served by the official
@@ -7,10 +7,26 @@ Context Protocol's Streamable HTTP transport at `POST /mcp`, served by the offic
 lifespan runs the session manager inside the app's (so the manager stops taking
 calls before the run engine closes).
 
-* `tools/list`: one tool per assistant of the run manager, named by its id,
-  described by its description, whose `inputSchema` is the JSON schema of the
-  assistant's `input` (`AssistantSpec.input_model`, as `GET /assistants/{id}/schemas`).
-* `tools/call`: the arguments are checked like a run's `input` on the HTTP API; a bad
+* `tools/list`: one tool per assistant the caller can run: the built-in ones, then
+  the ones the caller's API key created (brand presets, `POST /assistants`), oldest
+  first; another key's never (without `AUTH_API_KEYS` every caller is the one owner
+  `anonymous`, so all of them are everyone's). The listing is read for each request,
+  from the caller's owner id (the server is stateless). It pages (`TOOLS_PAGE`
+  created assistants a page; the cursor is an offset among them). A tool's
+  `inputSchema` is the JSON schema of its graph's `input` (`AssistantSpec.input_model`,
+  as `GET /assistants/{id}/schemas`); its title and description are the assistant's
+  (`app.described`: for a preset its name, brand, platform and voice).
+* Tool names (`tool_name`): MCP 2025-11-25 asks for 1–128 characters among letters,
+  digits, `_`, `-` and `.`; the model APIs clients hand tools to take at most 64 and
+  no dot. So an assistant id of letters, digits and `-` up to 64 characters (every
+  generated UUID, `atelier`) is its own tool name; any other id (a `.` or `:` in it,
+  or longer) is named by its characters with the others as `-`, cut to 51, then `_` and
+  12 characters of its SHA-256 in base32: stable, and distinct from every plain id
+  (no assistant id has a `_`) and from another such name unless two ids' 60-bit
+  digests agree. `tools/call` takes the tool name (an id given as is works too).
+* `tools/call`: runs the tool's assistant (a preset's fields fill the run's input as
+  on `POST /threads/{id}/runs`, and its `brand` is recorded in the thread's values).
+  The arguments are checked like a run's `input` on the HTTP API; a bad
   one is a tool error (`isError`) naming the field and the rule it broke. The run
   starts on a new thread owned by the caller's API key, with `auto_confirm` set
   where the input has it: nobody can answer the planner's question inside one tool
@@ -43,9 +59,12 @@ changes them only.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -59,6 +78,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.described import assistant_description, assistant_name
 from app.errors import error_response, validation_message
 from app.routes.exports import post_markdown
 from app.security import PRINCIPAL_STATE_KEY
@@ -80,13 +100,35 @@ Context = ServerRequestContext[Any, Any]
 MCP_PATH = "/mcp"
 #: The 415 of a POST whose body is not declared JSON.
 UNSUPPORTED_BODY = "The body of an MCP request is a JSON-RPC message: send it as application/json."
+#: Created assistants a page of `tools/list` lists (the first page has the built-in ones too).
+TOOLS_PAGE = 100
+#: An assistant id that is its own tool name (see the module docstring).
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+#: Characters of the digest that ends any other id's tool name.
+DIGEST_CHARS = 12
 
 # --- the run engine: every call this module makes to it --------------------------
 
 
-def served_assistants(manager: RunManager) -> list[Assistant]:
-    """Return the assistants the service serves, by id."""
+def builtin_assistants(manager: RunManager) -> list[Assistant]:
+    """Return the built-in assistants the service serves, by id."""
     return sorted(manager.list_assistants(), key=lambda a: a.assistant_id)
+
+
+async def created_assistants(
+    manager: RunManager, owner: str, offset: int
+) -> tuple[list[Assistant], bool]:
+    """Return a page of the assistants `owner` created, oldest first, and whether more follow."""
+    return await manager.created_assistants(owner, limit=TOOLS_PAGE, offset=offset)
+
+
+async def resolve_assistant(manager: RunManager, owner: str, assistant_id: str) -> Assistant:
+    """Return a built-in assistant or one `owner` created.
+
+    Raises:
+        NotFound: Neither.
+    """
+    return await manager.resolve_assistant(owner, assistant_id)
 
 
 async def start_run(
@@ -139,14 +181,49 @@ def cancel_run(manager: RunManager, run: RunRecord) -> None:
 # --- tools ------------------------------------------------------------------------
 
 
+def tool_name(assistant_id: str) -> str:
+    """Return the name of the tool that runs an assistant (see the module docstring)."""
+    if PLAIN_NAME.match(assistant_id):
+        return assistant_id
+    digest = hashlib.sha256(assistant_id.encode()).digest()
+    suffix = base64.b32encode(digest).decode().lower()[:DIGEST_CHARS]
+    readable = re.sub(r"[^A-Za-z0-9-]", "-", assistant_id)[: 64 - 1 - DIGEST_CHARS]
+    return f"{readable}_{suffix}"
+
+
+async def find_tool(manager: RunManager, owner: str, name: str) -> Assistant | None:
+    """Return the assistant the tool `name` runs for `owner`, or None.
+
+    A plain name is the assistant's id (and so is any name without `_`: an id given
+    as is); a name with a digest is looked for among the built-in assistants and the
+    owner's created ones.
+    """
+    if "_" not in name:
+        try:
+            return await resolve_assistant(manager, owner, name)
+        except NotFound:
+            return None
+    for builtin in builtin_assistants(manager):
+        if tool_name(builtin.assistant_id) == name:
+            return builtin
+    offset, more = 0, True
+    while more:
+        page, more = await created_assistants(manager, owner, offset)
+        for created in page:
+            if tool_name(created.assistant_id) == name:
+                return created
+        offset += TOOLS_PAGE
+    return None
+
+
 def tool_of(assistant: Assistant) -> types.Tool:
     """Return the MCP tool that runs `assistant`."""
     return types.Tool(
-        name=assistant.assistant_id,
-        title=assistant.spec.name,
+        name=tool_name(assistant.assistant_id),
+        title=assistant_name(assistant),
         description=(
-            f"{assistant.spec.description} Runs the assistant to its end and answers the post "
-            "(title, body, #tags, image links). The planner never asks a clarifying "
+            f"{assistant_description(assistant)} Runs the assistant to its end and answers "
+            "the post (title, body, #tags, image links). The planner never asks a clarifying "
             "question here (auto_confirm): it goes on with its defaults."
         ),
         input_schema=input_schema(assistant),
@@ -246,6 +323,23 @@ def post_result(
     )
 
 
+def http_request(ctx: Context) -> Request:
+    """Return the HTTP request a handler answers (only HTTP serves this server)."""
+    request = ctx.request
+    if not isinstance(request, Request):
+        raise MCPError(types.INVALID_REQUEST, "MCP requests are served over HTTP only.")
+    return request
+
+
+def page_offset(cursor: str | None) -> int:
+    """Return the offset among the caller's created assistants a `tools/list` cursor names."""
+    if cursor is None:
+        return 0
+    if not cursor.isdigit() or len(cursor) > 9:
+        raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor[:40]!r}: pass a nextCursor")
+    return int(cursor)
+
+
 def caller(request: Request) -> str:
     """Return the caller's owner id, which `AuthMiddleware` put in the request's scope."""
     owner = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
@@ -266,9 +360,18 @@ def mcp_server(app: FastAPI) -> Server[Any]:
         return manager
 
     async def list_tools(
-        _ctx: Context, _params: types.PaginatedRequestParams | None
+        ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool_of(a) for a in served_assistants(runs())])
+        manager = runs()
+        owner = caller(http_request(ctx))
+        cursor = params.cursor if params is not None else None
+        offset = page_offset(cursor)
+        builtins = builtin_assistants(manager) if cursor is None else []
+        created, more = await created_assistants(manager, owner, offset)
+        return types.ListToolsResult(
+            tools=[tool_of(a) for a in [*builtins, *created]],
+            next_cursor=str(offset + TOOLS_PAGE) if more else None,
+        )
 
     async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
@@ -283,17 +386,17 @@ def mcp_server(app: FastAPI) -> Server[Any]:
 
     async def run_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         manager = runs()
-        request = ctx.request
-        if not isinstance(request, Request):  # only HTTP serves this server
-            raise MCPError(types.INVALID_REQUEST, "MCP calls are served over HTTP only.")
+        request = http_request(ctx)
         owner = caller(request)
-        try:  # a built-in assistant, or one the caller created (a brand preset works too)
-            assistant = await manager.resolve_assistant(owner, params.name)
-        except NotFound:
-            known = ", ".join(a.assistant_id for a in served_assistants(manager))
+        # A built-in assistant, or one the caller created (a brand preset).
+        assistant = await find_tool(manager, owner, params.name)
+        if assistant is None:
+            known = ", ".join(tool_name(a.assistant_id) for a in builtin_assistants(manager))
             raise MCPError(
-                types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools: {known}"
-            ) from None
+                types.INVALID_PARAMS,
+                f"Unknown tool {params.name!r}; tools: {known}, and the assistants you created "
+                "(tools/list)",
+            )
         graph_input = tool_input(assistant, params.arguments or {})
         try:
             run = await start_run(manager, owner, assistant, graph_input)

@@ -789,6 +789,24 @@ class RunManager:
         created = await self._created.count(owner, graph_id=graph_id, name=name, metadata=metadata)
         return len(self._builtins_matching(graph_id, name, metadata)) + created
 
+    async def created_assistants(
+        self, owner: str, *, limit: int, offset: int = 0
+    ) -> tuple[list[Assistant], bool]:
+        """Return a page of the owner's created assistants, oldest first, each ready to run.
+
+        Oldest first, so that paging on by `offset` while the owner creates more
+        neither skips nor repeats one. An assistant whose graph this server no longer
+        serves is left out of its page.
+
+        Returns:
+            The page's assistants at their latest versions, and whether more follow.
+        """
+        records = await self._created.search(
+            owner, limit=limit + 1, offset=offset, sort_by="created_at", sort_order="asc"
+        )
+        served = [self._served(r) for r in records[:limit] if r.graph_id in self._assistants]
+        return served, len(records) > limit
+
     # `engine.protocols.RunFrames`: what a stream response follows.
 
     async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:

@@ -17,10 +17,19 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, A2AClientError, Client, ClientConfig, ClientFactory
+from a2a.client import (
+    A2ACardResolver,
+    A2AClientError,
+    Client,
+    ClientConfig,
+    ClientFactory,
+    minimal_agent_card,
+)
 from a2a.helpers.proto_helpers import get_data_parts
 from a2a.types.a2a_pb2 import (
+    AgentCard,
     CancelTaskRequest,
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
     Message,
     Part,
@@ -32,6 +41,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from langgraph_sdk import get_client
 
 from app.a2a import task_state
 from core.settings import Settings
@@ -45,7 +55,9 @@ from tests.app.harness import (
     service_settings,
     wait_until,
 )
+from tests.app.test_assistants_service import writer_systems
 from tests.app.test_atelier_service import ANSWER_DELAY, REQUEST, Gate, writer_requests
+from tests.app.test_mcp import readme_snippet, run_snippet
 from tests.support.scripted_openai import ScriptedOpenAIServer, delayed
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -355,3 +367,73 @@ def test_openapi_documents_the_endpoint_and_the_card(server: Served) -> None:
     assert {"401", "404", "413"} <= set(rpc["responses"])
     card = document["paths"]["/a2a/{assistant_id}/.well-known/agent-card.json"]["get"]
     assert "404" in card["responses"] and "401" not in card["responses"]
+
+
+async def extended_card(url: str, key: str) -> AgentCard:
+    """Ask the agent at `url` for its extended card with `key`, knowing nothing but the URL."""
+    http = httpx.AsyncClient(headers={"X-Api-Key": key}, timeout=60)
+    factory = ClientFactory(ClientConfig(httpx_client=http, streaming=False))
+    client = factory.create(minimal_agent_card(url, ["JSONRPC"]))
+    try:
+        return await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    finally:
+        await client.close()
+        await http.aclose()
+
+
+async def test_a_preset_has_no_public_card_and_its_owners_extended_card_runs_it_in_its_voice(
+    server: Served, llm: ScriptedOpenAIServer
+) -> None:
+    voice = "像咖啡师一样聊豆子，短句，不用感叹号"
+    sdk = get_client(url=server.url, api_key=KEY)
+    preset = await sdk.assistants.create(
+        "atelier", context={"brand_name": "山间咖啡", "voice": voice}, name="山间"
+    )
+    url = f"{server.url}/a2a/{preset['assistant_id']}"
+
+    async with httpx.AsyncClient(timeout=30) as keyless:
+        public = await keyless.get(f"{url}/.well-known/agent-card.json")
+    card = await extended_card(url, KEY)
+    with pytest.raises(A2AClientError, match="404"):
+        await extended_card(url, OTHER_KEY)
+
+    assert public.status_code == 404
+    assert card.name == "山间" and "写 山间咖啡 的帖子" in card.description
+    assert voice in card.description and card.capabilities.extended_agent_card
+    assert {i.url for i in card.supported_interfaces} == {url}
+    assert [s.id for s in card.skills] == [preset["assistant_id"]]
+    assert set(card.security_schemes) == {"apiKey", "bearer"}
+
+    http = httpx.AsyncClient(headers={"X-Api-Key": KEY}, timeout=60)
+    client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+    try:
+        [response] = await send(client, user_message(REQUEST))
+    finally:
+        await client.close()
+        await http.aclose()
+    assert_is_the_post(response.task, server.url)
+    systems = writer_systems(llm)
+    assert systems and all(voice in s and "山间咖啡" in s for s in systems)
+
+
+def test_a_built_in_assistants_extended_card_is_its_public_card(server: Served) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "agent/getAuthenticatedExtendedCard"}
+
+    rpc = httpx.post(f"{server.url}/a2a/atelier", json=body, headers={"X-Api-Key": KEY}, timeout=30)
+    public = httpx.get(server.url + CARD, timeout=30).json()
+
+    card = rpc.json()["result"]
+    assert card["name"] == public["name"] == "atelier"
+    assert card["description"] == public["description"]
+    assert not public["capabilities"].get("extendedAgentCard")
+
+
+async def test_the_readme_snippet_of_a_presets_card_runs_as_written(server: Served) -> None:
+    snippet = readme_snippet("A2A agents", "minimal_agent_card")
+    namespace = await run_snippet(snippet, server.url, KEY)
+    await namespace["http"].aclose()
+
+    card = namespace["card"]
+    assert card.name == "青禾" and "写 青禾护肤 的帖子" in card.description
+    assert {i.url for i in card.supported_interfaces} == {namespace["url"]}
+    assert namespace["url"] == f"{server.url}/a2a/{namespace['brand']['assistant_id']}"

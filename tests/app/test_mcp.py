@@ -10,6 +10,9 @@ client would: its Streamable HTTP transport (`streamable_http_client`) under a
 
 from __future__ import annotations
 
+import ast
+import inspect
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,13 +21,17 @@ from typing import Any
 import anyio
 import httpx
 import httpx2
+import mcp_types as types
 import pytest
 from fastapi.testclient import TestClient
+from langgraph_sdk import get_client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from app import mcp as mcp_module
 from app.main import create_app
+from app.mcp import tool_name
 from core.settings import Settings
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import (
@@ -36,6 +43,7 @@ from tests.app.harness import (
     service_settings,
 )
 from tests.app.sample_graphs import sample_assistants
+from tests.app.test_assistants_service import writer_systems
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
     migrated_postgres_url,
@@ -124,7 +132,7 @@ def processes(
     llm: ScriptedOpenAIServer,
 ) -> Iterator[Any]:
     """`atelier serve --workers 0` twice behind nginx (round robin) and `atelier worker` twice."""
-    env = {"AUTH_API_KEYS": KEY, "LLM_TIMEOUT": "30"}
+    env = {"AUTH_API_KEYS": f"{KEY},{OTHER_KEY}", "LLM_TIMEOUT": "30"}
     with processes_deployment(request, tmp_path_factory, llm.base_url, cli=True, env=env) as served:
         yield served
 
@@ -136,7 +144,8 @@ def deployed(
     """The keyed service in each deployment the service suites use (`serve_deployment`)."""
 
     def settings(**scale: Any) -> Settings:
-        return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[KEY], **scale)
+        keys = [KEY, OTHER_KEY]
+        return service_settings(tmp_path / "data", llm.base_url, auth_api_keys=keys, **scale)
 
     with serve_deployment(request, settings, None, {"X-Api-Key": KEY}) as served:
         yield served
@@ -198,9 +207,9 @@ async def test_every_assistant_is_listed_as_a_tool_with_its_input_schema(
         listed = await session.list_tools()
     tools = {tool.name: tool for tool in listed.tools}
     async with http(open_server.url) as client:
-        served = (await client.post("/assistants/search", json={})).json()
+        served = (await client.post("/assistants/search", json={"limit": 1000})).json()
         schemas = (await client.get("/assistants/atelier/schemas")).json()
-    assert set(tools) == {a["assistant_id"] for a in served} and "atelier" in tools
+    assert set(tools) == {tool_name(a["assistant_id"]) for a in served} and "atelier" in tools
 
     atelier = tools["atelier"]
     assert atelier.input_schema == schemas["input_schema"]
@@ -449,3 +458,155 @@ def test_the_openapi_document_describes_the_mcp_endpoint(tmp_path: Path, keyed: 
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/JsonRpcMessage"}
     assert "JsonRpcMessage" in document["components"]["schemas"]
+
+
+# --- the caller's own assistants: brand presets are tools too ----------------------
+
+#: A tool name every client takes (see `app.mcp`): no dot, at most 64 characters.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@pytest.mark.parametrize(
+    "assistant_id",
+    ["atelier", "3f2b8c1e-9d4a-4c1b-8e2f-0a1b2c3d4e5f", "a" * 64],
+)
+def test_an_id_of_letters_digits_and_dashes_is_its_own_tool_name(assistant_id: str) -> None:
+    assert tool_name(assistant_id) == assistant_id
+
+
+def test_any_other_id_gets_a_stable_safe_name_distinct_from_its_neighbours() -> None:
+    ids = ["brand.coffee", "brand:coffee", "brand-coffee", "a" * 65, "a" * 64 + "b", "x" * 128]
+    names = [tool_name(i) for i in ids]
+
+    assert all(SAFE_NAME.match(name) for name in names), names
+    assert len(set(names)) == len(ids)
+    assert names[2] == "brand-coffee"  # plain: itself
+    assert names[0].startswith("brand-coffee_") and names[1].startswith("brand-coffee_")
+    assert [tool_name(i) for i in ids] == names  # stable
+
+
+async def test_every_deployment_lists_a_preset_for_its_key_only_and_runs_it_in_its_voice(
+    deployed: Served, llm: ScriptedOpenAIServer
+) -> None:
+    """Embedded, PostgreSQL + Redis, and replicas behind round robin with workers."""
+    voice = "像咖啡师一样聊豆子，短句，不用感叹号"
+    sdk = get_client(url=deployed.url, api_key=KEY)
+    preset = await sdk.assistants.create(
+        "atelier",
+        context={"brand_name": "山间咖啡", "voice": voice, "platform": "weibo"},
+        name="山间",
+        description="The coffee shop's account.",
+    )
+    preset_id = preset["assistant_id"]
+
+    async with mcp_session(deployed.url, {"X-Api-Key": KEY}) as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert list(tools)[:2] == ["atelier", "team"] and preset_id in tools
+        tool = tools[preset_id]
+        assert tool.title == "山间"
+        assert tool.description is not None
+        headline = "山间: Writes weibo posts for 山间咖啡 (写 山间咖啡 的帖子)."
+        assert tool.description.startswith(headline)
+        assert voice in tool.description and "The coffee shop's account." in tool.description
+        assert tool.input_schema == tools["atelier"].input_schema
+        llm.reset()
+        result = await session.call_tool(preset_id, {"request": REQUEST})
+    async with mcp_session(deployed.url, {"X-Api-Key": OTHER_KEY}) as other:
+        theirs = [tool.name for tool in (await other.list_tools()).tools]
+
+    assert theirs == ["atelier", "team"]
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    systems = writer_systems(llm)
+    assert systems and all(voice in s and "山间咖啡" in s for s in systems)
+    runs = await sdk.runs.list(result.structured_content["thread_id"])
+    assert [r["assistant_id"] for r in runs] == [preset_id]
+
+
+async def test_without_api_keys_everyone_is_one_owner_and_an_odd_id_gets_a_safe_name(
+    open_server: LiveServer,
+) -> None:
+    preset_id = "shop.coffee:v2"
+    sdk = get_client(url=open_server.url)
+    await sdk.assistants.create(
+        "atelier", assistant_id=preset_id, context={"brand_name": "豆仓"}, if_exists="do_nothing"
+    )
+    name = tool_name(preset_id)
+
+    async with mcp_session(open_server.url) as session:  # no key: the owner "anonymous"
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        result = await session.call_tool(name, {"request": REQUEST})
+
+    assert SAFE_NAME.match(name) and name in tools and preset_id not in tools
+    assert tools[name].description and "写 豆仓 的帖子" in tools[name].description
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    runs = await sdk.runs.list(result.structured_content["thread_id"])
+    assert [r["assistant_id"] for r in runs] == [preset_id]
+
+
+async def test_the_listing_pages_through_the_callers_assistants(
+    open_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp_module, "TOOLS_PAGE", 2)
+    sdk = get_client(url=open_server.url)
+    for n in range(3):
+        await sdk.assistants.create("atelier", context={"brand_name": f"第{n}家"})
+    async with http(open_server.url) as client:
+        served = (await client.post("/assistants/search", json={"limit": 1000})).json()
+
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    async with mcp_session(open_server.url) as session:
+        while not pages or cursor is not None:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            listed = await session.list_tools(params=params)
+            pages.append([tool.name for tool in listed.tools])
+            cursor = listed.next_cursor
+        with pytest.raises(MCPError, match="Invalid cursor"):
+            await session.list_tools(params=types.PaginatedRequestParams(cursor="page-two"))
+
+    listed_names = [name for page in pages for name in page]
+    assert pages[0][:2] == ["atelier", "team"] and len(pages[0]) == 4
+    assert all(len(page) <= 2 for page in pages[1:])
+    assert sorted(listed_names) == sorted(tool_name(a["assistant_id"]) for a in served)
+
+
+def readme_snippet(section: str, containing: str) -> str:
+    """Return the Python block of the README's `### section` that contains `containing`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    found = re.search(rf"^### {section}\n(.*?)(?=^##)", readme, re.MULTILINE | re.DOTALL)
+    assert found, f"README has no '### {section}' section"
+    (snippet,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", found.group(1), flags=re.DOTALL)
+        if containing in block
+    ]
+    return snippet
+
+
+async def run_snippet(snippet: str, url: str, key: str) -> dict[str, Any]:
+    """Run a README snippet as a notebook does (top-level await, `KEY` defined) on `url`."""
+    source = snippet.replace("http://localhost:8000", url)
+    namespace: dict[str, Any] = {"KEY": key}
+    code = compile(source, "<README>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(code, namespace)
+    if inspect.iscoroutine(result):
+        await result
+    return namespace
+
+
+async def test_the_readme_snippet_runs_as_written(
+    keyed_server: LiveServer, llm: ScriptedOpenAIServer
+) -> None:
+    llm.reset()
+    namespace = await run_snippet(
+        readme_snippet("MCP clients", "streamable_http_client"), keyed_server.url, KEY
+    )
+
+    preset_id = namespace["brand"]["assistant_id"]
+    assert namespace["tools"][:2] == ["atelier", "team"] and preset_id in namespace["tools"]
+    result = namespace["result"]
+    assert not result.is_error, result.content
+    assert result.content[0].text.startswith("# ")
+    assert any("像学姐一样亲切" in s for s in writer_systems(llm))
