@@ -343,7 +343,9 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
     requested = decision.next_agent if decision else ""
     group: list[str] = []
     if decision is not None and route.reason is None and route.target in AGENTS:
-        group = _group(route.target, decision, merged, writer)
+        group, refused = _group(route.target, decision, merged, writer)
+        for left_out in refused:  # recorded as a refused plan step is (`_caps`)
+            update.update(_caps({**state, **update}, left_out))
         if len(group) > 1 or decision.plan:
             update["team_group"] = group
             update["team_plan"] = plan_steps(decision.plan)
@@ -389,20 +391,25 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
 
 def _group(
     target: str, decision: SupervisorDecision, state: dict[str, Any], writer: Any
-) -> list[str]:
-    """Return the agents started together: `target`, then each parallel agent `admit`s.
+) -> tuple[list[str], list[Route]]:
+    """Return the agents started together (`target`, then each parallel agent `admit`s).
 
     A parallel agent that may not start now (unknown, its input not ready or made
     in this very step, given up on, capped, repeated without progress) is left
-    out with an `agent.fallback` event; the others start.
+    out with an `agent.fallback` event; the others start. The routes that left
+    one out come back too, so that one left out for repeating without progress
+    is recorded as capped (and given up on while its output is missing), as a
+    refused plan step is.
     """
     group = [target]
+    refused: list[Route] = []
     wanted = [a for a in dict.fromkeys(decision.parallel_agents) if a != target]
     for agent in wanted:
         route = admit(agent, state, tuple(a for a in [target, *wanted] if a != agent))
         if route.reason is None:
             group.append(agent)
             continue
+        refused.append(route)
         emit(
             writer,
             AgentFallback.model_validate(
@@ -414,4 +421,4 @@ def _group(
                 }
             ),
         )
-    return group
+    return group, refused

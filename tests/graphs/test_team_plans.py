@@ -254,3 +254,32 @@ async def test_a_supervisor_stuck_on_one_agent_with_a_plan_is_capped_as_without(
     assert run.state["generated_content"]["body"]
     assert run.state["images"] and run.state["review_feedback"] is not None
     assert run.state["team_step"] <= 12
+
+
+async def test_a_parallel_agent_left_out_for_repeating_is_recorded_as_capped(
+    tmp_path: Path,
+) -> None:
+    again = planned(next_agent="layout_planner_agent")
+    together = planned(
+        next_agent="research_evidence_agent", parallel_agents=["layout_planner_agent"]
+    )
+    models = FakeModels(
+        {
+            **happy_team(1),
+            "supervisor": first_then_happy(
+                planned(next_agent="brief_compiler_agent"), again, again, together
+            ),
+        }
+    )
+    limits = {"max_team_steps": 16, "max_same_agent_repeats": 1}
+    run = await run_team(models, tmp_path, image_count=1, limits=limits)
+
+    # The layout's third turn, after one that changed nothing, is refused next to the
+    # research and recorded as a refused plan step is: capped (its output in place, so
+    # not given up on).
+    assert route_events(run.events)[3] == ("research_evidence_agent", [], False)
+    assert run.fallbacks[0] == ("layout_planner_agent", "research_evidence_agent", "cap")
+    assert run.state["capped"] == ["layout_planner_agent"]
+    assert not run.state.get("given_up")
+    assert models.count("layout_planner_agent") == 2
+    assert run.state["review_feedback"]["approved"] is True
