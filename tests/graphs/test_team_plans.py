@@ -283,3 +283,44 @@ async def test_a_parallel_agent_left_out_for_repeating_is_recorded_as_capped(
     assert not run.state.get("given_up")
     assert models.count("layout_planner_agent") == 2
     assert run.state["review_feedback"]["approved"] is True
+
+
+async def test_a_tool_loop_in_a_parallel_step_runs_within_its_agents_turn(
+    tmp_path: Path,
+) -> None:
+    models = FakeModels({**happy_team(2), "supervisor": planning_supervisor})
+    tasks: dict[int, list[str]] = {}
+    values: dict[str, Any] = {}
+    async for mode, chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 2},
+        context=fake_context(models, tmp_path),
+        stream_mode=["debug", "values"],
+    ):
+        if mode == "values":
+            values = chunk
+        elif chunk["type"] == "task":
+            tasks.setdefault(chunk["step"], []).append(chunk["payload"]["name"])
+
+    # Research searched and wrote its pack, and the cards were drawn, each within the
+    # step it started in: no round waited for a superstep of its own (and so for the
+    # slowest agent of the step).
+    names = [name for step in tasks.values() for name in step]
+    assert "research_evidence_tools" not in names and "image_tools" not in names
+    research = [c.forced_tool for c in models.calls_for("research_evidence_agent")]
+    assert len(research) == 2 and research[0] == "search_knowledge"
+    assert values["evidence_pack"]["summary"] and not values.get("research_messages")
+    assert [i["slot"] for i in values["images"]] == [1, 2] and values["images_complete"]
+    assert not values.get("image_messages")
+
+
+async def test_a_tool_loop_on_its_own_still_takes_its_tools_node(tmp_path: Path) -> None:
+    models = FakeModels(happy_team(1))
+    names: list[str] = []
+    async for chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 1},
+        context=fake_context(models, tmp_path),
+        stream_mode="debug",
+    ):
+        if chunk["type"] == "task":
+            names.append(chunk["payload"]["name"])
+    assert names.count("research_evidence_tools") == 1 and names.count("image_tools") == 1
