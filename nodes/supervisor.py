@@ -39,6 +39,7 @@ from studio.common import (
 from studio.context import AtelierContext, context_of
 from studio.limits import limits_of
 from studio.routing import (
+    PLAN_NAMES,
     PlanStep,
     Route,
     admit,
@@ -49,6 +50,7 @@ from studio.routing import (
     first_missing_stage,
     given_up,
     next_plan_step,
+    plan_name,
     plan_steps,
     quality_fallback,
     resolve_route,
@@ -56,6 +58,9 @@ from studio.routing import (
 )
 from studio.state import TeamLogEntry, TeamState
 from studio.tools import search_knowledge
+
+#: The supervisor's role text, with the short names its plans use (in the roster's order).
+SYSTEM = prompt.SYSTEM.format(short_names="、".join(PLAN_NAMES))
 
 
 class SupervisorDecision(BaseModel):
@@ -79,15 +84,18 @@ class SupervisorDecision(BaseModel):
     parallel_agents: list[str] = Field(
         default_factory=list,
         max_length=len(AGENTS) - 1,
-        description="Further agents to start together with next_agent (their inputs ready).",
-        json_schema_extra={"items": {"type": "string", "enum": list(AGENTS)}},
+        description=(
+            "Further agents to start together with next_agent (their inputs ready); "
+            "short names allowed."
+        ),
+        json_schema_extra={"items": {"type": "string", "enum": [*AGENTS, *PLAN_NAMES]}},
     )
     plan: list[str | list[str]] = Field(
         default_factory=list,
         max_length=len(AGENTS) + 1,
         description=(
-            "The steps after this one, in order: an agent name, a list of agents to run "
-            "together, or END last."
+            "The steps after this one, in order: an agent's short name, a list of them "
+            "to run together, or END last."
         ),
     )
 
@@ -281,7 +289,7 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
         context=context,
     )
     messages = [
-        SystemMessage(system_prompt(prompt.SYSTEM)),
+        SystemMessage(system_prompt(SYSTEM)),
         HumanMessage(turn),
         *from_transcript(state.get("supervisor_messages")),
     ]
@@ -403,7 +411,8 @@ def _group(
     """
     group = [target]
     refused: list[Route] = []
-    wanted = [a for a in dict.fromkeys(decision.parallel_agents) if a != target]
+    named = (plan_name(a) for a in decision.parallel_agents)
+    wanted = [a for a in dict.fromkeys(named) if a != target]
     for agent in wanted:
         route = admit(agent, state, tuple(a for a in [target, *wanted] if a != agent))
         if route.reason is None:

@@ -15,9 +15,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from core.agents import AGENTS
 from graphs.team import build_team
+from nodes.supervisor import SYSTEM
+from studio.routing import PLAN_NAMES, plan_steps
 from studio.state import MAX_NOTES, shared_list
-from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor
+from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor, short_planning_supervisor
 from tests.graphs.team_runs import REQUEST, run_team
 from tests.support.fake_models import (
     FakeModels,
@@ -324,3 +327,28 @@ async def test_a_tool_loop_on_its_own_still_takes_its_tools_node(tmp_path: Path)
         if chunk["type"] == "task":
             names.append(chunk["payload"]["name"])
     assert names.count("research_evidence_tools") == 1 and names.count("image_tools") == 1
+
+
+async def test_a_plan_in_short_names_runs_as_in_full_names(tmp_path: Path) -> None:
+    full = await run_team(
+        FakeModels({**happy_team(1), "supervisor": planning_supervisor}), tmp_path / "full"
+    )
+    models = FakeModels({**happy_team(1), "supervisor": short_planning_supervisor})
+    short = await run_team(models, tmp_path / "short")
+
+    assert models.count("supervisor") == 1
+    assert route_events(short.events) == route_events(full.events)
+    # Recorded and reported in full names.
+    assert short.of_type("supervisor.route")[0]["plan"] == NORMAL_PLAN
+    for field in ARTEFACTS:
+        assert short.state[field] == full.state[field], field
+
+
+def test_short_names_map_to_the_agents_in_the_rosters_order() -> None:
+    assert list(PLAN_NAMES.values()) == list(AGENTS)
+    assert "、".join(PLAN_NAMES) in SYSTEM
+    assert plan_steps(["brief", ["research", "research_evidence_agent", "poet"], "END"]) == [
+        ["brief_compiler_agent"],
+        ["research_evidence_agent", "poet"],
+        ["END"],
+    ]
