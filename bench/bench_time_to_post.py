@@ -18,7 +18,11 @@ served over the OpenAI wire on loopback by this process, under two latency setti
 
 Each side (the worktree, and with `--ref REV` the tree of revision REV exported to a
 temporary directory) runs in a fresh interpreter with its own code on `sys.path`; the
-scripted model stays in this process, the same for both sides. A side first runs the
+scripted model stays in this process, the same for both sides but for the first
+supervisor decision's plan: both are answered the plan of the whole normal path, the
+worktree in the agents' short names its supervisor prompt asks for
+(`short_names=True`), the ref side in the full names it has always been answered
+(a supervisor before issue 28 ignores the plan; its answer is unchanged). A side first runs the
 request once with an instant model (imports, fonts, jieba), then `--runs` timed runs.
 Printed per mode and setting, side by side with the ratio new/ref:
 
@@ -111,7 +115,11 @@ class Recorder:
     def __post_init__(self) -> None:
         from tests.app.atelier_llm import atelier_responder
 
-        self.inner = atelier_responder(plans=True)
+        self.sides = {
+            "ref": atelier_responder(plans=True),
+            "worktree": atelier_responder(plans=True, short_names=True),
+        }
+        self.inner = self.sides["worktree"]
 
     def latency(self, prompt: int, completion: int) -> float:
         """Seconds an answer takes under the current setting."""
@@ -208,6 +216,7 @@ def _run_side(
 ) -> dict[str, Any]:
     """Run one side's posts in a fresh interpreter; return its figures."""
     recorder.setting = {}
+    recorder.inner = recorder.sides["worktree" if root == REPO_ROOT else "ref"]
     with tempfile.TemporaryDirectory(prefix="atelier-ttp-") as data_dir:
         env = {**os.environ, "PYTHONPATH": str(root)}
         child = subprocess.Popen(

@@ -37,7 +37,9 @@ once, when every agent of the step has finished, and takes the plan's next step
 without a model call unless `studio.routing.next_plan_step` asks for a decision.
 On the one-agent path the supervisor is the only node left to run after an
 agent, so deferring it changes nothing. Agents' nodes are wrapped
-(`side_by_side`) so that two of one step never overwrite each other's notes.
+(`side_by_side`) so that two of one step never overwrite each other's notes,
+and the two tool loops run their rounds inside their agent's node in a parallel
+step (`own_loop`), so that a round never waits for the step's slowest agent.
 
 Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
@@ -91,7 +93,7 @@ from studio.routing import (
     should_continue_supervisor,
 )
 from studio.services import ensure_services
-from studio.state import TeamInput, TeamOutput, TeamState
+from studio.state import TeamInput, TeamOutput, TeamState, transcript
 from studio.tools import generate_image, search_knowledge
 
 #: Each agent's node, in `core.agents.AGENTS` order.
@@ -203,6 +205,61 @@ def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
     return run
 
 
+def _transcript_write(before: list[Any], after: list[Any]) -> list[Any] | None:
+    """Return the one write that turns a loop's transcript `before` into `after`.
+
+    Within a turn a transcript only grows (the agent's ask, the tools' results) until the
+    agent's last update clears it, after which the loop is over: so `after` either
+    extends `before` (the new entries) or is empty (None, the clear).
+    """
+    return after[len(before) :] if after else None
+
+
+def own_loop(
+    node: AgentNode,
+    tools: Callable[..., Awaitable[dict[str, Any]]],
+    transcript_key: str,
+    goes_on: Callable[[Mapping[str, Any]], str],
+) -> AgentNode:
+    """Wrap a tool-loop agent so that, in a parallel step, its loop runs inside its node.
+
+    On its own the agent hands each round to its tools node and back (one superstep
+    each), as it always did. In a step with other agents (`team_group`) every
+    superstep waits for all of the step's nodes, so each round would wait for the
+    slowest of them: the research's second call for the reference analysis, the
+    cards for the review. There the wrapper runs the rounds itself (`tools` while
+    `goes_on` names the tools node, the same nodes' functions, on the state as the
+    graph would have it) and returns their net update, so the loop never waits on
+    a neighbour. A worker killed mid-loop runs the turn again from its start, as
+    it would the node (the rounds' writes are the node's, kept only when it ends).
+    """
+
+    async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+        update = await node(state, runtime)
+        if len(state.get("team_group") or []) < 2:
+            return update
+        local: dict[str, Any] = dict(state)
+        written: dict[str, Any] = {}
+
+        def apply(change: Mapping[str, Any]) -> None:
+            for key, value in change.items():
+                local[key] = transcript(local.get(key), value) if key == transcript_key else value
+                written[key] = local[key]
+
+        apply(update)
+        while goes_on(local) != "supervisor":
+            apply(await tools(local, get_config()))
+            apply(await node(cast(TeamState, local), runtime))
+        if transcript_key in written:
+            before = list(cast(Mapping[str, Any], state).get(transcript_key) or [])
+            written[transcript_key] = _transcript_write(before, local[transcript_key])
+        return written
+
+    run.__name__ = run.__qualname__ = getattr(node, "__name__", "agent")
+    run.__doc__ = node.__doc__
+    return run
+
+
 def build_team(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     *,
@@ -237,12 +294,18 @@ def build_team(
     # (on the one-agent path it is the only node left to run, so nothing changes).
     builder.add_node("supervisor", supervisor, defer=True)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
+    research_tools = tool_loop_node([search_knowledge], "research_messages")
+    image_tools = tool_loop_node([generate_image], "image_messages")
+    loops: dict[str, AgentNode] = {
+        "research_evidence_agent": own_loop(
+            research_evidence_agent, research_tools, "research_messages", should_continue_research
+        ),
+        "image_agent": own_loop(image_agent, image_tools, "image_messages", should_continue_image),
+    }
     for name, node in AGENT_NODES.items():
-        builder.add_node(name, side_by_side(node))
-    builder.add_node(
-        "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
-    )
-    builder.add_node("image_tools", tool_loop_node([generate_image], "image_messages"))
+        builder.add_node(name, side_by_side(loops.get(name, node)))
+    builder.add_node("research_evidence_tools", research_tools)
+    builder.add_node("image_tools", image_tools)
     builder.add_node("finish_team", finish_team)
 
     builder.add_edge(START, "enter_team")

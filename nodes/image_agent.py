@@ -3,9 +3,11 @@
 One round: the agent asks for `generate_image` calls, the `image_tools` node
 (a `ToolNode`) runs every call of the message concurrently — plans are
 independent — and the agent runs again, folding the tool results into
-`images`. The loop ends when every plan has an image (`images_complete`) or
-after `max_image_tool_rounds` rounds (fewer than 10). `image_tool_rounds` is
-written here and read by `studio.routing.should_continue_image`.
+`images` (in a step with other agents, the review's, the team runs the same rounds
+within this agent's turn: `graphs.team.own_loop`). The loop ends when every plan
+has an image (`images_complete`) or after `max_image_tool_rounds` rounds (fewer
+than 10). `image_tool_rounds` is written here and read by
+`studio.routing.should_continue_image`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The tool loop: the agent asks for `search_knowledge` calls, the
 `research_evidence_tools` node runs them, and the agent runs again with the
-results, at most `max_research_tool_rounds` times. The first turn always
+results, at most `max_research_tool_rounds` times (in a step with other agents the
+team runs the same rounds within this agent's turn: `graphs.team.own_loop`). The first turn always
 searches (a forced call), so even a model that never chooses a tool on its own
 consults the vault once; later turns may search again or finish; once the
 rounds are spent, or the model answered in prose, the answer is forced to be

@@ -39,6 +39,7 @@ from studio.common import (
 from studio.context import AtelierContext, context_of
 from studio.limits import limits_of
 from studio.routing import (
+    PLAN_NAMES,
     PlanStep,
     Route,
     admit,
@@ -49,6 +50,7 @@ from studio.routing import (
     first_missing_stage,
     given_up,
     next_plan_step,
+    plan_name,
     plan_steps,
     quality_fallback,
     resolve_route,
@@ -56,6 +58,9 @@ from studio.routing import (
 )
 from studio.state import TeamLogEntry, TeamState
 from studio.tools import search_knowledge
+
+#: The supervisor's role text, with the short names its plans use (in the roster's order).
+SYSTEM = prompt.SYSTEM.format(short_names="、".join(PLAN_NAMES))
 
 
 class SupervisorDecision(BaseModel):
@@ -79,15 +84,18 @@ class SupervisorDecision(BaseModel):
     parallel_agents: list[str] = Field(
         default_factory=list,
         max_length=len(AGENTS) - 1,
-        description="Further agents to start together with next_agent (their inputs ready).",
-        json_schema_extra={"items": {"type": "string", "enum": list(AGENTS)}},
+        description=(
+            "Further agents to start together with next_agent (their inputs ready); "
+            "short names allowed."
+        ),
+        json_schema_extra={"items": {"type": "string", "enum": [*AGENTS, *PLAN_NAMES]}},
     )
     plan: list[str | list[str]] = Field(
         default_factory=list,
         max_length=len(AGENTS) + 1,
         description=(
-            "The steps after this one, in order: an agent name, a list of agents to run "
-            "together, or END last."
+            "The steps after this one, in order: an agent's short name, a list of them "
+            "to run together, or END last."
         ),
     )
 
@@ -281,7 +289,7 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
         context=context,
     )
     messages = [
-        SystemMessage(system_prompt(prompt.SYSTEM)),
+        SystemMessage(system_prompt(SYSTEM)),
         HumanMessage(turn),
         *from_transcript(state.get("supervisor_messages")),
     ]
@@ -343,7 +351,9 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
     requested = decision.next_agent if decision else ""
     group: list[str] = []
     if decision is not None and route.reason is None and route.target in AGENTS:
-        group = _group(route.target, decision, merged, writer)
+        group, refused = _group(route.target, decision, merged, writer)
+        for left_out in refused:  # recorded as a refused plan step is (`_caps`)
+            update.update(_caps({**state, **update}, left_out))
         if len(group) > 1 or decision.plan:
             update["team_group"] = group
             update["team_plan"] = plan_steps(decision.plan)
@@ -389,20 +399,26 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
 
 def _group(
     target: str, decision: SupervisorDecision, state: dict[str, Any], writer: Any
-) -> list[str]:
-    """Return the agents started together: `target`, then each parallel agent `admit`s.
+) -> tuple[list[str], list[Route]]:
+    """Return the agents started together (`target`, then each parallel agent `admit`s).
 
     A parallel agent that may not start now (unknown, its input not ready or made
     in this very step, given up on, capped, repeated without progress) is left
-    out with an `agent.fallback` event; the others start.
+    out with an `agent.fallback` event; the others start. The routes that left
+    one out come back too, so that one left out for repeating without progress
+    is recorded as capped (and given up on while its output is missing), as a
+    refused plan step is.
     """
     group = [target]
-    wanted = [a for a in dict.fromkeys(decision.parallel_agents) if a != target]
+    refused: list[Route] = []
+    named = (plan_name(a) for a in decision.parallel_agents)
+    wanted = [a for a in dict.fromkeys(named) if a != target]
     for agent in wanted:
         route = admit(agent, state, tuple(a for a in [target, *wanted] if a != agent))
         if route.reason is None:
             group.append(agent)
             continue
+        refused.append(route)
         emit(
             writer,
             AgentFallback.model_validate(
@@ -414,4 +430,4 @@ def _group(
                 }
             ),
         )
-    return group
+    return group, refused

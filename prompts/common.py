@@ -49,13 +49,16 @@ LANGUAGE_RULE = "用用户请求所用的语言输出（请求是中文就用简
 
 
 def data_block(label: str, content: Any) -> str:
-    """Wrap untrusted content in named delimiters; dicts and lists become JSON.
+    """Wrap untrusted content in named delimiters; dicts and lists become compact JSON.
 
-    A delimiter that appears inside the content is defused, so data cannot close
-    its own block and smuggle text out as instructions.
+    The JSON is one line without spaces: a model reads it as well as an indented
+    one, and every indent and line break would be prompt tokens paid on every call
+    (about a third of an agent's context blocks). A delimiter that appears inside
+    the content is defused, so data cannot close its own block and smuggle text
+    out as instructions.
     """
     if not isinstance(content, str):
-        content = json.dumps(content, ensure_ascii=False, indent=1, default=str)
+        content = json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=str)
     for delimiter, defused in DEFUSED.items():
         content = content.replace(delimiter, defused)
     return f"{DATA_OPEN}{label}{DATA_CLOSE}\n{content}\n{DATA_OPEN}{DATA_END}{label}{DATA_CLOSE}"

@@ -3,6 +3,8 @@
 The roster and the dependency rules are rendered from the agent table
 (`core.agents`): an agent's `duty` is its roster line, and each agent that
 `needs` another gets the rule naming that agent's output (`done_when`).
+`SYSTEM` leaves `{short_names}` to the supervisor node: the short names a plan
+uses, which routing reads (`studio.routing.PLAN_NAMES`).
 """
 
 from core.agents import AGENT_TABLE
@@ -34,6 +36,7 @@ SYSTEM = f"""你是内容工作室的主管（supervisor），负责调度一个
 - parallel_agents（可选）：与 next_agent 同时开始的其他智能体（它们需要的输入都已具备）
 - plan（可选）：之后按顺序执行的步骤，每步是一个智能体名，或同时执行的智能体名列表，最后可写 END；
   计划会一直执行，直到结束、某一步没有可用产出、审核未通过或被规则拦下时才再问你
+  parallel_agents 和 plan 里用简称，依次对应下面的团队成员：{{short_names}}
 需要查阅知识库时，可以先调用 search_knowledge。
 
 团队成员：

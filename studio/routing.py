@@ -381,6 +381,28 @@ def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supe
 # Each agent of a step passes the checks a decision's agent passes (`admit`).
 
 
+#: The short names a decision's `plan` and `parallel_agents` may use for the agents: a
+#: plan names most of the team, and its full names were half of a planning decision's
+#: completion tokens (each one paid on the critical path). The team records, routes and
+#: reports the full names; `next_agent` takes full names only, as it always did. In the
+#: agents' order (`AGENTS`): the supervisor's prompt lists them against its roster.
+PLAN_NAMES: dict[str, AgentName] = {
+    "brief": "brief_compiler_agent",
+    "research": "research_evidence_agent",
+    "reference": "reference_intelligence_agent",
+    "layout": "layout_planner_agent",
+    "image_planner": "image_planner_agent",
+    "writer": "writer_agent",
+    "image": "image_agent",
+    "review": "review_agent",
+}
+
+
+def plan_name(name: str) -> str:
+    """Return the agent a plan's name stands for: a short name's agent, else the name."""
+    return PLAN_NAMES.get(name, name)
+
+
 def admit(agent: str, state: Mapping[str, Any], alongside: tuple[str, ...] = ()) -> Route:
     """Check one agent of a parallel or planned step as `resolve_route` checks a decision.
 
@@ -415,14 +437,15 @@ def admit(agent: str, state: Mapping[str, Any], alongside: tuple[str, ...] = ())
 def plan_steps(plan: Any) -> list[list[str]]:
     """Return a decision's `plan` as steps: each entry one agent, or a list run together.
 
-    Blank names are dropped, and so is an empty step; a name repeated within a
-    step counts once. Unknown names are kept: the step that holds one is refused
-    when it comes (`admit`), so the supervisor is asked again then.
+    Short names (`PLAN_NAMES`) become the agents' names. Blank names are
+    dropped, and so is an empty step; a name repeated within a step counts once.
+    Unknown names are kept: the step that holds one is refused when it comes
+    (`admit`), so the supervisor is asked again then.
     """
     steps: list[list[str]] = []
     for entry in plan or []:
         names = [entry] if isinstance(entry, str) else list(entry or [])
-        step = list(dict.fromkeys(str(n).strip() for n in names if str(n).strip()))
+        step = list(dict.fromkeys(plan_name(str(n).strip()) for n in names if str(n).strip()))
         if step:
             steps.append(step)
     return steps

@@ -10,7 +10,8 @@ writer's answer streams in chunks, so `messages-tuple` carries tokens.
 `team_responder()` answers the team alone (the team-over-the-wire test).
 `planning_supervisor` plans the whole normal path in its first decision, with the
 agents whose inputs are ready started together (`atelier_responder(plans=True)`,
-the time-to-post bench).
+the time-to-post bench); `short_planning_supervisor` writes that plan in the
+agents' short names (`short_names=True`, the bench's side of today's code).
 """
 
 from __future__ import annotations
@@ -46,6 +47,23 @@ def planning_supervisor(messages: list[BaseMessage]) -> AIMessage:
     args = dict(reply.tool_calls[0]["args"])
     if args["next_agent"] == "brief_compiler_agent":
         return tool_call("SupervisorDecision", **args, plan=NORMAL_PLAN)
+    return reply
+
+
+#: `NORMAL_PLAN` in the short names the supervisor's prompt offers (`studio.routing.PLAN_NAMES`).
+SHORT_PLAN: list[list[str]] = [
+    ["research", "reference", "layout"],
+    ["image_planner", "writer"],
+    ["image", "review"],
+]
+
+
+def short_planning_supervisor(messages: list[BaseMessage]) -> AIMessage:
+    """Decide as `planning_supervisor`, writing the plan in short names (`SHORT_PLAN`)."""
+    reply = planning_supervisor(messages)
+    args = dict(reply.tool_calls[0]["args"])
+    if "plan" in args:
+        return tool_call("SupervisorDecision", **{**args, "plan": SHORT_PLAN})
     return reply
 
 
@@ -129,6 +147,7 @@ def atelier_responder(
     writer_delay: float = 0.0,
     writer_chunk_delay: float = 0.0,
     plans: bool = False,
+    short_names: bool = False,
 ) -> Callable[[ChatRequest], Reply]:
     """Return a responder for the whole pipeline's normal path.
 
@@ -137,6 +156,8 @@ def atelier_responder(
         writer_delay: Seconds the writer waits before answering.
         writer_chunk_delay: Seconds between the writer's streamed chunks.
         plans: The supervisor plans ahead with steps run together (`planning_supervisor`).
+        short_names: Its plan names the agents by their short names
+            (`short_planning_supervisor`), as today's supervisor prompt asks.
     """
 
     def delayed(reply: Reply) -> Reply:
@@ -144,7 +165,7 @@ def atelier_responder(
 
     team = happy_team(images)
     if plans:
-        team["supervisor"] = planning_supervisor
+        team["supervisor"] = short_planning_supervisor if short_names else planning_supervisor
     return team_responder(
         team,
         writer_chunk_chars=4,

@@ -70,7 +70,7 @@ def rules_aware_brief(good: Responder, rule: str) -> Responder:
     def respond(messages: list[BaseMessage]) -> Any:
         reply = good(messages) if callable(good) else good
         prompt = "\n".join(str(m.content) for m in messages)
-        if '"rules": []' in prompt or not isinstance(reply, AIMessage) or not reply.tool_calls:
+        if '"rules":[]' in prompt or not isinstance(reply, AIMessage) or not reply.tool_calls:
             return reply
         (call,) = reply.tool_calls
         args = {**call["args"], "constraints": [*call["args"].get("constraints", []), rule]}

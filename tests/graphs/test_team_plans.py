@@ -15,9 +15,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from core.agents import AGENTS
 from graphs.team import build_team
+from nodes.supervisor import SYSTEM
+from studio.routing import PLAN_NAMES, plan_steps
 from studio.state import MAX_NOTES, shared_list
-from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor
+from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor, short_planning_supervisor
 from tests.graphs.team_runs import REQUEST, run_team
 from tests.support.fake_models import (
     FakeModels,
@@ -254,3 +257,98 @@ async def test_a_supervisor_stuck_on_one_agent_with_a_plan_is_capped_as_without(
     assert run.state["generated_content"]["body"]
     assert run.state["images"] and run.state["review_feedback"] is not None
     assert run.state["team_step"] <= 12
+
+
+async def test_a_parallel_agent_left_out_for_repeating_is_recorded_as_capped(
+    tmp_path: Path,
+) -> None:
+    again = planned(next_agent="layout_planner_agent")
+    together = planned(
+        next_agent="research_evidence_agent", parallel_agents=["layout_planner_agent"]
+    )
+    models = FakeModels(
+        {
+            **happy_team(1),
+            "supervisor": first_then_happy(
+                planned(next_agent="brief_compiler_agent"), again, again, together
+            ),
+        }
+    )
+    limits = {"max_team_steps": 16, "max_same_agent_repeats": 1}
+    run = await run_team(models, tmp_path, image_count=1, limits=limits)
+
+    # The layout's third turn, after one that changed nothing, is refused next to the
+    # research and recorded as a refused plan step is: capped (its output in place, so
+    # not given up on).
+    assert route_events(run.events)[3] == ("research_evidence_agent", [], False)
+    assert run.fallbacks[0] == ("layout_planner_agent", "research_evidence_agent", "cap")
+    assert run.state["capped"] == ["layout_planner_agent"]
+    assert not run.state.get("given_up")
+    assert models.count("layout_planner_agent") == 2
+    assert run.state["review_feedback"]["approved"] is True
+
+
+async def test_a_tool_loop_in_a_parallel_step_runs_within_its_agents_turn(
+    tmp_path: Path,
+) -> None:
+    models = FakeModels({**happy_team(2), "supervisor": planning_supervisor})
+    tasks: dict[int, list[str]] = {}
+    values: dict[str, Any] = {}
+    async for mode, chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 2},
+        context=fake_context(models, tmp_path),
+        stream_mode=["debug", "values"],
+    ):
+        if mode == "values":
+            values = chunk
+        elif chunk["type"] == "task":
+            tasks.setdefault(chunk["step"], []).append(chunk["payload"]["name"])
+
+    # Research searched and wrote its pack, and the cards were drawn, each within the
+    # step it started in: no round waited for a superstep of its own (and so for the
+    # slowest agent of the step).
+    names = [name for step in tasks.values() for name in step]
+    assert "research_evidence_tools" not in names and "image_tools" not in names
+    research = [c.forced_tool for c in models.calls_for("research_evidence_agent")]
+    assert len(research) == 2 and research[0] == "search_knowledge"
+    assert values["evidence_pack"]["summary"] and not values.get("research_messages")
+    assert [i["slot"] for i in values["images"]] == [1, 2] and values["images_complete"]
+    assert not values.get("image_messages")
+
+
+async def test_a_tool_loop_on_its_own_still_takes_its_tools_node(tmp_path: Path) -> None:
+    models = FakeModels(happy_team(1))
+    names: list[str] = []
+    async for chunk in build_team().astream(
+        {"request": REQUEST, "image_count": 1},
+        context=fake_context(models, tmp_path),
+        stream_mode="debug",
+    ):
+        if chunk["type"] == "task":
+            names.append(chunk["payload"]["name"])
+    assert names.count("research_evidence_tools") == 1 and names.count("image_tools") == 1
+
+
+async def test_a_plan_in_short_names_runs_as_in_full_names(tmp_path: Path) -> None:
+    full = await run_team(
+        FakeModels({**happy_team(1), "supervisor": planning_supervisor}), tmp_path / "full"
+    )
+    models = FakeModels({**happy_team(1), "supervisor": short_planning_supervisor})
+    short = await run_team(models, tmp_path / "short")
+
+    assert models.count("supervisor") == 1
+    assert route_events(short.events) == route_events(full.events)
+    # Recorded and reported in full names.
+    assert short.of_type("supervisor.route")[0]["plan"] == NORMAL_PLAN
+    for field in ARTEFACTS:
+        assert short.state[field] == full.state[field], field
+
+
+def test_short_names_map_to_the_agents_in_the_rosters_order() -> None:
+    assert list(PLAN_NAMES.values()) == list(AGENTS)
+    assert "、".join(PLAN_NAMES) in SYSTEM
+    assert plan_steps(["brief", ["research", "research_evidence_agent", "poet"], "END"]) == [
+        ["brief_compiler_agent"],
+        ["research_evidence_agent", "poet"],
+        ["END"],
+    ]
