@@ -30,7 +30,7 @@ COPY pyproject.toml README.md dev ./
 COPY app ./app
 COPY cli ./cli
 COPY engine ./engine
-COPY studio ./studio
+COPY agentkit ./agentkit
 COPY core ./core
 COPY graphs ./graphs
 COPY nodes ./nodes

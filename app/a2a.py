@@ -111,6 +111,7 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from starlette.requests import Request as StarletteRequest
 
+from agentkit.chat import image_link
 from app.deps import PrincipalDep, RunsDep
 from app.described import assistant_description, assistant_name
 from app.routes.exports import post_markdown
@@ -122,7 +123,6 @@ from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
 from engine.serde import loads
 from providers.asset_links import AssetLinks
-from studio.chat import image_link
 
 #: Where the JSON-RPC endpoint and the agent card are served.
 RPC_PATH = "/a2a/{assistant_id}"

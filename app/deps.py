@@ -19,12 +19,12 @@ from typing import Annotated
 
 from fastapi import Depends, Request, Security
 
+from agentkit.context import AtelierContext
 from app.security import get_principal
 from core.settings import Settings
 from engine.manager import RunManager
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
-from studio.context import AtelierContext
 
 
 def get_settings(request: Request) -> Settings:

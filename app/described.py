@@ -2,7 +2,7 @@
 
 A built-in assistant is its spec's name and description. A created one (a brand
 preset, `POST /assistants`) is its own name, then what it writes, read from its preset
-(`studio.brand.preset_of`): "Writes xiaohongshu posts for 青禾护肤 (写 青禾护肤 的帖子)",
+(`agentkit.brand.preset_of`): "Writes xiaohongshu posts for 青禾护肤 (写 青禾护肤 的帖子)",
 its voice (cut to `VOICE_CHARS`), and its own description, if any. The text names
 nothing but what the owner saved (only the owner sees it) and never the preset's
 terms or examples in full: a tool list is read by a model on every turn.
@@ -10,8 +10,8 @@ terms or examples in full: a tool list is read by a model on every turn.
 
 from __future__ import annotations
 
+from agentkit.brand import preset_of
 from engine.assistants import Assistant
-from studio.brand import preset_of
 
 #: The most characters of a preset's voice a description repeats.
 VOICE_CHARS = 160

@@ -16,11 +16,13 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from agentkit.services import open_services
 from app import a2a, names
 from app.errors import install_error_handlers
 from app.mcp import mcp_router
 from app.metrics import install_metrics
 from app.openapi import install_openapi
+from app.request_scope import RequestScopeMiddleware
 from app.routes import (
     assets,
     assistants,
@@ -34,7 +36,6 @@ from app.routes import (
     threads,
 )
 from app.routes.ops import NotReadyError
-from app.scope import RequestScopeMiddleware
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
 from engine.assistants import AssistantFactory, registry, with_store
@@ -47,7 +48,6 @@ from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from providers.fonts import web_cjk_font
-from studio.services import open_services
 
 VERSION = "0.1.0"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -136,7 +136,7 @@ async def open_scale_out(settings: Settings, stack: AsyncExitStack, metrics: Any
     """Open the scale-out deployment's run backend on `stack` (README "Scale out").
 
     PostgreSQL holds the notes, assets, checkpoints, threads, runs and event logs
-    (`engine.db.backend`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
+    (`engine.postgres.resources`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
     and cancels. The run manager records runs in the queue and leaves their execution
     to workers (`QueueExecutor`): RUN_WORKERS of them in this process (0: an API-only
     replica), each claiming up to RUN_WORKER_CONCURRENCY runs, and any number in

@@ -78,6 +78,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentkit.chat import image_link
 from app.described import assistant_description, assistant_name
 from app.errors import error_response, validation_message
 from app.routes.exports import post_markdown
@@ -89,7 +90,6 @@ from engine.manager import RunManager
 from engine.preparation import RunRequest
 from engine.records import Frame, RunRecord
 from providers.asset_links import AssetLinks
-from studio.chat import image_link
 
 log = logging.getLogger(__name__)
 

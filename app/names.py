@@ -61,7 +61,7 @@ REASONS: dict[str, Names] = {
     "invalid_decision": Names("无效决定", "invalid decision"),
 }
 
-#: The judge's and the reviewer's quality dimensions (`studio.state.QUALITY_DIMENSIONS`).
+#: The judge's and the reviewer's quality dimensions (`agentkit.state.QUALITY_DIMENSIONS`).
 DIMENSIONS: dict[str, Names] = {
     "infoDensity": Names("信息密度", "Information density"),
     "textImageAlignment": Names("图文匹配", "Text–image match"),

@@ -5,7 +5,7 @@ and bound every field a client fills in. A request option this server does not
 implement is refused with a 422 naming it (`extra="forbid"`), never ignored.
 
 What an assistant's `input` must be is its own contract, not the dialect's (for
-`atelier`: `studio.state.AtelierInput`, PRODUCT.md §2.6); the run engine checks it.
+`atelier`: `agentkit.state.AtelierInput`, PRODUCT.md §2.6); the run engine checks it.
 The stream models at the end describe the SSE frames for the OpenAPI document.
 """
 
@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentkit.brand import BrandPreset
 from engine.frames import (
     SCHEMA_VERSION,
     STREAM_MODES,
@@ -35,7 +36,6 @@ from engine.frames import (
     StreamModeName,
 )
 from engine.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
-from studio.brand import BrandPreset
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"

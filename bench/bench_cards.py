@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_cards.py [--cards 40] [--ref GIT_REV] [--fresh-palettes]
         [--concurrency 1]
 
-Each card goes the way a run sends it: `studio.tools.image_request` builds the
+Each card goes the way a run sends it: `agentkit.tools.image_request` builds the
 request from a post (cover: title over the brief's goal; content cards: one
 section each), `LocalCardProvider.generate` renders it in a worker thread and
 `AssetStore.aput` stores the PNG. Posts cycle through four palettes (a
@@ -86,7 +86,7 @@ def _palette(post: int, fresh: bool) -> list[str] | None:
 
 def _requests(cards: int, fresh: bool) -> list[Any]:
     """Return `cards` image requests built by the image tool's own `image_request`."""
-    from studio.tools import image_request
+    from agentkit.tools import image_request
 
     requests: list[Any] = []
     post = 0

@@ -92,9 +92,9 @@ async def pipeline_first_custom(llm_url: str, data_dir: Path, runs: int) -> list
     """Return seconds from `astream` to the first custom event of the pipeline in-process."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+    from agentkit.services import build_context
     from graphs.pipeline import build_pipeline
     from providers.llm import OpenAIModelFactory
-    from studio.services import build_context
     from tests.app.harness import service_settings
 
     settings = service_settings(data_dir, llm_url)

@@ -24,7 +24,7 @@ def db_upgrade() -> None:
         )
         raise typer.Exit(2)
     try:
-        from engine.db.migrations import upgrade_url
+        from engine.postgres.migrations import upgrade_url
     except ImportError:
         err.print("[red]The scale-out backend is not installed[/red]: pip install 'atelier[scale]'")
         raise typer.Exit(1) from None

@@ -2,7 +2,7 @@
 
 It drives the embedded run engine on DATA_DIR, the one `atelier serve` opens
 (the run store and checkpoints in `DATA_DIR/atelier.db`, the services of
-`studio.services.open_services`): it creates a thread and a run through the run
+`agentkit.services.open_services`): it creates a thread and a run through the run
 manager, follows the run's stream as an API client would (the same frames, replayed
 from the event log, then live), shows its `custom` events as they happen and
 prints the finished post from the run's result. The planner's question is asked on
@@ -38,6 +38,7 @@ from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
 
+from agentkit.services import open_services
 from app.security import ANONYMOUS, owner_id_for
 from app.texts import name_of, request_language, say
 from cli.common import settings_or_exit
@@ -53,7 +54,6 @@ from engine.sqlite.ownership import DataDirInUse
 from engine.store import ScopedStore, query_ranker
 from graphs.assistants import ASSISTANTS
 from providers.assets import AssetStore, is_valid_asset_id
-from studio.services import open_services
 
 #: Answer to a clarification when nobody can be asked (no TTY) or nothing was typed.
 DEFAULTS_ANSWER: dict[str, str] = {"action": "defaults"}
@@ -96,7 +96,7 @@ async def open_embedded_engine(
 
     The embedded run backend (`engine.sqlite.backend`: the run store and LangGraph's
     checkpoints in `DATA_DIR/atelier.db`, owned by this process), the studio's
-    services from `studio.services.open_services`, the served assistants. Entering
+    services from `agentkit.services.open_services`, the served assistants. Entering
     the manager restarts the runs a killed process left behind (`RunManager.recover`);
     leaving it stops the runs in flight without an outcome, for the next start.
 

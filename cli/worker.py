@@ -2,7 +2,7 @@
 
 It opens the same run backend as an API replica (PostgreSQL, Redis;
 `engine.postgres.backend.open_postgres_backend`), the same services
-(`studio.services.open_services`: the model factory, the notes and assets the
+(`agentkit.services.open_services`: the model factory, the notes and assets the
 backend keeps) and graphs, and runs one `RunWorker` claiming up to `concurrency`
 runs at once. SIGTERM or SIGINT stop it gracefully:
 no more claims, the runs in flight are stopped at their last checkpoint and handed
@@ -39,6 +39,7 @@ import typer
 from prometheus_client import start_http_server
 from rich.console import Console
 
+from agentkit.services import open_services
 from app.metrics import AtelierMetrics
 from cli.common import settings_or_exit
 from core.settings import Settings
@@ -51,7 +52,6 @@ from engine.tracing import open_run_tracing
 from engine.webhooks import WebhookConfig
 from graphs.assistants import ASSISTANTS
 from providers.usage import PriceTable
-from studio.services import open_services
 
 log = logging.getLogger(__name__)
 

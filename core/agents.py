@@ -5,7 +5,7 @@ Everything else that names the agents is derived from this module:
 - `AgentName` (the one `Literal` of their names) and `AGENTS` (its tuple, by
   `typing.get_args`, so the two cannot drift apart);
 - `core.settings.LLM_ROLES` (every agent asks an LLM under its own name);
-- `studio.routing.SupervisorTarget`, preconditions and stage checks;
+- `agentkit.routing.SupervisorTarget`, preconditions and stage checks;
 - `graphs.team`'s wiring: an agent whose turn is one node (`simple`) is wired
   from here; its node is the function named like the agent in `nodes/<name>.py`,
   imported by name into `graphs.team.AGENT_NODES` (a test ties that list to this one);
@@ -19,7 +19,7 @@ settings need the role names and must not import the graphs.
 Adding an agent: its name in `AgentName` and its entry in `AGENT_TABLE` here,
 its node (`nodes/<name>.py`, a function `<name>`, and its entry in
 `graphs.team.AGENT_NODES`), its prompt (`prompts/`) and,
-when it produces a new artefact, that field in `studio.state.TeamOutput`. An
+when it produces a new artefact, that field in `agentkit.state.TeamOutput`. An
 agent that is not `simple` (its own tool loop, its own exit) is wired by hand
 in `graphs.team`.
 """
@@ -137,7 +137,7 @@ AGENT_TABLE: dict[AgentName, Agent] = {
             duty="审核内容并按五个维度打分",
             output="review_feedback",
             output_label="审核意见",
-            # Counts only for the draft it judged (studio.routing.stage_done).
+            # Counts only for the draft it judged (agentkit.routing.stage_done).
             done_when="review_feedback",
             needs="writer_agent",
             simple=False,  # may end the team itself

@@ -6,10 +6,9 @@ protocols.py    the seams: the storage (ThreadRepository, RunRepository, EventLo
 group_commit.py the group-committed event log both backends share
 sqlite/         the embedded backend (one file in DATA_DIR): its storage, checkpoint
                 housekeeping, and `backend.open_sqlite_backend`
-postgres/       the scale-out backend (DATABASE_URL): the runs table as the queue,
-                leases with fencing, workers, live frames over Redis, and
-                `backend.open_postgres_backend`
-db/             the scale-out backend's pools, schema and Redis client
+postgres/       the scale-out backend (DATABASE_URL, REDIS_URL): its pools, schema and
+                Redis client, the runs table as the queue, leases with fencing,
+                workers, live frames over Redis, and `backend.open_postgres_backend`
 hub.py          in-memory fan-out of committed frames to SSE subscribers (LiveFrames)
 frames.py       LangGraph stream chunks → SSE event names and data
 serde.py        JSON for the wire and the log
@@ -19,6 +18,6 @@ executor.py     the in-process executor: a task per run
 manager.py      create, execute, cancel, join and recover runs
 checkpoints.py  checkpoint housekeeping through the saver's own API
 
-Everything here outside sqlite/, postgres/ and db/ is backend-neutral: it imports
+Everything here outside sqlite/ and postgres/ is backend-neutral: it imports
 no backend and no database driver.
 """

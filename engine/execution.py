@@ -57,6 +57,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
 
+from agentkit.run_owner import OWNER_KEY
 from engine.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
 from engine.protocols import CheckpointHousekeeping, ExecutorSetup, RunStorage, StoreError
 from engine.reads import run_result, thread_values
@@ -72,7 +73,6 @@ from engine.records import (
 from engine.serde import dumps
 from engine.tracing import TracedRun
 from engine.webhooks import enqueue_delivery
-from studio.scope import OWNER_KEY
 
 log = logging.getLogger(__name__)
 

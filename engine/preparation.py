@@ -26,9 +26,9 @@ A run of an assistant a client created (`engine.assistants.AssistantRecord`, its
 latest version, resolved by the run manager) runs the graph of its `graph_id`,
 recorded in the run's kwargs (`RunRecord.graph_id`). The assistant's `config` is
 under the run's (the run's keys win, `configurable` key by key). An `atelier`
-assistant's context is a brand preset (`studio.brand`): checked again, it becomes the
+assistant's context is a brand preset (`agentkit.brand`): checked again, it becomes the
 input's `brand`, the fields of a `brand` the input sends itself winning; the graph
-fills the input's unset fields from it when the run starts (`studio.brand.brand_fill`),
+fills the input's unset fields from it when the run starts (`agentkit.brand.brand_fill`),
 so the run's own input overrides the preset field by field. The preset is also the
 `context` the Platform's clients read back; the graph's runtime context stays the
 server's (its services), so no client value reaches a model endpoint or key.
@@ -47,6 +47,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Interrupt
 from pydantic import TypeAdapter, ValidationError
 
+from agentkit.brand import BrandPreset, preset_of, preset_with
 from engine.assistants import Assistant
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
 from engine.execution import graph_config
@@ -55,7 +56,6 @@ from engine.records import IfNotExists, MultitaskStrategy, RunRecord, ThreadReco
 from engine.serde import dumps
 from engine.tracing import RunTracing
 from engine.webhooks import WebhookConfig, check_webhook
-from studio.brand import BrandPreset, preset_of, preset_with
 
 _INTERRUPT_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -65,8 +65,8 @@ def check_context(
 ) -> dict[str, Any]:
     """Check an assistant's context against its graph's context type; return it validated.
 
-    For a brand preset (`studio.brand.BrandPreset`), the preset fields of
-    `config.configurable` are checked too (`studio.brand.preset_of`).
+    For a brand preset (`agentkit.brand.BrandPreset`), the preset fields of
+    `config.configurable` are checked too (`agentkit.brand.preset_of`).
 
     Raises:
         InvalidFields: Each fault, at `context.<field>` (or `config.configurable.<field>`).

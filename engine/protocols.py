@@ -68,6 +68,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
+from agentkit.context import AtelierContext
 from engine.assistants import Assistant, AssistantRecord
 from engine.crons import CronRecord
 from engine.feedback import FeedbackRepository
@@ -84,7 +85,6 @@ from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 from knowledge.repository import NoteRepository
 from providers.assets import AssetStore
-from studio.context import AtelierContext
 
 #: Called with a run id and every committed batch of its frames, in id order.
 Publish = Callable[[str, list[Frame]], None]

@@ -12,7 +12,7 @@ Each backend keeps the items in LangGraph's own store implementation
   searching match under the owner's label only, so no crafted prefix, suffix or
   wildcard reaches another key's items. The routes bind it to the caller
   (`for_owner`); the graphs get one bound to no one, which scopes each call to the
-  run's owner (`studio.scope.run_owner`, read from the run's config), and fails in
+  run's owner (`agentkit.run_owner.run_owner`, read from the run's config), and fails in
   a run that has none.
 - A search with a `query` ranks the items under the prefix (after the `filter`) by
   a `QueryRanker`: by meaning (`SemanticRanker`, cosine similarity of embeddings
@@ -52,9 +52,9 @@ from langgraph.store.base import (
     TTLConfig,
 )
 
+from agentkit.run_owner import run_owner
 from core.settings import Settings
 from knowledge.retriever import query_words, text_relevance
-from studio.scope import run_owner
 
 #: Items a query ranks at most (the most recently updated under the prefix).
 MAX_CANDIDATES = 1000

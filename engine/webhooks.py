@@ -46,10 +46,10 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import httpx
 
+from core.outbound import AddressRefused, guarded_client, url_refusal
 from engine.errors import InvalidFields
 from engine.records import RecordChange, RunRecord, WebhookQueued, now
 from engine.serde import dumps
-from providers.guarded_http import AddressRefused, guarded_client, url_refusal
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The assistants this service serves, each with its contract (PRODUCT.md §2.6).
 
     atelier   the content pipeline (`graphs.pipeline.build_pipeline`): its input is
-              `studio.state.AtelierInput`, an assistant of it carries a brand
-              preset in its context (`studio.brand.BrandPreset`); a resume answers the planner's
+              `agentkit.state.AtelierInput`, an assistant of it carries a brand
+              preset in its context (`agentkit.brand.BrandPreset`); a resume answers the planner's
               clarification question (`check_clarification_answer`); a state update
               may ask for a card to be redrawn (`check_pipeline_update`); only the
               writing roles' tokens are streamed (`writer_tokens_only`).
@@ -33,14 +33,14 @@ from pydantic import (
     model_validator,
 )
 
+from agentkit.brand import BrandPreset
+from agentkit.chat import chat_request
+from agentkit.post import card_to_redraw
+from agentkit.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
 from graphs.pipeline import build_pipeline
 from graphs.spec import AssistantSpec
 from graphs.team import build_team
 from providers.llm import streams_to_users
-from studio.brand import BrandPreset
-from studio.chat import chat_request
-from studio.post import card_to_redraw
-from studio.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
 
 
 class ClarificationDetails(BaseModel):
@@ -140,7 +140,7 @@ def check_pipeline_update(
     """Check a state update (a run's `command`, or `POST /threads/{t}/state`) of `atelier`.
 
     Only the card redraw has a rule beyond the state's keys: `redraw` must name a
-    card of the thread's post (`studio.post.card_to_redraw`), and a
+    card of the thread's post (`agentkit.post.card_to_redraw`), and a
     `goto: "redraw_card"` needs one, in the update or already in the state.
 
     Raises:
@@ -171,7 +171,7 @@ def chat_text(graph_input: Mapping[str, Any]) -> str:
 
 
 class TeamRunInput(ChatInputRules):
-    """The `input` of a run of the `team` assistant: `studio.state.TeamInput`.
+    """The `input` of a run of the `team` assistant: `agentkit.state.TeamInput`.
 
     The request (or chat `messages`, as for `atelier`) is checked; the team's
     other keys (`platform`, `constraints`, `intent`, `limits`, …) go to its entry

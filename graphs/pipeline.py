@@ -9,7 +9,7 @@ planner ── question written ──→ planner (pauses on it: `interrupt()`)
 ```
 
 Loop bounds live in state, not in `recursion_limit`: the critic writes
-`attempt`, the run's start (`studio.run_start`) `max_attempts` (1 +
+`attempt`, the run's start (`agentkit.run_start`) `max_attempts` (1 +
 MAX_RETRY_COUNT), and the critic allows at most `max_replans` replans, so
 every run reaches finalize. The longest legal run (a replan, then every retry)
 executes 15 supersteps with the defaults, and LangGraph needs one more to see
@@ -42,6 +42,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from agentkit.context import AtelierContext
+from agentkit.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
+from agentkit.run_start import starting_run
+from agentkit.services import ensure_services
+from agentkit.state import PipelineInput, PipelineOutput, PipelineState
 from graphs.team import build_team, team_recursion_limit
 from nodes.critic import critic
 from nodes.executor import make_executor
@@ -50,11 +55,6 @@ from nodes.planner import planner, question_pending
 from nodes.rag import rag
 from nodes.redraw_card import redraw_card
 from providers.usage import metering
-from studio.context import AtelierContext
-from studio.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
-from studio.run_start import starting_run
-from studio.services import ensure_services
-from studio.state import PipelineInput, PipelineOutput, PipelineState
 
 Node = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -69,7 +69,7 @@ def metered(node: Node, *, draft_source: str | None = None) -> Node:
     executor's team, found there as a subgraph), so the wrapper is one level deep.
     A node interrupted (the planner's question) or failing adds nothing: its update
     is never written. A run given no services gets the default ones first
-    (`studio.services.ensure_services`), whichever node it starts or resumes at.
+    (`agentkit.services.ensure_services`), whichever node it starts or resumes at.
     """
 
     @functools.wraps(node)
@@ -129,7 +129,7 @@ def build_pipeline(
             LangGraph's server passes a one-argument graph factory) is taken as
             "no checkpointer".
         context_schema: What a run's `context` is: `AtelierContext` (the
-            services), or `studio.context.RunOptions` for LangGraph's own server
+            services), or `agentkit.context.RunOptions` for LangGraph's own server
             (`graphs.served`), which sends the context as JSON.
 
     Returns:
@@ -145,7 +145,7 @@ def build_pipeline(
         output_schema=PipelineOutput,
     )
     # A new run's per-run state (counters, history, budget) is reset as it enters the
-    # planner, its first node (studio.run_start).
+    # planner, its first node (agentkit.run_start).
     builder.add_node("planner", metered(starting_run(planner)))
     builder.add_node("rag", metered(rag))
     executor = make_executor(team, team_recursion_limit)

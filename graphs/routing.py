@@ -1,13 +1,13 @@
 """The team's routing functions, as PRODUCT.md §6 names them (`graphs.routing`).
 
 They are pure functions over state and live in the layer the agents share
-(`studio.routing`), because the supervisor and the review agent use them as well
+(`agentkit.routing`), because the supervisor and the review agent use them as well
 as the wiring; this module is their public address for tests and notebooks.
 """
 
 from __future__ import annotations
 
-from studio.routing import (
+from agentkit.routing import (
     check_basic_preconditions,
     quality_fallback,
     route_from_supervisor,

@@ -11,7 +11,7 @@ a project) and the LangGraph Platform serve `atelier` and `team` from here:
   (`Settings()`: the environment and `.env`) — the knowledge vault in
   `DATA_DIR/atelier.db`, the model factory (the embedded model when `LLM_BASE_URL`
   is unset), the asset store and the image providers — and binds them for the
-  server's lifetime (`studio.context.bind_services`). Runs, threads and
+  server's lifetime (`agentkit.context.bind_services`). Runs, threads and
   checkpoints are the server's own, not `atelier serve`'s.
 
 Everything blocking (reading `.env`, the font lookup, jieba's dictionary) runs in
@@ -27,11 +27,11 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 
+from agentkit.context import AtelierContext, RunOptions, bind_services
+from agentkit.services import open_services
 from core.settings import Settings
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
-from studio.context import AtelierContext, RunOptions, bind_services
-from studio.services import open_services
 
 atelier = build_pipeline(context_schema=RunOptions)
 team = build_team(context_schema=RunOptions)

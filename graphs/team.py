@@ -17,7 +17,7 @@ ties the two). Each `simple` agent is wired as one node that hands straight back
 to the supervisor; the three others (the two tool loops and the review, which
 may end the team) are wired by hand below.
 
-`enter_team` resolves the run's loop bounds once (`studio.limits`): the input's
+`enter_team` resolves the run's loop bounds once (`agentkit.limits`): the input's
 `limits` over the context's over the defaults, written to state `limits`, which
 every router and node reads.
 
@@ -25,7 +25,7 @@ every router and node reads.
 client renders when the team is served on its own, `?assistantId=team`): the
 writer's last draft message, same id, becomes the finished text — title, body,
 `#tags` and the images as absolute links (signed when API keys are on), as the
-`atelier` conversation shows a draft (`studio.chat.draft_text`). As the pipeline's
+`atelier` conversation shows a draft (`agentkit.chat.draft_text`). As the pipeline's
 executor the team's `messages` are not part of its output, and the pipeline writes
 its own post message (nodes.executor, nodes.finalize).
 
@@ -34,14 +34,14 @@ steps after it (`plan`): the supervisor's edge then returns the step's agents as
 list, which LangGraph starts in one superstep. Each agent still hands back to the
 supervisor; the supervisor node is deferred, so after a parallel step it runs
 once, when every agent of the step has finished, and takes the plan's next step
-without a model call unless `studio.routing.next_plan_step` asks for a decision.
+without a model call unless `agentkit.routing.next_plan_step` asks for a decision.
 On the one-agent path the supervisor is the only node left to run after an
 agent, so deferring it changes nothing. Agents' nodes are wrapped
 (`side_by_side`) so that two of one step never overwrite each other's notes,
 and the two tool loops run their rounds inside their agent's node in a parallel
 step (`own_loop`), so that a round never waits for the step's slowest agent.
 
-Every rule of the supervisor's edge lives in `studio.routing` (pure functions);
+Every rule of the supervisor's edge lives in `agentkit.routing` (pure functions);
 the supervisor node applies the same rules to emit `supervisor.route` and
 `agent.fallback` events, so the stream explains every turn.
 
@@ -70,6 +70,21 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
+from agentkit.chat import base_url_of, draft_text, post_message_update
+from agentkit.common import tool_loop_node
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import TeamLimits, limits_of, resolve_limits
+from agentkit.routing import (
+    SupervisorTarget,
+    route_from_supervisor,
+    should_continue_image,
+    should_continue_research,
+    should_continue_review,
+    should_continue_supervisor,
+)
+from agentkit.services import ensure_services
+from agentkit.state import TeamInput, TeamOutput, TeamState, transcript
+from agentkit.tools import generate_image, search_knowledge
 from core.agents import AGENT_TABLE, AGENTS, AgentName
 from nodes.brief_compiler_agent import brief_compiler_agent
 from nodes.image_agent import image_agent
@@ -80,21 +95,6 @@ from nodes.research_evidence_agent import research_evidence_agent
 from nodes.review_agent import review_agent
 from nodes.supervisor import supervisor
 from nodes.writer_agent import writer_agent
-from studio.chat import base_url_of, draft_text, post_message_update
-from studio.common import tool_loop_node
-from studio.context import AtelierContext, context_of
-from studio.limits import TeamLimits, limits_of, resolve_limits
-from studio.routing import (
-    SupervisorTarget,
-    route_from_supervisor,
-    should_continue_image,
-    should_continue_research,
-    should_continue_review,
-    should_continue_supervisor,
-)
-from studio.services import ensure_services
-from studio.state import TeamInput, TeamOutput, TeamState, transcript
-from studio.tools import generate_image, search_knowledge
 
 #: Each agent's node, in `core.agents.AGENTS` order.
 AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
@@ -118,7 +118,7 @@ SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
 async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Resolve the run's loop bounds once: the input's over the context's over the defaults.
 
-    A run given no services gets the default ones here (`studio.services.ensure_services`).
+    A run given no services gets the default ones here (`agentkit.services.ensure_services`).
     """
     await ensure_services(runtime)
     return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
@@ -182,7 +182,7 @@ def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
     An agent writes `agent_errors` / `no_optional_tools` as the whole new list;
     two agents running together would each overwrite the other's change. The
     wrapper writes the change instead (`{"add", "drop"}` against the list the
-    agent read), which the lists' reducer (`studio.state.shared_list`) applies in turn.
+    agent read), which the lists' reducer (`agentkit.state.shared_list`) applies in turn.
     """
 
     async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
@@ -278,7 +278,7 @@ def build_team(
             `recursion_limit` (`team_recursion_limit`); the bounds themselves
             come from the input's `limits` and the run's `AtelierContext`.
         context_schema: What a run's `context` is: `AtelierContext`, or
-            `studio.context.RunOptions` for LangGraph's own server (`graphs.served`).
+            `agentkit.context.RunOptions` for LangGraph's own server (`graphs.served`).
 
     Returns:
         The compiled graph: input `TeamInput`, output `TeamOutput`.

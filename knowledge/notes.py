@@ -25,7 +25,7 @@ DEFAULT_OWNER = "system"
 #: The namespace every run reads besides its brand's, and a new note's default.
 SHARED_NAMESPACE = "shared"
 MAX_NAMESPACE_CHARS = 64
-#: A namespace: lower-case words joined by `-`, `_` or `.` (as `studio.brand` names them).
+#: A namespace: lower-case words joined by `-`, `_` or `.` (as `agentkit.brand` names them).
 NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
 MAX_PRINCIPAL_CHARS = 128
 

@@ -6,7 +6,7 @@ write conditional on the version read, so a concurrent writer in any process sur
 `VersionConflictError`, and `search` ranks the non-archived notes with `VaultRetriever`.
 
 The table (`knowledge_notes`) belongs to the service's schema, created by its migrations
-(`engine.db.migrations`), not here: this package must not import `app`, so it takes an open
+(`engine.postgres.migrations`), not here: this package must not import `app`, so it takes an open
 psycopg connection pool and never creates or alters tables.
 
 One difference: PostgreSQL text cannot hold a NUL character, so a note whose id,

@@ -7,8 +7,7 @@ from typing import Annotated, Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from prompts import brief_compiler as prompt
-from studio.common import (
+from agentkit.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -16,15 +15,16 @@ from studio.common import (
     parse_constraints,
     structured_call,
 )
-from studio.context import AtelierContext, context_of
-from studio.state import TeamState
+from agentkit.context import AtelierContext, context_of
+from agentkit.state import TeamState
+from prompts import brief_compiler as prompt
 
 AGENT = "brief_compiler_agent"
 SECTIONS = ("request", "intent", "constraints", "notes", "retry")
 
 
 # The brief's fields the model writes: the critic's deviation check reads only these
-# of the brief (`studio.post.BRIEF_WRITTEN_FIELDS`, which a test ties to them).
+# of the brief (`agentkit.post.BRIEF_WRITTEN_FIELDS`, which a test ties to them).
 class CreativeBrief(BaseModel):
     """Return the creative brief of the post."""
 
@@ -56,7 +56,7 @@ def house_rules(state: TeamState) -> list[str]:
     `constraints` the model wrote (a rule the model already wrote is not repeated).
     Every agent that reads the brief sees them in its prompt, but the critic's
     deviation check, which asks whether the team *acted on* each injected note,
-    reads only the brief's fields the model writes (`studio.post.BRIEF_WRITTEN_FIELDS`):
+    reads only the brief's fields the model writes (`agentkit.post.BRIEF_WRITTEN_FIELDS`):
     a copy made by code would otherwise mark every blocker addressed whatever the
     agents did, and an ignored blocker could never send the run back to the planner
     (`nodes.critic.team_actions`).

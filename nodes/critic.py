@@ -26,7 +26,7 @@ Pass = every code check passes, no REPLAN_REQUIRED, and the judge says
 `passed` with a score ≥ the threshold — never without a judge. The threshold is
 the run's brand preset's `critic_pass_threshold` when it sets one, else
 `ctx.critic_pass_threshold` (`pass_threshold`); the judge is shown the brand's name
-and voice too. A brand's `must_avoid` terms reach the constraints (`studio.brand`),
+and voice too. A brand's `must_avoid` terms reach the constraints (`agentkit.brand`),
 so a post using one fails layer 1's `must_avoid` check.
 
 Without a judge (decision, written down where PRODUCT.md §1.3 is silent): a
@@ -42,7 +42,7 @@ the executor stamped the draft (`draft_source`), `card` when `nodes.redraw_card`
 drew one card again, and `edit` when neither did since the critic last reset
 `draft_source` to None — the draft came in by a state update, a person's edit. A
 revision (`edit`, `card`) is judged like any attempt but never replans, and the
-run then finalizes whatever the verdict (`studio.pipeline_routing.route_from_critic`):
+run then finalizes whatever the verdict (`agentkit.pipeline_routing.route_from_critic`):
 a team attempt would rewrite what the person changed. Each record also keeps the
 attempt's image plans, so a card of an earlier attempt that finalize publishes can
 be drawn again.
@@ -67,6 +67,20 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
+from agentkit.checks import (
+    CheckResult,
+    answer_checks_as_results,
+    check_answer,
+    check_constraints,
+    check_prose,
+    count_chars,
+)
+from agentkit.common import QualityDimensions, UnitScore, structured_call
+from agentkit.context import AtelierContext, context_of
+from agentkit.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
+from agentkit.post import BRIEF_WRITTEN_FIELDS, effective_request, post_platform
+from agentkit.state import PipelineState
+from agentkit.tools import image_request
 from core.events import (
     AttemptCompleted,
     CheckReport,
@@ -80,20 +94,6 @@ from knowledge.deviation import AlertType, DeviationAlert
 from knowledge.notes import NoteType
 from prompts import critic as prompt
 from prompts.common import data_block, system_prompt
-from studio.checks import (
-    CheckResult,
-    answer_checks_as_results,
-    check_answer,
-    check_constraints,
-    check_prose,
-    count_chars,
-)
-from studio.common import QualityDimensions, UnitScore, structured_call
-from studio.context import AtelierContext, context_of
-from studio.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
-from studio.post import BRIEF_WRITTEN_FIELDS, effective_request, post_platform
-from studio.state import PipelineState
-from studio.tools import image_request
 
 log = logging.getLogger(__name__)
 

@@ -39,12 +39,12 @@ from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.pregel import Pregel
 from langgraph.runtime import Runtime
 
+from agentkit.chat import base_url_of, draft_text, post_message_update
+from agentkit.context import AtelierContext, context_of
+from agentkit.post import MODEL_CRASHED_MESSAGE, effective_request, post_platform
+from agentkit.state import PipelineState, TeamInput, TeamOutput
 from core.events import AttemptStarted, emit, stage_events
 from providers.llm import model_crash
-from studio.chat import base_url_of, draft_text, post_message_update
-from studio.context import AtelierContext, context_of
-from studio.post import MODEL_CRASHED_MESSAGE, effective_request, post_platform
-from studio.state import PipelineState, TeamInput, TeamOutput
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ def team_input(state: PipelineState) -> TeamInput:
         "image_provider": state.get("image_provider"),
         "knowledge_notes": list(state.get("knowledge_notes") or []),
         "retry_context": state.get("retry_context"),
-        "limits": state.get("team_limits"),  # resolved at the run's start (studio.run_start)
-        "brand": state.get("brand"),  # the writer's voice (studio.brand)
+        "limits": state.get("team_limits"),  # resolved at the run's start (agentkit.run_start)
+        "brand": state.get("brand"),  # the writer's voice (agentkit.brand)
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 

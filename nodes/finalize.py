@@ -31,7 +31,7 @@ null — see `nodes.critic`). The message says which; a not-judged post is never
 called passed.
 
 Which attempt is published: completed → the last attempt; exhausted →
-the best one (`studio.post.best_attempt`: fewest failing checks, then highest
+the best one (`agentkit.post.best_attempt`: fewest failing checks, then highest
 score); failed → the best earlier attempt if there was one, else none. A
 revision is the exception: when the last attempt is a person's edit or a redrawn
 card (`source` `edit` / `card`), it is published whatever its score — the person
@@ -72,13 +72,13 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from agentkit.chat import base_url_of, post_message_update, post_text
+from agentkit.context import AtelierContext, context_of
+from agentkit.pipeline_routing import NOT_JUDGED, REVISIONS
+from agentkit.post import best_attempt, post_platform
+from agentkit.state import Outcome, PipelineState
 from core.events import stage_events
 from providers.usage import usage_totals
-from studio.chat import base_url_of, post_message_update, post_text
-from studio.context import AtelierContext, context_of
-from studio.pipeline_routing import NOT_JUDGED, REVISIONS
-from studio.post import best_attempt, post_platform
-from studio.state import Outcome, PipelineState
 
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
@@ -290,7 +290,7 @@ async def finalize(
 ) -> dict[str, Any]:
     """Write the run's result payload, and show it in the conversation.
 
-    The post replaces the run's draft message in place (`studio.chat`): same id,
+    The post replaces the run's draft message in place (`agentkit.chat`): same id,
     its text now the published post with absolute image URLs (the server's base
     URL from the run's config), signed when API keys are on (`ctx.asset_links`);
     a run without a post says why in a new message.
@@ -301,5 +301,5 @@ async def finalize(
         text = post_text(result, base_url_of(config), ctx.asset_links)
         shown = post_message_update(text, None, state.get("post_message_id"))
         # `redraw` cleared: a card redraw runs only when asked for after this (see
-        # studio.pipeline_routing.route_after_finalize).
+        # agentkit.pipeline_routing.route_after_finalize).
         return {"result": result, "redraw": None, **published_artefacts(state), **shown}

@@ -7,7 +7,7 @@ independent — and the agent runs again, folding the tool results into
 within this agent's turn: `graphs.team.own_loop`). The loop ends when every plan
 has an image (`images_complete`) or after `max_image_tool_rounds` rounds (fewer
 than 10). `image_tool_rounds` is written here and read by
-`studio.routing.should_continue_image`.
+`agentkit.routing.should_continue_image`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from prompts import image as prompt
-from studio.common import (
+from agentkit.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -30,15 +29,16 @@ from studio.common import (
     to_transcript,
     tool_spec,
 )
-from studio.context import AtelierContext, context_of
-from studio.limits import limits_of
-from studio.state import TeamState
-from studio.tools import generate_image
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import limits_of
+from agentkit.state import TeamState
+from agentkit.tools import generate_image
+from prompts import image as prompt
 
 AGENT = "image_agent"
 # What its calls need: the plans, and the style and palette to polish their prompts. Not
 # the post's text: the tool lays the card text out from the post itself
-# (`studio.tools.image_request`), and the cards are drawn while the review reads the text.
+# (`agentkit.tools.image_request`), and the cards are drawn while the review reads the text.
 SECTIONS = ("request", "brief", "references", "plans", "review")
 MAX_PROMPT_CHARS = 2000
 

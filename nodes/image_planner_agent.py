@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, BeforeValidator, Field
 
-from prompts import image_planner as prompt
-from studio.common import (
+from agentkit.common import (
     MAX_IMAGE_COUNT,
     agent_error,
     build_messages,
@@ -17,8 +16,9 @@ from studio.common import (
     structured_call,
     wanted_images,
 )
-from studio.context import AtelierContext, context_of
-from studio.state import TeamState
+from agentkit.context import AtelierContext, context_of
+from agentkit.state import TeamState
+from prompts import image_planner as prompt
 
 AGENT = "image_planner_agent"
 SECTIONS = (

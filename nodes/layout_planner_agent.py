@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, BeforeValidator, Field
 
-from prompts import layout as prompt
-from studio.common import (
+from agentkit.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -16,8 +15,9 @@ from studio.common import (
     structured_call,
     wanted_images,
 )
-from studio.context import AtelierContext, context_of
-from studio.state import TeamState
+from agentkit.context import AtelierContext, context_of
+from agentkit.state import TeamState
+from prompts import layout as prompt
 
 AGENT = "layout_planner_agent"
 SECTIONS = ("request", "constraints", "retry", "brief", "evidence", "references", "review")
@@ -56,7 +56,7 @@ async def layout_planner_agent(
     """Write `layout_spec` {blocks[{type, desc}], total_images}.
 
     Two facts are fixed by code, not left to the model: `total_images` is the
-    number of images the request asks for (`studio.common.wanted_images`), and
+    number of images the request asks for (`agentkit.common.wanted_images`), and
     the layout opens with a cover block.
     """
     ctx = context_of(runtime)

@@ -20,13 +20,13 @@ One node, three steps:
    on. Action `unknown` → finalize with outcome `needs_clarification`.
 3. **Constraints, by code** (`merge_constraints`): platform rules, then the
    planner's, then the user's `constraints`, then `image_count` — later ones win —
-   validated as `studio.checks.Constraints`, which the critic checks by code.
+   validated as `agentkit.checks.Constraints`, which the critic checks by code.
 
 On a replan (the critic found an ignored blocker note) the planner runs again
 with those notes in its prompt and adds them to the intent's `rules`, which
 every agent of the team sees; no question is asked on a replan.
 
-The pipeline enters the planner through `studio.run_start.starting_run`: a new
+The pipeline enters the planner through `agentkit.run_start.starting_run`: a new
 run's counters, history, question and budget (fast mode included) are reset
 there, before the planner sees the state.
 
@@ -54,15 +54,15 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from agentkit.checks import Constraints, count_chars
+from agentkit.common import UnitScore, structured_call
+from agentkit.context import AtelierContext, context_of
+from agentkit.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
+from agentkit.state import PipelineState
 from core.events import stage_events
 from prompts import planner as prompt
 from prompts.common import data_block, system_prompt
 from providers.llm import model_crash
-from studio.checks import Constraints, count_chars
-from studio.common import UnitScore, structured_call
-from studio.context import AtelierContext, context_of
-from studio.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
-from studio.state import PipelineState
 
 log = logging.getLogger(__name__)
 
@@ -474,7 +474,7 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
         if intent is None:
             return {**update, **_failure(UNREADABLE_MESSAGE)}
 
-        # The intent's platform, which every later stage reads (`studio.post.post_platform`):
+        # The intent's platform, which every later stage reads (`agentkit.post.post_platform`):
         # the input's wins over the model's guess.
         platform = str(state.get("platform") or intent.platform or DEFAULT_PLATFORM)
         try:

@@ -4,7 +4,7 @@ Each attempt retrieves again, through `KnowledgeCoordinator.inject` under the
 run's `session_id` (the thread id), so the coordinator's history shows every
 injection and the critic can check the same notes afterwards:
 
-- candidates: the vault's approved notes of the run's scope (`studio.scope`): in
+- candidates: the vault's approved notes of the run's scope (`agentkit.run_owner`): in
   its brand's `knowledge_namespace` and the shared namespace, written by the run's
   API key or by no key; never another brand's or another key's (drafts, notes
   pending the user and archived notes are never injected);
@@ -25,13 +25,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agentkit.context import AtelierContext, context_of
+from agentkit.post import effective_request
+from agentkit.run_owner import knowledge_namespaces, note_principal
+from agentkit.state import PipelineState
 from core.events import InjectedNote, KnowledgeInjected, emit, stage_events
 from knowledge.notes import KnowledgeNote, NoteStatus, NoteType
 from knowledge.repository import MAX_PAGE
-from studio.context import AtelierContext, context_of
-from studio.post import effective_request
-from studio.scope import knowledge_namespaces, note_principal
-from studio.state import PipelineState
 
 MAX_STYLE_REFERENCES = 2
 #: Feedback added to the query is cut to this many characters: retrieval wants keywords.

@@ -20,10 +20,10 @@ description when given), replaces that one image in `images` and leaves every
 other image — its asset, its bytes, its URL — as it was. Then `redraw_card →
 critic`: the critic judges the post with its new card as an attempt of source
 `card`, and, like a person's edit, sends it to finalize whatever the verdict
-(`studio.pipeline_routing.route_from_critic`): another team attempt would redraw
+(`agentkit.pipeline_routing.route_from_critic`): another team attempt would redraw
 every card. Finalize publishes it (`nodes.finalize`).
 
-The card to redraw must be one of the post's images (`studio.post.card_to_redraw`):
+The card to redraw must be one of the post's images (`agentkit.post.card_to_redraw`):
 the state holds the published post's artefacts after finalize, also when an
 earlier attempt was published. A request naming no such card fails the run with a message saying so
 (the HTTP API refuses it before a run starts: `app.schemas.check_pipeline_command`).
@@ -37,11 +37,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agentkit.context import AtelierContext, context_of
+from agentkit.post import card_to_redraw
+from agentkit.state import PipelineState
+from agentkit.tools import draw_card
 from core.events import stage_events
-from studio.context import AtelierContext, context_of
-from studio.post import card_to_redraw
-from studio.state import PipelineState
-from studio.tools import draw_card
 
 NODE = "redraw_card"
 

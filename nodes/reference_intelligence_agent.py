@@ -19,13 +19,13 @@ from typing import Annotated, Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
+from agentkit.common import agent_error, build_messages, clear_agent_error, clipped, structured_call
+from agentkit.context import AtelierContext, context_of
+from agentkit.state import TeamState
 from prompts import reference as prompt
 from prompts.common import data_block
 from providers.assets import is_valid_asset_id
 from providers.vision import analyze_image
-from studio.common import agent_error, build_messages, clear_agent_error, clipped, structured_call
-from studio.context import AtelierContext, context_of
-from studio.state import TeamState
 
 log = logging.getLogger(__name__)
 

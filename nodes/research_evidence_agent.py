@@ -11,7 +11,7 @@ the `EvidencePack`. A model that answers the optional offer in prose is not
 offered it again in this run (`no_optional_tools`).
 
 `research_tool_rounds` counts the rounds the agent asked for; the agent writes
-it and `studio.routing.should_continue_research` reads it. Both reset when the
+it and `agentkit.routing.should_continue_research` reads it. Both reset when the
 pack is written, so a later research turn (a quality fallback) searches afresh.
 """
 
@@ -23,8 +23,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from prompts import research as prompt
-from studio.common import (
+from agentkit.common import (
     agent_error,
     build_messages,
     clear_agent_error,
@@ -37,10 +36,11 @@ from studio.common import (
     to_transcript,
     tool_spec,
 )
-from studio.context import AtelierContext, context_of
-from studio.limits import limits_of
-from studio.state import TeamState
-from studio.tools import search_knowledge
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import limits_of
+from agentkit.state import TeamState
+from agentkit.tools import search_knowledge
+from prompts import research as prompt
 
 AGENT = "research_evidence_agent"
 SECTIONS = ("request", "intent", "constraints", "notes", "retry", "brief", "review")

@@ -1,7 +1,7 @@
 """The review agent: judges the draft on five quality dimensions before the team may end.
 
 The model's judgement is combined with facts code can check: the draft is
-measured against the planner's constraints (`studio.checks.check_constraints`),
+measured against the planner's constraints (`agentkit.checks.check_constraints`),
 the failures are shown to the model and added to the issues, and the review is
 approved only if the model approves, no constraint fails and every dimension
 it scored reaches the quality threshold.
@@ -14,10 +14,8 @@ from typing import Annotated, Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from prompts import review as prompt
-from prompts.common import data_block
-from studio.checks import CheckResult, check_constraints
-from studio.common import (
+from agentkit.checks import CheckResult, check_constraints
+from agentkit.common import (
     QualityDimensions,
     UnitScore,
     agent_error,
@@ -27,10 +25,12 @@ from studio.common import (
     parse_constraints,
     structured_call,
 )
-from studio.context import AtelierContext, context_of
-from studio.limits import limits_of
-from studio.routing import draft_digest, quality_fallback
-from studio.state import QUALITY_DIMENSIONS, TeamState
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import limits_of
+from agentkit.routing import draft_digest, quality_fallback
+from agentkit.state import QUALITY_DIMENSIONS, TeamState
+from prompts import review as prompt
+from prompts.common import data_block
 
 AGENT = "review_agent"
 SECTIONS = (

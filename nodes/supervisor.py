@@ -4,7 +4,7 @@ A decision (PRODUCT.md §1.2) names `next_agent`; optionally `parallel_agents` t
 start alongside it and a `plan`, the steps that follow (each one agent or several
 started together). The team runs the plan without asking again until it ends, an
 agent's output fails its check, the review rejects, or a check refuses a step
-(`studio.routing.next_plan_step`). A decision with `next_agent` alone routes one
+(`agentkit.routing.next_plan_step`). A decision with `next_agent` alone routes one
 agent, exactly as before the two fields existed.
 
 The prompt shows a compact status: the stage table (what exists, what was given
@@ -23,11 +23,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from core.agents import AGENT_TABLE, AGENTS
-from core.events import AgentFallback, SupervisorRoute, emit
-from prompts import supervisor as prompt
-from prompts.common import system_prompt
-from studio.common import (
+from agentkit.common import (
     from_transcript,
     ignores_optional_tools,
     mark_ignores_optional_tools,
@@ -36,9 +32,9 @@ from studio.common import (
     to_transcript,
     tool_spec,
 )
-from studio.context import AtelierContext, context_of
-from studio.limits import limits_of
-from studio.routing import (
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import limits_of
+from agentkit.routing import (
     PLAN_NAMES,
     PlanStep,
     Route,
@@ -56,8 +52,12 @@ from studio.routing import (
     resolve_route,
     stage_done,
 )
-from studio.state import TeamLogEntry, TeamState
-from studio.tools import search_knowledge
+from agentkit.state import TeamLogEntry, TeamState
+from agentkit.tools import search_knowledge
+from core.agents import AGENT_TABLE, AGENTS
+from core.events import AgentFallback, SupervisorRoute, emit
+from prompts import supervisor as prompt
+from prompts.common import system_prompt
 
 #: The supervisor's role text, with the short names its plans use (in the roster's order).
 SYSTEM = prompt.SYSTEM.format(short_names="、".join(PLAN_NAMES))
@@ -179,7 +179,7 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
 
     After a parallel or planned step (`team_group`, every agent of it finished:
     the node is deferred) the plan goes on without a model call while
-    `studio.routing.next_plan_step` allows; otherwise the plan is dropped and the
+    `agentkit.routing.next_plan_step` allows; otherwise the plan is dropped and the
     model decides (a refusal that stopped the plan is reported as a fallback and
     shown to the model as the notice on why it is asked).
     """

@@ -19,13 +19,13 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
+from agentkit.chat import draft_text
+from agentkit.checks import normalize_tags
+from agentkit.common import agent_error, build_messages, clear_agent_error, parse_constraints
+from agentkit.context import AtelierContext, context_of
+from agentkit.post import DEFAULT_PLATFORM
+from agentkit.state import TeamState
 from prompts import writer as prompt
-from studio.chat import draft_text
-from studio.checks import normalize_tags
-from studio.common import agent_error, build_messages, clear_agent_error, parse_constraints
-from studio.context import AtelierContext, context_of
-from studio.post import DEFAULT_PLATFORM
-from studio.state import TeamState
 
 AGENT = "writer_agent"
 SECTIONS = (

@@ -69,7 +69,7 @@ def system_prompt(role_text: str) -> str:
     return f"{role_text.strip()}\n\n{LANGUAGE_RULE}\n{DATA_RULE}"
 
 
-#: How each verifiable constraint (studio.checks.Constraints) reads in a prompt.
+#: How each verifiable constraint (agentkit.checks.Constraints) reads in a prompt.
 CONSTRAINT_RANGE = {
     "title": "标题长度：{range} 个字符",
     "body": "正文长度：{range} 个字符",

@@ -4,7 +4,7 @@ The roster and the dependency rules are rendered from the agent table
 (`core.agents`): an agent's `duty` is its roster line, and each agent that
 `needs` another gets the rule naming that agent's output (`done_when`).
 `SYSTEM` leaves `{short_names}` to the supervisor node: the short names a plan
-uses, which routing reads (`studio.routing.PLAN_NAMES`).
+uses, which routing reads (`agentkit.routing.PLAN_NAMES`).
 """
 
 from core.agents import AGENT_TABLE
@@ -12,7 +12,7 @@ from core.agents import AGENT_TABLE
 #: The team, one line per agent, in the normal order.
 ROSTER = "\n".join(f"- {agent.name}：{agent.duty}" for agent in AGENT_TABLE.values())
 
-#: The preconditions routing enforces (`studio.routing.check_basic_preconditions`).
+#: The preconditions routing enforces (`agentkit.routing.check_basic_preconditions`).
 _NEEDS = [
     f"{agent.name} 需要先有{AGENT_TABLE[agent.needs].output_label}"
     f"（{AGENT_TABLE[agent.needs].done_when}）。"

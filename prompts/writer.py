@@ -25,7 +25,7 @@ SYSTEM = """你是{platform}平台的内容作者（writer_agent）。
 TASK = "请写出完整的帖子（# 标题、正文、最后一行 #标签）。"
 REVISE_TASK = "请根据审核意见和上一次评审修改当前稿件，输出修改后的完整帖子（同样的格式）。"
 
-#: The brand the post is written for (a brand preset, `studio.brand`), added to SYSTEM.
+#: The brand the post is written for (a brand preset, `agentkit.brand`), added to SYSTEM.
 BRAND = """
 品牌设定（必须遵守）：
 - 品牌名：{brand_name}

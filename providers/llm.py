@@ -257,7 +257,7 @@ class OpenAIModelFactory:
 
         Building a `ChatOpenAI` creates its HTTP clients, which reads package
         metadata and certificate files: servers call this at start-up, from a
-        worker thread (`studio.services.build_context` does).
+        worker thread (`agentkit.services.build_context` does).
         """
         for role in LLM_ROLES:
             self(role)

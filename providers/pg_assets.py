@@ -36,7 +36,7 @@ _METADATA = "asset_id, content_type, width, height, bytes, kind, slot, prompt, c
 class PostgresAssetStore(AssetStore):
     """Images in PostgreSQL, cached as files under `root` (see the module docstring).
 
-    The table (`assets`) is created by the service's migrations (`engine.db.migrations`);
+    The table (`assets`) is created by the service's migrations (`engine.postgres.migrations`);
     the pool is opened and closed by its owner.
     """
 

@@ -15,7 +15,7 @@ GET  /assistants/{id}/subgraphs  its subgraphs' schemas by namespace (`/subgraph
 The built-in assistants (`atelier`, `team`: one per graph) are read-only and every
 caller sees them; a created one belongs to the API key that created it (another key
 gets 404, as for threads). An `atelier` assistant's context is a brand preset
-(`studio.brand.BrandPreset`, its context schema).
+(`agentkit.brand.BrandPreset`, its context schema).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ async def get_schemas(
     """Return the JSON schemas of the assistant's input, output, state and context.
 
     The context schema is the graph's context type's (an atelier assistant's: a brand
-    preset, `studio.brand.BrandPreset`); None where the graph takes any object.
+    preset, `agentkit.brand.BrandPreset`); None where the graph takes any object.
     """
     assistant = await _assistant(manager, owner, assistant_id)
     graph = assistant.graph

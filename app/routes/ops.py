@@ -187,7 +187,7 @@ async def _check_database(request: Request, settings: Settings) -> None:
     if notes is None:
         raise RuntimeError("the knowledge vault is not open (lifespan has not run)")
     await notes.count()
-    if settings.database_url is None:  # PostgreSQL has checks of its own (engine.db.backend)
+    if settings.database_url is None:  # PostgreSQL checks itself (engine.postgres.resources)
         await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
 
 

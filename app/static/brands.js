@@ -3,7 +3,7 @@
 // Loaded after console.js, whose helpers it uses (I18N, t, $, api, state, lang,
 // formatTime, showError, translatePage, pickAssistant). A brand preset is an `atelier`
 // assistant the caller created (POST /assistants) whose `context` holds the brand's
-// voice, audience, terms, lengths and examples (studio/brand.py BrandPreset).
+// voice, audience, terms, lengths and examples (agentkit/brand.py BrandPreset).
 //
 // The picker lists the caller's presets (POST /assistants/search, graph "atelier",
 // the built-in `atelier` left out: it is the "no brand" choice); a new post runs the

@@ -13,20 +13,27 @@
     assistants.py   PostgresAssistantRepository (AssistantRepository): created assistants
                     and their versions (schema v5)
     backend.py      open_postgres_backend: all of the above for one process (RunBackend)
+    pool.py         the psycopg connection pools and LangGraph's `AsyncPostgresSaver`
+    migrations.py   the versioned schema, applied by `atelier db upgrade` and at start
+    redis_pubsub.py the Redis client, best-effort publish, a reconnecting subscription
+    resources.py    open_backend: the pools, schema, checkpointer and Redis of one process
+
+The driver modules import psycopg and redis (the `scale` extra) at the top, so import
+them only when the settings ask for the scale-out backend.
 
 `PostgresRunStorage` puts the three repositories and the outbox on one connection
-pool (opened and closed by its owner, `engine.db.backend.open_backend`, which
+pool (opened and closed by its owner, `engine.postgres.resources.open_backend`, which
 `backend.py` enters); use it as an async context manager to start and stop the event
-writer. The tables are schema v1-v3's (`engine.db.migrations`).
+writer. The tables are schema v1-v3's (`engine.postgres.migrations`).
 """
 
 from __future__ import annotations
 
 from typing import Self
 
-from engine.db.pool import AsyncPool, ping
 from engine.group_commit import RETRY_FOR
 from engine.postgres.event_log import LEASE_SECONDS, LeaseLost, PostgresEventLog
+from engine.postgres.pool import AsyncPool, ping
 from engine.postgres.runs import Claim, Lease, PostgresRunRepository, Sweep
 from engine.postgres.threads import PostgresThreadRepository
 from engine.postgres.webhooks import PostgresDeliveryStore

@@ -16,7 +16,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from engine.assistants import AssistantRecord
-from engine.db.pool import AsyncPool
+from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import stamp
 from engine.protocols import AssistantExists
 

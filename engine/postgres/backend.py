@@ -2,7 +2,7 @@
 
 `open_postgres_backend(settings)` opens, for the block, what every process of the
 scale-out deployment runs its engine with: the PostgreSQL resources
-(`engine.db.backend`: pools, schema upgrade, notes, assets, Redis client), LangGraph's
+(`engine.postgres.resources`: pools, schema upgrade, notes, assets, Redis client), LangGraph's
 saver with its writes fenced by the leases of this process's workers, the live
 frames over Redis, the run storage and the signals that wake and cancel workers.
 
@@ -23,7 +23,6 @@ from typing import Any
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from core.settings import Settings
-from engine.db.backend import PostgresBackend, open_backend
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
@@ -33,6 +32,7 @@ from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
+from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
 from engine.postgres.store import open_postgres_store
 from engine.postgres.worker import RunWorker

@@ -68,9 +68,9 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 
 from engine.checkpoints import copy_thread_checkpoints, delete_thread_checkpoints
-from engine.db.pool import AsyncPool
 from engine.group_commit import RETRY_FOR
 from engine.postgres.event_log import LeaseLost
+from engine.postgres.pool import AsyncPool
 from engine.postgres.runs import RENEW_LEASE, Lease
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from engine.crons import CronRecord
-from engine.db.pool import AsyncPool
+from engine.postgres.pool import AsyncPool
 from engine.postgres.runs import insert_run
 from engine.postgres.threads import stamp
 from engine.records import RunRecord, ThreadRecord

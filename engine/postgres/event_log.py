@@ -24,7 +24,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 from psycopg_pool import PoolTimeout
 
-from engine.db.pool import AsyncPool
 from engine.group_commit import (
     RETRY_FOR,
     FrameRow,
@@ -32,6 +31,7 @@ from engine.group_commit import (
     QueuedWrite,
     write_in_order,
 )
+from engine.postgres.pool import AsyncPool
 from engine.postgres.runs import (
     LOCK_HELD_LEASES,
     Lease,

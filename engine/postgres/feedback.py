@@ -1,6 +1,6 @@
 """Feedback on runs in PostgreSQL (`engine.feedback.FeedbackRepository`).
 
-The `run_feedback` table (schema migration "run feedback", `engine.db.migrations`)
+The `run_feedback` table (schema migration "run feedback", `engine.postgres.migrations`)
 references its run, so a run's feedback is deleted with it.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from psycopg.rows import DictRow
 
-from engine.db.pool import AsyncPool
 from engine.feedback import FeedbackRecord
+from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import stamp
 
 _COLUMNS = "feedback_id, run_id, thread_id, owner, key, score, comment, created_at"

@@ -7,7 +7,7 @@ after a commit) hands the frames to the local hub at once and queues them for Re
 where one publisher task sends them in commit order.
 
 Redis is only the fast path. When its subscription drops, comes back or lags
-(`engine.db.redis.Gap`), every local follower is woken to re-read the log from
+(`engine.postgres.redis_pubsub.Gap`), every local follower is woken to re-read the log from
 PostgreSQL after the last id it sent, and while Redis is away they are woken every
 `poll` seconds to do so; `app.sse.follow_run` also goes back to the log whenever a
 live batch does not continue from the last id it sent. So losing Redis mid-stream
@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from engine.db import redis as redis_signals
 from engine.hub import Hub, Subscription
+from engine.postgres import redis_pubsub as redis_signals
 from engine.records import Frame
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Runs in PostgreSQL (`RunRepository`), and the runs table as the queue of the workers.
 
 Besides the repository operations, the runs table is the queue (schema v1,
-`engine.db.migrations`):
+`engine.postgres.migrations`):
 
 - `claim` takes the oldest pending run (`seq` order) of a thread that has no running
   run, with `SELECT … FOR UPDATE SKIP LOCKED`, and in the same statement sets it
@@ -31,7 +31,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
-from engine.db.pool import AsyncPool
+from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import Statement, insert_thread, stamp
 from engine.postgres.webhooks import webhook_queued_statement
 from engine.protocols import StorageUnavailable

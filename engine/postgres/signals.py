@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from engine.db import redis as redis_signals
+from engine.postgres import redis_pubsub as redis_signals
 from engine.postgres.runs import PostgresRunRepository
 from engine.records import CancelAction
 

@@ -1,7 +1,7 @@
 """The scale-out deployment's Store: LangGraph's `AsyncPostgresStore` in the service's database.
 
 Its tables are created and upgraded by `store_setup`, run by the schema upgrade
-(`engine.db.migrations.upgrade`) under the migration lock, as the checkpointer's are:
+(`engine.postgres.migrations.upgrade`) under the migration lock, as the checkpointer's are:
 replicas and workers starting together never race LangGraph's own migrations.
 Every process keeps one store over its async pool, and sweeps expired items (a
 `DELETE` of what has expired: harmless when several processes do it). Scoping per

@@ -11,7 +11,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from engine.db.pool import AsyncPool
+from engine.postgres.pool import AsyncPool
 from engine.protocols import ThreadExists
 from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus
 from engine.serde import dumps, loads

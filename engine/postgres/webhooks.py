@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.db.pool import AsyncPool
+from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import Statement, stamp
 from engine.records import WebhookQueued
 from engine.webhooks import Attempt, Delivery, OutboxTotals, delivery_json

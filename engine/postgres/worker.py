@@ -49,9 +49,9 @@ from typing import Protocol
 import psycopg
 from redis.asyncio import Redis
 
-from engine.db import redis as redis_signals
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
+from engine.postgres import redis_pubsub as redis_signals
 from engine.postgres.checkpoints import CheckpointFence
 from engine.postgres.runs import (
     HELD_LEASES,

@@ -5,7 +5,7 @@ that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
 (`AsyncSqliteSaver`) and the run store's threads, runs and event logs, with the
 in-memory fan-out of their frames (`engine.hub.Hub`), and LangGraph's store in
 `DATA_DIR/store.db` (`engine.sqlite.store`). The knowledge notes live in
-the same file but belong to the studio's services (`studio.services.open_services`
+the same file but belong to the studio's services (`agentkit.services.open_services`
 opens them when the backend keeps none). Runs execute in this process
 (`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
 and the crons' ticks fire here too (`engine.sqlite.crons`).

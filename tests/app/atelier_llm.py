@@ -50,7 +50,7 @@ def planning_supervisor(messages: list[BaseMessage]) -> AIMessage:
     return reply
 
 
-#: `NORMAL_PLAN` in the short names the supervisor's prompt offers (`studio.routing.PLAN_NAMES`).
+#: `NORMAL_PLAN` in the short names the supervisor's prompt offers (`agentkit.routing.PLAN_NAMES`).
 SHORT_PLAN: list[list[str]] = [
     ["research", "reference", "layout"],
     ["image_planner", "writer"],

@@ -23,9 +23,9 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from agentkit.context import AtelierContext, context_of
 from engine.assistants import registry
 from graphs.spec import AssistantSpec
-from studio.context import AtelierContext, context_of
 from tests.app.sample_graphs import SAMPLE_ASSISTANTS, scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply
 

@@ -24,12 +24,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from agentkit.context import AtelierContext, context_of
+from agentkit.state import AtelierInput
 from core.events import AttemptStarted, StageCompleted, StageStarted, SupervisorRoute, emit
 from engine.assistants import registry
 from graphs.assistants import check_clarification_answer, writer_tokens_only
 from graphs.spec import AssistantSpec
-from studio.context import AtelierContext, context_of
-from studio.state import AtelierInput
 from tests.support.scripted_openai import ChatRequest, Reply
 
 WRITER_TEXT = "Hello from the writer"

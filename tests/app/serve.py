@@ -10,7 +10,7 @@ creating the file named by `ATELIER_TEST_MARKER`: a test can SIGKILL the server 
 exactly that moment.
 
 `ATELIER_TEST_CHECKOUT_TIMEOUT=<seconds>` sets how long work outside HTTP requests
-waits for a PostgreSQL connection (`engine.db.pool.CHECKOUT_TIMEOUT`, 30 s), so a test
+waits for a PostgreSQL connection (`engine.postgres.pool.CHECKOUT_TIMEOUT`, 30 s), so a test
 can outlast it without a 30-second outage.
 
 `ATELIER_TEST_ROLE=worker` runs `atelier worker` instead (the scale-out deployment's
@@ -55,7 +55,7 @@ def main() -> None:
         pause_first_commits(float(pause), Path(os.environ["ATELIER_TEST_MARKER"]))
     checkout = os.environ.get("ATELIER_TEST_CHECKOUT_TIMEOUT")
     if checkout:
-        from engine.db import pool
+        from engine.postgres import pool
 
         pool.CHECKOUT_TIMEOUT = float(checkout)
     factory = None

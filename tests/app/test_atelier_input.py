@@ -8,9 +8,9 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
+from agentkit.state import AtelierInput, PipelineInput, model_of
 from graphs.assistants import ATELIER
 from graphs.pipeline import build_pipeline
-from studio.state import AtelierInput, PipelineInput, model_of
 
 
 def test_the_model_has_the_graph_inputs_fields_in_order() -> None:

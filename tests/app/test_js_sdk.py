@@ -50,7 +50,7 @@ ATELIER_FLOWS = ("atelier-post", "atelier-question", "atelier-revise", "atelier-
 KEY = "js-acceptance-key-0123456789"
 #: A second API key of the assistants flow (its assistants are the first key's alone).
 OTHER_KEY = "js-acceptance-other-0123456789"
-#: What the writer's prompt says when it revises the thread's previous post (studio.post).
+#: What the writer's prompt says when it revises the thread's previous post (agentkit.post).
 REVISING = "要修改的上一篇帖子"
 
 

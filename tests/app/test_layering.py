@@ -25,7 +25,7 @@ RANK = {
     "engine": 5,
     "graphs": 4,
     "nodes": 3,
-    "studio": 2,
+    "agentkit": 2,
     "knowledge": 1,
     "providers": 1,
     "prompts": 1,
@@ -35,7 +35,7 @@ PACKAGES = tuple(RANK)
 DRIVERS = ("aiosqlite", "sqlite3", "psycopg", "psycopg_pool", "asyncpg", "redis")
 HTTP = ("fastapi", "starlette", "sse_starlette", "uvicorn", "app")
 #: The engine's backends; the rest of the engine ("neutral") names none of them.
-BACKENDS = ("engine.postgres", "engine.sqlite", "engine.db")
+BACKENDS = ("engine.postgres", "engine.sqlite")
 HTTP_MODULES = [*sorted((APP / "routes").glob("*.py")), APP / "sse.py", APP / "deps.py"]
 
 
@@ -151,7 +151,7 @@ def test_the_shared_layer_imports_no_node_and_no_wiring() -> None:
     upward = [
         f"{source} → {target}"
         for source, target in _edges()
-        if _top(source) == "studio" and _top(target) in ("nodes", "graphs")
+        if _top(source) == "agentkit" and _top(target) in ("nodes", "graphs")
     ]
     assert not upward, "\n".join(upward)
 

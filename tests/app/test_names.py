@@ -9,6 +9,7 @@ from typing import get_args
 
 from fastapi.testclient import TestClient
 
+from agentkit.state import QUALITY_DIMENSIONS
 from app import names
 from app.main import STATIC_DIR, create_app
 from app.texts import name_of
@@ -16,7 +17,6 @@ from core.agents import AGENT_TABLE
 from core.events import FallbackReason, VerdictLabel
 from core.settings import LLM_ROLES
 from graphs.pipeline import build_pipeline
-from studio.state import QUALITY_DIMENSIONS
 from tests.app.harness import service_settings
 
 CJK = re.compile(r"[\u3400-\u9fff]")

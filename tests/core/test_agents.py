@@ -8,13 +8,13 @@ from typing import get_args
 
 import pytest
 
+from agentkit.routing import SupervisorTarget, check_basic_preconditions, stage_done
+from agentkit.state import TeamOutput, TeamState
 from core.agents import AGENT_TABLE, AGENTS, AgentName
 from core.settings import LLM_ROLES
 from graphs.team import SIMPLE_AGENTS, build_team
 from nodes.supervisor import SupervisorDecision, stage_status
 from prompts import supervisor as prompt
-from studio.routing import SupervisorTarget, check_basic_preconditions, stage_done
-from studio.state import TeamOutput, TeamState
 
 
 def test_the_literal_the_tuple_and_the_table_list_the_same_agents_in_order() -> None:

@@ -69,8 +69,8 @@ async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
             yield opened
         return
     url = request.getfixturevalue("migrated_postgres_url")
-    from engine.db.pool import open_pool
     from engine.postgres import PostgresRunStorage
+    from engine.postgres.pool import open_pool
 
     pool = await open_pool(url, max_size=4)
     try:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.db.redis import create_client
 from engine.postgres.live import RedisLiveFrames
+from engine.postgres.redis_pubsub import create_client
 from engine.records import Frame
 from tests.support.servers import RedisServer
 

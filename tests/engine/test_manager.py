@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from agentkit.services import build_context
 from app.errors import Conflict, Invalid, NotFound
 from engine.hub import Hub
 from engine.manager import RunManager
@@ -29,7 +30,6 @@ from engine.records import RunRecord
 from engine.sqlite import SqliteRunStorage
 from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
-from studio.services import build_context
 from tests.app.harness import service_settings
 from tests.app.sample_graphs import sample_assistants, scripted_reply
 from tests.support.scripted_openai import ScriptedOpenAIServer

@@ -11,9 +11,9 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import START, StateGraph
 
-from engine.db.pool import AsyncPool, open_pool
 from engine.postgres import LeaseLost, PostgresRunStorage
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
+from engine.postgres.pool import AsyncPool, open_pool
 from tests.engine.factories import run, thread
 
 

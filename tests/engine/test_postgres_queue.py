@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.db.pool import AsyncPool, open_pool
 from engine.postgres import PostgresRunStorage
+from engine.postgres.pool import AsyncPool, open_pool
 from engine.postgres.worker import CLAIM_BATCH, MAX_CLAIM_BATCH, next_claim_batch
 from engine.protocols import StoreError
 from engine.records import Frame, RunStatusChange, ThreadStateChange

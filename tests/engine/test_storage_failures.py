@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from agentkit.services import build_context
 from app.sse import follow_run
 from engine.manager import RunManager
 from engine.protocols import ExecutorSetup
 from engine.sqlite import SqliteRunStorage
 from engine.sqlite.backend import open_sqlite_backend
 from providers.llm import OpenAIModelFactory
-from studio.services import build_context
 from tests.app.harness import read_sse, service_settings
 from tests.app.sample_graphs import sample_assistants, scripted_reply
 from tests.engine.test_manager import start, until

@@ -17,6 +17,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
+from agentkit.run_owner import OWNER_KEY, run_owner
 from core.settings import Settings
 from engine.execution import graph_config
 from engine.store import (
@@ -27,7 +28,6 @@ from engine.store import (
     SemanticRanker,
     query_ranker,
 )
-from studio.scope import OWNER_KEY, run_owner
 from tests.engine import factories
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -49,7 +49,7 @@ async def inner(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async with open_sqlite_store(tmp_path / "store.db") as store:
             yield store
         return
-    from engine.db.pool import open_pool
+    from engine.postgres.pool import open_pool
     from engine.postgres.store import open_postgres_store
 
     pool = await open_pool(request.getfixturevalue("migrated_postgres_url"), max_size=4)

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from core import outbound as guarded_http
+from core.outbound import GuardedTransport, address_refusal, url_refusal
 from engine.errors import InvalidFields
 from engine.webhooks import (
     EXCERPT_CHARS,
@@ -24,8 +26,6 @@ from engine.webhooks import (
     send,
     sign,
 )
-from providers import guarded_http
-from providers.guarded_http import GuardedTransport, address_refusal, url_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = json.loads((ROOT / "../shared/cases/webhook_signatures.json").read_text())["cases"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.db.pool import AsyncPool, open_pool
 from engine.postgres import PostgresRunStorage
+from engine.postgres.pool import AsyncPool, open_pool
 from engine.records import Frame, RunStatusChange, WebhookQueued
 from engine.serde import loads
 from engine.sqlite import SqliteRunStorage

@@ -8,8 +8,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from agentkit.context import AtelierContext
 from graphs.pipeline import build_pipeline
-from studio.context import AtelierContext
 from tests.support.fake_models import FakeModels, Responder, fake_context, happy_team, tool_call
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"

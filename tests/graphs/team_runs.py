@@ -10,8 +10,8 @@ from typing import Any, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StreamMode
 
+from agentkit.context import AtelierContext
 from graphs.team import build_team
-from studio.context import AtelierContext
 from tests.support.fake_models import FakeModels, fake_context
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"

@@ -1,6 +1,6 @@
 """A brand preset in the pipeline's input (`brand`), as a notebook passes it (PRODUCT.md §6).
 
-The same merge a served run gets (`studio.brand.brand_fill` at the run's start): the
+The same merge a served run gets (`agentkit.brand.brand_fill` at the run's start): the
 service only puts an assistant's preset in the input's `brand`. Fake models record
 what each role was told.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from studio.brand import PRESET, brand_fill, preset_of, preset_with
+from agentkit.brand import PRESET, brand_fill, preset_of, preset_with
 from tests.graphs.pipeline_runs import judge_reply, models_for, run_pipeline
 from tests.support.fake_models import HAPPY_BODY
 

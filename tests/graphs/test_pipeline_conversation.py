@@ -18,12 +18,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import ValidationError
 
+from agentkit.chat import chat_request, image_blocks, last_human, post_text
+from agentkit.state import AtelierInput
 from app.schemas import RunCreate
 from graphs.assistants import TEAM, TeamRunInput, chat_text, check_clarification_answer
 from graphs.pipeline import build_pipeline
 from nodes.planner import parse_resume
-from studio.chat import chat_request, image_blocks, last_human, post_text
-from studio.state import AtelierInput
 from tests.graphs.pipeline_runs import (
     context_for,
     judge_reply,

@@ -9,10 +9,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from agentkit.context import AtelierContext, RunOptions
+from agentkit.state import PipelineInput
 from core.agents import AGENTS
 from graphs.pipeline import build_pipeline
-from studio.context import AtelierContext, RunOptions
-from studio.state import PipelineInput
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_NODES = ("planner", "rag", "executor", "critic", "finalize")

@@ -2,7 +2,7 @@
 
 `build_pipeline()` and `build_team()` run without a `context`, with only the
 environment set, as in a notebook or a script: the first run on an event loop
-opens the services of `Settings()` (`studio.services.ensure_services`), later
+opens the services of `Settings()` (`agentkit.services.ensure_services`), later
 and concurrent runs on that loop share them, and `asyncio.run()` closes them as
 it returns. Every LLM call goes through the real model factory to the scripted
 OpenAI server. `tests/test_readme.py` runs the README's notebook snippets.
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-import studio.services
+import agentkit.services
+from agentkit.context import AtelierContext
+from agentkit.services import ensure_services
 from core.settings import Settings
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
 from providers.local_llm import EmbeddedModelError
-from studio.context import AtelierContext
-from studio.services import ensure_services
 from tests.app.atelier_llm import atelier_responder
 from tests.support.fake_models import HAPPY_TITLE, README_REQUEST, fake_context
 from tests.support.scripted_openai import ScriptedOpenAIServer
@@ -52,7 +52,7 @@ def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: ScriptedOp
 def openings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record each opening ("open") and closing ("close") of the composition root."""
     events: list[str] = []
-    real = studio.services.open_services
+    real = agentkit.services.open_services
 
     @asynccontextmanager
     async def recorded(settings: Settings, **kwargs: Any) -> AsyncIterator[AtelierContext]:
@@ -63,7 +63,7 @@ def openings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         finally:
             events.append("close")
 
-    monkeypatch.setattr(studio.services, "open_services", recorded)
+    monkeypatch.setattr(agentkit.services, "open_services", recorded)
     return events
 
 

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage
 
+from agentkit.routing import artefact_digest, resolve_route
+
 # The cases use the public names of PRODUCT.md §6 (graphs.routing); the internals
 # the cap tests read come from where they live.
 from graphs.routing import (
@@ -19,7 +21,6 @@ from graphs.routing import (
     should_continue_review,
     should_continue_supervisor,
 )
-from studio.routing import artefact_digest, resolve_route
 
 CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "routing.json"
 CASES: dict[str, Any] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
@@ -161,7 +162,7 @@ def test_same_agent_without_progress_is_capped() -> None:
 
 
 def test_an_agent_given_up_on_is_passed_over_and_corrected_at_once() -> None:
-    from studio.routing import first_missing_stage, resolve_route
+    from agentkit.routing import first_missing_stage, resolve_route
 
     state = {
         "creative_brief": {"topic": "平价护肤"},

@@ -24,9 +24,9 @@ from blockbuster import BlockBuster
 from PIL import Image
 from pydantic import ValidationError
 
+from agentkit.context import AtelierContext, RunOptions, bind_services, context_of
 from graphs.served import atelier, served_services, team
 from knowledge.repository import SqliteNoteRepository
-from studio.context import AtelierContext, RunOptions, bind_services, context_of
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import service_settings
 from tests.support.fake_models import HAPPY_TITLE, README_REQUEST, STUDENT_NOTE, fake_context

@@ -15,11 +15,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from agentkit.routing import PLAN_NAMES, plan_steps
+from agentkit.state import MAX_NOTES, shared_list
 from core.agents import AGENTS
 from graphs.team import build_team
 from nodes.supervisor import SYSTEM
-from studio.routing import PLAN_NAMES, plan_steps
-from studio.state import MAX_NOTES, shared_list
 from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor, short_planning_supervisor
 from tests.graphs.team_runs import REQUEST, run_team
 from tests.support.fake_models import (

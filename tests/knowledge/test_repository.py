@@ -40,8 +40,8 @@ async def repo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def _postgres_pool(url: str) -> AsyncIterator[Any]:
-    """Open the service's kind of pool on a migrated database (engine.db.pool)."""
-    from engine.db.pool import open_pool
+    """Open the service's kind of pool on a migrated database (engine.postgres.pool)."""
+    from engine.postgres.pool import open_pool
 
     pool = await open_pool(url, max_size=4)
     try:

@@ -12,11 +12,11 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 from PIL import Image
 
+from agentkit.pipeline_routing import route_from_critic
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.deviation import AlertSeverity, AlertType, action_text
 from nodes.brief_compiler_agent import brief_compiler_agent
 from nodes.critic import code_checks, critic, team_actions
-from studio.pipeline_routing import route_from_critic
 from tests.support.fake_models import FakeModels, fake_context, tool_call
 from tests.support.slow_model import SlowChat
 
@@ -197,10 +197,10 @@ async def test_a_judge_scoring_on_a_1_to_10_scale_gets_a_verdict_not_unavailable
 
 
 def test_the_judge_and_the_review_read_scores_the_same_way() -> None:
+    from agentkit.common import QualityDimensions
+    from agentkit.state import QUALITY_DIMENSIONS
     from nodes.critic import JudgeVerdict
     from nodes.review_agent import ReviewResult
-    from studio.common import QualityDimensions
-    from studio.state import QUALITY_DIMENSIONS
 
     # One model of the dimensions, for both, with the dimensions in their priority order.
     assert tuple(QualityDimensions.model_fields) == QUALITY_DIMENSIONS
@@ -221,8 +221,8 @@ def test_the_judge_and_the_review_read_scores_the_same_way() -> None:
 
 
 def test_the_embedded_model_gets_a_judge_timeout_that_fits_a_cpu_model(tmp_path: Path) -> None:
+    from agentkit.services import build_context
     from core.settings import ENDPOINT_CRITIC_TIMEOUT, Settings
-    from studio.services import build_context
 
     def timeout(**values: Any) -> float:
         values = {"llm_base_url": None, "critic_timeout": None, **values}

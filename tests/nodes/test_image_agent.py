@@ -6,8 +6,8 @@ from pathlib import Path
 
 from langchain_core.messages import AIMessage
 
+from agentkit.tools import image_request, post_sections
 from nodes.image_agent import _calls_for, collect_images
-from studio.tools import image_request, post_sections
 from tests.graphs.team_runs import run_team
 from tests.support.fake_models import FakeModels, happy_team, tool_calls
 

@@ -14,6 +14,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import ExecutionInfo, Runtime
 from pydantic import ValidationError
 
+from agentkit.pipeline_routing import route_after_planner
 from nodes.planner import (
     CLARITY_THRESHOLD,
     FAILED_MESSAGE,
@@ -26,7 +27,6 @@ from nodes.planner import (
     planner,
     should_ask,
 )
-from studio.pipeline_routing import route_after_planner
 from tests.support.fake_models import FakeModels, fake_context, garbage, tool_call
 
 CLEAR_REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
@@ -251,8 +251,8 @@ async def test_replan_puts_the_ignored_note_in_context_and_in_the_rules(tmp_path
 
 
 def test_the_planners_constraints_are_the_checked_constraints_narrowed() -> None:
+    from agentkit.checks import Constraints
     from nodes.planner import PlannedConstraints
-    from studio.checks import Constraints
 
     assert list(PlannedConstraints.model_fields) == list(Constraints.model_fields)
     # An inverted range from the model parses (merge_constraints drops it) ...

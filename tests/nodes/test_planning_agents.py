@@ -7,11 +7,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agentkit.post import BRIEF_WRITTEN_FIELDS
 from nodes.brief_compiler_agent import CreativeBrief, brief_compiler_agent
 from nodes.image_planner_agent import image_planner_agent
 from nodes.layout_planner_agent import layout_planner_agent
 from nodes.research_evidence_agent import research_evidence_agent
-from studio.post import BRIEF_WRITTEN_FIELDS
 from tests.support.fake_models import FakeModels, fake_context, garbage, tool_call
 
 BLOCKER = {"id": "n1", "type": "blocker", "content": "禁止使用绝对化用语（最、第一、顶级）"}

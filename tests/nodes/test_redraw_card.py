@@ -7,8 +7,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agentkit.tools import draw_card
 from nodes.redraw_card import redraw_card
-from studio.tools import draw_card
 from tests.support.fake_models import FakeModels, fake_context
 
 PLANS = [

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from langgraph.runtime import Runtime
 
+from agentkit.routing import draft_digest, stage_done
 from nodes.review_agent import ReviewResult, review_agent
-from studio.routing import draft_digest, stage_done
 from tests.support.fake_models import FakeModels, fake_context, garbage, tool_call
 
 DIMS = dict.fromkeys(

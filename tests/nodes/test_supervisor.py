@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from langgraph.runtime import Runtime
 
+from agentkit.routing import draft_digest
 from nodes.supervisor import stage_status, suggested_next, supervisor
-from studio.routing import draft_digest
 from tests.support.fake_models import FakeModels, decision, fake_context
 
 DONE: dict[str, Any] = {

@@ -1,14 +1,14 @@
-"""`studio.common.tool_spec`: schemas converted once, the request unchanged."""
+"""`agentkit.common.tool_spec`: schemas converted once, the request unchanged."""
 
 from __future__ import annotations
 
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 
+from agentkit.common import tool_spec
+from agentkit.tools import search_knowledge
 from nodes.research_evidence_agent import EvidencePack
 from nodes.supervisor import SupervisorDecision
-from studio.common import tool_spec
-from studio.tools import search_knowledge
 
 
 def payload_tools(tools: list[object], choice: str | None = None) -> object:

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentkit.services import image_providers
 from core.settings import Settings
 from providers.images import (
     GeneratedImage,
@@ -32,7 +33,6 @@ from providers.images import (
     build_image_provider,
 )
 from providers.images.gate import DrawGate, local_concurrency
-from studio.services import image_providers
 from tests.graphs.team_runs import run_team
 from tests.support.fake_models import FakeModels, fake_context, happy_team
 from tests.support.scripted_openai import ScriptedOpenAIServer

@@ -23,7 +23,7 @@ def _image(colour: str = "#e07a5f", fmt: str = "PNG", size: tuple[int, int] = (3
 @pytest.fixture
 def pools(migrated_postgres_url: str) -> Iterator[list[Any]]:
     """Yield two synchronous pools on one migrated database: two replicas."""
-    from engine.db.pool import open_sync_pool
+    from engine.postgres.pool import open_sync_pool
 
     opened = [open_sync_pool(migrated_postgres_url, max_size=4) for _ in range(2)]
     yield opened

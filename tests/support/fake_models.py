@@ -583,10 +583,10 @@ def fake_context(models: Any, root: Path, **overrides: Any) -> Any:
     Image providers default to the real local card renderer. Keyword arguments
     override context fields (e.g. ``notes=``, ``image_providers=``, ``limits=``).
     """
+    from agentkit.context import AtelierContext
     from knowledge.repository import InMemoryNoteRepository
     from providers.assets import AssetStore
     from providers.images import LocalCardProvider
-    from studio.context import AtelierContext
 
     fields: dict[str, Any] = {
         "models": models,

@@ -461,7 +461,7 @@ def migrated_postgres_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
     """
     template = _shared.get("template")
     if template is None:
-        from engine.db.migrations import upgrade_url
+        from engine.postgres.migrations import upgrade_url
 
         url = postgres_cluster.create_database()
         # In a thread of its own: this fixture may be set up while an event loop runs.

@@ -10,8 +10,8 @@ from PIL import Image
 from redis.exceptions import RedisError
 
 from core.settings import Settings
-from engine.db.backend import open_backend
-from engine.db.migrations import latest_version
+from engine.postgres.migrations import latest_version
+from engine.postgres.resources import open_backend
 from knowledge.notes import KnowledgeNote
 from tests.support.servers import RedisServer
 

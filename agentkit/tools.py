@@ -17,10 +17,10 @@ import httpx
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolRuntime
 
+from agentkit.context import context_of
+from agentkit.run_owner import knowledge_namespaces, note_principal
 from core.events import AssetCreated, emit
 from providers.images import ImageProviderError, ImageRequest
-from studio.context import context_of
-from studio.scope import knowledge_namespaces, note_principal
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+)$")
 async def search_knowledge(query: str, runtime: ToolRuntime[Any, Any]) -> str:
     """Search the team's knowledge vault for notes relevant to a query.
 
-    Searches the run's scope only (`studio.scope`): its brand's namespace and the
+    Searches the run's scope only (`agentkit.run_owner`): its brand's namespace and the
     shared one, the notes of the run's API key and of no key.
 
     Args:

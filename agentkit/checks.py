@@ -31,8 +31,8 @@ import regex
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentkit.post import DEFAULT_PLATFORM
 from prompts.common import find_data_markup
-from studio.post import DEFAULT_PLATFORM
 
 __all__ = [
     "CODE_SHARE_MAX",
@@ -635,7 +635,7 @@ def check_prose(
     Args:
         content: The post, with ``title``, ``body`` and ``tags``.
         card_texts: The text the image cards draw (headline and body of each).
-        platform: The post's platform (None: `studio.post.DEFAULT_PLATFORM`).
+        platform: The post's platform (None: `agentkit.post.DEFAULT_PLATFORM`).
 
     Returns:
         One `CheckResult` per check that ran.

@@ -1,6 +1,6 @@
 """What several agents read of the post: request, platform, brief fields, best attempt, redraw.
 
-(studio.post; the agents that read it are tested in tests/nodes.)
+(agentkit.post; the agents that read it are tested in tests/nodes.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from studio.post import (
+from agentkit.post import (
     DEFAULT_PLATFORM,
     best_attempt,
     card_to_redraw,

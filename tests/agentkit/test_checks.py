@@ -1,4 +1,4 @@
-"""Tests for the critic's deterministic checks (studio.checks)."""
+"""Tests for the critic's deterministic checks (agentkit.checks)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
-from nodes.checks import check_answer  # the public name (PRODUCT.md §6)
-from studio.checks import (
+from agentkit.checks import (
     CheckResult,
     Constraints,
     answer_checks_as_results,
@@ -21,6 +20,7 @@ from studio.checks import (
     count_chars,
     normalize_tags,
 )
+from nodes.checks import check_answer  # the public name (PRODUCT.md §6)
 
 CASES_FILE = Path(__file__).resolve().parents[2].parent / "shared" / "cases" / "answer_checks.json"
 ANSWER_CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text(encoding="utf-8"))["cases"]

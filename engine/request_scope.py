@@ -1,7 +1,7 @@
 """Which database work serves an HTTP request: it fails fast while PostgreSQL is away.
 
-The HTTP app marks every request (`app.scope.RequestScopeMiddleware` enters
-`request_scope`); the pools of `engine.db.pool` then make it wait for a connection
+The HTTP app marks every request (`app.request_scope.RequestScopeMiddleware` enters
+`request_scope`); the pools of `engine.postgres.pool` then make it wait for a connection
 briefly instead of up to their `CHECKOUT_TIMEOUT`, so a client gets a 503 in about
 a second rather than a hang. Work outside requests (a worker's claims, event
 writes, checkpoints) keeps the pool's own timeout and rides out a short outage.

@@ -34,7 +34,7 @@ def effective_request(state: Mapping[str, Any]) -> str:
     """Return the request with any details the user added when asked, and the post to revise.
 
     `previous_post` ({title, body, tags}) is the post a chat message after it asks
-    to change (`studio.run_start.chat_start`); the planner clears it when the
+    to change (`agentkit.run_start.chat_start`); the planner clears it when the
     message is a new request instead.
     """
     request = str(state.get("request") or "").strip()

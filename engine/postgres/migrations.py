@@ -33,7 +33,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from engine.db.pool import AsyncPool, open_pool
+from engine.postgres.pool import AsyncPool, open_pool
 from engine.postgres.store import store_setup
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 `BrandPreset` is the one declaration of a preset's fields, their types and bounds.
 It is the context schema an `atelier` assistant publishes (`GET /assistants/{id}/schemas`)
 and validates its `context` with, and the shape of the pipeline input's `brand` key
-(`studio.state.PipelineInput`), where the preset a run was started with is recorded.
+(`agentkit.state.PipelineInput`), where the preset a run was started with is recorded.
 
 Some fields have a home in the run's input already (`audience`, `platform`,
 `image_provider`, `image_count`; the terms and lengths are `constraints`;
@@ -13,7 +13,7 @@ field. The rest is the brand's alone and the agents read it from `state["brand"]
 `critic_pass_threshold` (instead of the server's `CRITIC_PASS_THRESHOLD`) and
 `knowledge_namespace` (the vault notes the run may retrieve).
 
-Where the merge happens: in the graph, when a run starts (`studio.run_start`, with
+Where the merge happens: in the graph, when a run starts (`agentkit.run_start`, with
 `brand_fill`), so a notebook's `build_pipeline().ainvoke({"request": ..., "brand":
 {...}})` gets the same post as a run of an assistant carrying that preset. The server
 only resolves the assistant and puts its preset in the input's `brand`
@@ -102,7 +102,7 @@ PRESET: TypeAdapter[BrandPreset] = TypeAdapter(BrandPreset)
 PRESET_FIELDS: frozenset[str] = frozenset(BrandPreset.__annotations__)
 #: Preset fields with a key of the same name in the run's input.
 INPUT_FIELDS = ("audience", "platform", "image_provider", "image_count")
-#: Preset fields that are verifiable constraints (`studio.checks.Constraints`).
+#: Preset fields that are verifiable constraints (`agentkit.checks.Constraints`).
 CONSTRAINT_FIELDS = ("must_include", "must_avoid", "title_min", "title_max", "body_min", "body_max")
 
 

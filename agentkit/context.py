@@ -4,7 +4,7 @@ Graphs are compiled with `context_schema=AtelierContext` and invoked with
 `context=...`; nodes read it with `context_of(runtime)`. Nothing here is
 checkpointed, so it may hold clients, stores and model factories. Tests build a
 context with fake models; every entry point opens one with
-`studio.services.open_services` (the one composition root).
+`agentkit.services.open_services` (the one composition root).
 
 LangGraph's own server (`langgraph dev`, Studio, the Platform) cannot pass such
 an object: it sends a run's `context` as JSON and builds the context schema from
@@ -14,7 +14,7 @@ run, and the services are bound once at the server's start-up
 (`bind_services`); `context_of` joins the two.
 
 A run given no context anywhere else (`build_pipeline()` in a notebook) gets the
-services `studio.services.ensure_services` opened from `Settings()` for its event
+services `agentkit.services.ensure_services` opened from `Settings()` for its event
 loop and bound to it (`bind_loop_services`).
 """
 
@@ -30,13 +30,13 @@ from typing import Any
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentkit.limits import TeamLimits
 from knowledge.coordinator import KnowledgeCoordinator
 from knowledge.repository import NoteRepository
 from providers.asset_links import AssetLinks
 from providers.assets import AssetStore
 from providers.images import ImageProvider
 from providers.llm import ModelFactory
-from studio.limits import TeamLimits
 
 
 @dataclass
@@ -48,7 +48,7 @@ class AtelierContext:
     notes: NoteRepository  # the knowledge vault, searched by research and rag
     image_providers: dict[str, ImageProvider]  # "local" / "openai" → provider
     default_image_provider: str = "local"
-    # The deployment's loop bounds; studio.limits resolves them over the defaults.
+    # The deployment's loop bounds; agentkit.limits resolves them over the defaults.
     limits: TeamLimits = field(default_factory=lambda: TeamLimits())
     today: Callable[[], date] = date.today  # the critic's "today", replaceable in tests
     # --- pipeline (PRODUCT.md §1.1, §1.3) ---
@@ -101,7 +101,7 @@ class RunOptions(BaseModel):
 # The services of LangGraph's own server, bound at its start-up (graphs.served).
 _bound: AtelierContext | None = None
 # The services opened for runs given none, by the event loop they serve
-# (studio.services.ensure_services).
+# (agentkit.services.ensure_services).
 _loop_bound: dict[asyncio.AbstractEventLoop, AtelierContext] = {}
 
 
@@ -177,7 +177,7 @@ def context_of(runtime: Runtime[Any] | Any) -> AtelierContext:
         raise RuntimeError(
             "this run has no AtelierContext and no services are bound: pass "
             "context=AtelierContext(...), run graphs.pipeline / graphs.team, whose "
-            "nodes open the services of Settings() (studio.services.ensure_services), "
+            "nodes open the services of Settings() (agentkit.services.ensure_services), "
             "or serve the graphs through langgraph.json (graphs.served)"
         )
     if ctx is None:

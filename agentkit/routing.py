@@ -23,10 +23,10 @@ from typing import Any, Literal, cast
 
 from langgraph.graph import END
 
+from agentkit.limits import DEFAULT_LIMITS, limits_of
+from agentkit.state import QUALITY_DIMENSIONS, TeamOutput
 from core.agents import AGENT_TABLE, AGENTS, AgentName
 from core.events import FallbackReason
-from studio.limits import DEFAULT_LIMITS, limits_of
-from studio.state import QUALITY_DIMENSIONS, TeamOutput
 
 #: Where the run may go after a supervisor turn: back to the supervisor, an agent, or END.
 SupervisorTarget = Literal["supervisor", AgentName, "__end__"]

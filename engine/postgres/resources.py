@@ -20,10 +20,10 @@ from psycopg_pool import PoolTimeout
 from redis.asyncio import Redis
 
 from core.settings import Settings
-from engine.db import redis as redis_signals
-from engine.db.migrations import upgrade
-from engine.db.pool import AsyncPool, SyncPool, checkpointer, open_pool, open_sync_pool, ping
 from engine.errors import NotReadyError
+from engine.postgres import redis_pubsub as redis_signals
+from engine.postgres.migrations import upgrade
+from engine.postgres.pool import AsyncPool, SyncPool, checkpointer, open_pool, open_sync_pool, ping
 from knowledge.postgres import PostgresNoteRepository
 from providers.pg_assets import PostgresAssetStore
 

@@ -41,6 +41,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime, get_runtime
 
+from agentkit.context import AtelierContext, bind_loop_services, has_services
+from agentkit.limits import limits_from_settings
 from core.settings import Settings
 from knowledge.repository import InMemoryNoteRepository, NoteRepository, SqliteNoteRepository
 from knowledge.segment import load_dictionary
@@ -49,8 +51,6 @@ from providers.assets import AssetStore
 from providers.images import ImageProvider, build_image_provider
 from providers.llm import AttemptObserver, ModelFactory, OpenAIModelFactory, open_model_factory
 from providers.local_llm import model_path
-from studio.context import AtelierContext, bind_loop_services, has_services
-from studio.limits import limits_from_settings
 
 
 def image_providers(settings: Settings) -> dict[str, ImageProvider]:

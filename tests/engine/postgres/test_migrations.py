@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from engine.db.migrations import MIGRATIONS, current_version, latest_version, upgrade
-from engine.db.pool import AsyncPool, checkpointer, open_pool, ping
+from engine.postgres.migrations import MIGRATIONS, current_version, latest_version, upgrade
+from engine.postgres.pool import AsyncPool, checkpointer, open_pool, ping
 
 ROOT = Path(__file__).resolve().parents[3]
 

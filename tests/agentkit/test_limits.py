@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.settings import Settings
-from graphs.team import team_recursion_limit
-from studio.limits import (
+from agentkit.limits import (
     DEFAULT_LIMITS,
     FAST_MODE_CAPS,
     LIMIT_NAMES,
@@ -15,6 +13,8 @@ from studio.limits import (
     limits_of,
     resolve_limits,
 )
+from core.settings import Settings
+from graphs.team import team_recursion_limit
 from tests.graphs.team_runs import run_team
 from tests.support.fake_models import FakeModels, decision, fake_context, happy_team
 

@@ -4,7 +4,7 @@
   same name, whose default is the bound's default (`DEFAULT_LIMITS`).
 - Resolved: `resolve_limits` is the one merge (defaults, then the deployment's,
   then the run's). It runs at two entries: a pipeline run's start resolves its
-  team budget, fast mode included (`studio.run_start`), and the team's entry node
+  team budget, fast mode included (`agentkit.run_start`), and the team's entry node
   (`graphs.team`) resolves the bounds of one team run into state `limits`.
 - Read: every router and node of the team reads `limits_of(state)`, the bounds
   the team's entry wrote, so a router and the node owning its loop always agree.

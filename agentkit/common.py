@@ -25,11 +25,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
+from agentkit.checks import Constraints
+from agentkit.post import DEFAULT_PLATFORM
+from agentkit.state import TeamState
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
-from studio.checks import Constraints
-from studio.post import DEFAULT_PLATFORM
-from studio.state import TeamState
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def parse_tool_call(calls: Sequence[Mapping[str, Any]], schema: type[M]) -> M | 
 
 
 def to_transcript(messages: Iterable[BaseMessage]) -> list[dict[str, Any]]:
-    """Return messages in the form a tool-loop transcript stores (see `studio.state.transcript`)."""
+    """Return messages as a tool-loop transcript stores them (see `agentkit.state.transcript`)."""
     return messages_to_dict(list(messages))
 
 
@@ -391,7 +391,7 @@ UnitScore = Annotated[float, UNIT_SCORE, Field(ge=0, le=1)]
 class QualityDimensions(BaseModel):
     """Scores 0–1 per dimension; a dimension left out was not judged.
 
-    The one model of the five quality dimensions (`studio.state.QUALITY_DIMENSIONS`,
+    The one model of the five quality dimensions (`agentkit.state.QUALITY_DIMENSIONS`,
     in that order) that the review agent and the critic's judge both answer with.
     """
 

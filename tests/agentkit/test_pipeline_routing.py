@@ -1,4 +1,4 @@
-"""Routing of the pipeline (studio.pipeline_routing), table by table."""
+"""Routing of the pipeline (agentkit.pipeline_routing), table by table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from studio.pipeline_routing import (
+from agentkit.pipeline_routing import (
     attempts_left,
     route_after_finalize,
     route_after_planner,

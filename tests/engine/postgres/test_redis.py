@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from engine.db.redis import Gap, Message, Subscription, create_client, ping, publish
+from engine.postgres.redis_pubsub import Gap, Message, Subscription, create_client, ping, publish
 from tests.support.servers import RedisServer
 
 WAIT = 15.0  # seconds: generous, the machine is shared

@@ -1,4 +1,4 @@
-"""`engine.db.pool`: a session stopped inside a transaction does not keep its locks."""
+"""`engine.postgres.pool`: a session stopped inside a transaction does not keep its locks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import psycopg
 import pytest
 
-from engine.db import pool as pools
+from engine.postgres import pool as pools
 
 
 async def test_a_session_idle_inside_a_transaction_is_ended_and_its_row_locks_released(

@@ -33,7 +33,7 @@ When PostgreSQL goes away (a restart, a failover, a network cut), both pools:
   series of attempts lasts `RECONNECT_WINDOW` and a new one starts at once when it
   gives up (`reconnect_failed`), so attempts never lie more than about 2 s apart.
 - know it is away (`Reachability`: the last attempt to open a connection failed), and
-  make an HTTP request (`engine.db.scope`) give up waiting for a connection within about
+  make an HTTP request (`engine.request_scope`) give up waiting for a connection within about
   `UNREACHABLE_CHECKOUT_TIMEOUT` then instead of `CHECKOUT_TIMEOUT`, so it fails fast
   with `PoolTimeout` (rendered 503 by `app.errors`) rather than hanging. A request
   waits `REQUEST_CHECKOUT_TIMEOUT` at most in any case (a pool busy to its last
@@ -55,7 +55,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from engine.db.scope import in_request
+from engine.request_scope import in_request
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ def open_sync_pool(url: str, *, max_size: int = 4, name: str = "atelier-assets")
 def checkpointer(pool: AsyncPool) -> AsyncPostgresSaver:
     """Return LangGraph's Postgres checkpointer over the pool.
 
-    Its tables are created by `engine.db.migrations.upgrade` (which calls `setup()` under
+    Its tables are created by `engine.postgres.migrations.upgrade` (which calls `setup()` under
     the migration lock), never here: a replica that starts must not race another one's
     `CREATE INDEX CONCURRENTLY`.
     """

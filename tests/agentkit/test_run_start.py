@@ -1,4 +1,4 @@
-"""Where a pipeline run starts: the per-run state reset and the run's budget (studio.run_start)."""
+"""Where a pipeline run starts: the per-run state reset and its budget (agentkit.run_start)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from langgraph.runtime import ExecutionInfo, Runtime
 
+from agentkit.limits import DEFAULT_LIMITS, FAST_MODE_CAPS
+from agentkit.run_start import new_run_state, starting_run, starts_new_run
 from nodes.planner import planner
-from studio.limits import DEFAULT_LIMITS, FAST_MODE_CAPS
-from studio.run_start import new_run_state, starting_run, starts_new_run
 from tests.support.fake_models import FakeModels, fake_context, tool_call
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"

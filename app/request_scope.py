@@ -1,6 +1,6 @@
 """Mark every HTTP request, so that the engine's database pools fail fast inside one.
 
-See `engine.db.scope`: while PostgreSQL is away, work that serves a request waits for a
+See `engine.request_scope`: while PostgreSQL is away, work that serves a request waits for a
 connection about a second instead of the pool's whole checkout timeout.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.db.scope import request_scope
+from engine.request_scope import request_scope
 
 
 class RequestScopeMiddleware:

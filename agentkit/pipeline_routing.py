@@ -1,6 +1,6 @@
 """Pure routing functions of the pipeline (PRODUCT.md §1.1).
 
-Like `studio.routing` for the team, these are functions of the state alone, so
+Like `agentkit.routing` for the team, these are functions of the state alone, so
 each rule is unit-tested table by table, and the critic calls `route_from_critic`
 on its own update to announce in `critic.verdict` exactly where the graph goes.
 

@@ -5,7 +5,7 @@ reset what belongs to one run: its counters, attempt history, verdict, question
 and result. It also fixes the run's budget here, once: `max_attempts`
 (1 + MAX_RETRY_COUNT, 1 in fast mode) and the team's loop bounds
 (`team_limits`: the deployment's over the defaults, tightened in fast mode;
-`studio.limits`), which every attempt's team gets as its input `limits`.
+`agentkit.limits`), which every attempt's team gets as its input `limits`.
 
 The pipeline enters its first node through `starting_run` (`graphs.pipeline`
 wraps the planner with it), so the reset is part of the planner's step: no
@@ -23,15 +23,15 @@ from typing import Any, Protocol
 
 from langgraph.runtime import Runtime
 
-from studio.brand import brand_fill
-from studio.chat import chat_request, image_blocks, is_human
-from studio.context import AtelierContext, context_of
-from studio.limits import fast_mode_limits, resolve_limits
-from studio.state import PipelineState
+from agentkit.brand import brand_fill
+from agentkit.chat import chat_request, image_blocks, is_human
+from agentkit.context import AtelierContext, context_of
+from agentkit.limits import fast_mode_limits, resolve_limits
+from agentkit.state import PipelineState
 
 log = logging.getLogger(__name__)
 
-#: The most reference images a run takes (`studio.state.ReferenceImages`).
+#: The most reference images a run takes (`agentkit.state.ReferenceImages`).
 _MAX_REFERENCE_IMAGES = 9
 
 
@@ -120,7 +120,7 @@ def starting_run(node: PipelineNode) -> PipelineNode:
     """Return `node` entered with a new run's state reset first (see the module docstring).
 
     On a new run the wrapped node sees the reset state, with what the run's brand
-    preset fills of the input (`studio.brand.brand_fill`), and its update carries
+    preset fills of the input (`agentkit.brand.brand_fill`), and its update carries
     the reset fields under its own; otherwise (a replan, a resume) the node runs
     as it is.
     """

@@ -36,14 +36,14 @@ from pydantic import (
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
+from agentkit.brand import BrandPreset
+from agentkit.chat import chat_request, malformed
+from agentkit.checks import Constraints
+from agentkit.limits import TeamLimits
+from agentkit.post import DEFAULT_PLATFORM
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
 from providers.usage import add_usage
-from studio.brand import BrandPreset
-from studio.chat import chat_request, malformed
-from studio.checks import Constraints
-from studio.limits import TeamLimits
-from studio.post import DEFAULT_PLATFORM
 
 # The types and bounds of the pipeline's input fields (`PipelineInput`).
 RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
@@ -105,9 +105,9 @@ class TeamInput(TypedDict, total=False):
     knowledge_notes: list[dict[str, Any]]  # notes injected by rag; shown to every agent
     retry_context: dict[str, Any] | None  # previous verdict on a retry (PRODUCT.md §1.3)
     # Loop bounds; unset ones come from the context, then the defaults. The team's entry
-    # node resolves them (studio.limits); routers and nodes read them (limits_of).
+    # node resolves them (agentkit.limits); routers and nodes read them (limits_of).
     limits: TeamLimits
-    # The brand preset the run writes for (`studio.brand`): the writer reads its name and voice.
+    # The brand preset the run writes for (`agentkit.brand`): the writer reads its name and voice.
     brand: BrandPreset | None
     # The conversation when the team is served on its own (PRODUCT.md §7): the client's
     # messages, then writer_agent's draft as an AI message. The pipeline passes none.
@@ -125,7 +125,7 @@ class TeamOutput(TypedDict, total=False):
     image_plans: list[dict[str, Any]]  # image_planner_agent → image_agent
     generated_content: dict[str, Any] | None  # writer_agent {title, body, tags} → review, critic
     # writer_agent: its reply's id, which its streamed tokens carry → executor (the draft
-    # message of the conversation, `studio.chat.post_message_update`)
+    # message of the conversation, `agentkit.chat.post_message_update`)
     draft_message_id: str | None
     review_feedback: dict[str, Any] | None  # review_agent → supervisor, routers
     quality_scores: dict[str, float]  # review_agent → should_continue_review, quality_fallback
@@ -194,11 +194,11 @@ class TeamState(TeamInput, TeamOutput, total=False):
     agent_errors: NotRequired[Annotated[list[str], shared_list]]
     # Agents routing stopped sending work to in this team run: capped after being chosen
     # again and again without progress. supervisor writes it; the routers and the
-    # supervisor's stage table and suggestion read it (studio.routing.given_up).
+    # supervisor's stage table and suggestion read it (agentkit.routing.given_up).
     given_up: list[str]
     # Agents routing capped in this team run (chosen again and again without progress);
     # a re-pick of one whose artefact is present is redirected at once. supervisor writes
-    # it, resolve_route reads it (studio.routing.capped).
+    # it, resolve_route reads it (agentkit.routing.capped).
     capped: list[str]
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
@@ -263,7 +263,7 @@ class PipelineInput(TypedDict, total=False):
         AudienceText | None,
         Field(default=None, description="Who the post is for.", examples=["大学生"]),
     ]
-    # The user's verifiable constraints (`studio.checks.Constraints`); planner.
+    # The user's verifiable constraints (`agentkit.checks.Constraints`); planner.
     constraints: Annotated[
         dict[str, Any] | None,
         Field(
@@ -309,7 +309,7 @@ class PipelineInput(TypedDict, total=False):
     auto_confirm: Annotated[
         StrictBool, Field(default=False, description="Never ask a clarification question.")
     ]
-    # The brand preset the run was started with (`studio.brand`): the fields it shares
+    # The brand preset the run was started with (`agentkit.brand`): the fields it shares
     # with the input are merged into it (the input wins); writer, critic, rag read the rest.
     brand: Annotated[
         BrandPreset | None,
@@ -342,7 +342,7 @@ class ChatInputRules(BaseModel):
     """The rules of chat input (`messages`), for a model with `request` and `messages`.
 
     When `request` is absent it is the text of the last human message
-    (`studio.chat.chat_request`); a conversation with no human text is refused at
+    (`agentkit.chat.chat_request`); a conversation with no human text is refused at
     `messages`.
     """
 
@@ -448,7 +448,7 @@ class PipelineOutput(TypedDict, total=False):
 class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     """Working state of the pipeline; the TeamOutput fields hold the latest attempt.
 
-    "run start" is `studio.run_start`, which also resets the per-run counters and
+    "run start" is `agentkit.run_start`, which also resets the per-run counters and
     history below when a new run enters the pipeline.
     """
 
@@ -476,7 +476,7 @@ class PipelineState(PipelineInput, PipelineOutput, TeamOutput, total=False):
     draft_source: str | None
     redraw: dict[str, Any] | None  # client (command.update): {slot, prompt} → redraw_card
     # The thread's last post {title, body, tags} when a chat message follows it (run start);
-    # the planner clears it for a new request. Read through `studio.post.effective_request`.
+    # the planner clears it for a new request. Read through `agentkit.post.effective_request`.
     previous_post: dict[str, Any] | None
     # The id of the conversation's AI message for this run's post: the writer's streamed
     # tokens' id (executor), replaced by each draft and by the post (finalize).
