@@ -25,7 +25,7 @@ from core.agents import AGENTS
 
 #: Every role that asks an LLM, by node name: the planner, the supervisor, every agent of
 #: the team (`core.agents`) and the critic. `LLM_MODELS` maps these to model names.
-LLM_ROLES: tuple[str, ...] = ("planner", "supervisor", *AGENTS, "critic")
+LLM_ROLES: tuple[str, ...] = ("planner", "supervisor", *AGENTS, "critic", "judge")
 
 #: Roles whose tokens reach users in `messages` stream mode. Every other role's
 #: calls are tagged `nostream` so routers, planners and judges stay off the token
