@@ -277,9 +277,7 @@ class Agreement:
         return asdict(self)
 
 
-def agreement(
-    ratings: Iterable[tuple[bool, bool]], *, confidence: float = CONFIDENCE
-) -> Agreement:
+def agreement(ratings: Iterable[tuple[bool, bool]], *, confidence: float = CONFIDENCE) -> Agreement:
     """Return how often two raters agree over items both rated.
 
     Args:
