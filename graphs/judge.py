@@ -143,8 +143,9 @@ def build_pairwise_judge(
     """Build and compile the pairwise judge (`PairwiseJudgeInput` → `PairwiseJudgeOutput`).
 
     Args:
-        checkpointer: Where checkpoints go (a run resumed after a crash re-asks only
-            the order that had not finished).
+        checkpointer: Where checkpoints go. A run resumed after a crash keeps what
+            was done: an order with its verdict is not asked again, and an order
+            stopped between attempts resumes after its last one.
         context_schema: What a run's `context` is (`AtelierContext`: the services).
 
     Returns:

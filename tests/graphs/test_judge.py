@@ -464,3 +464,38 @@ async def test_over_the_wire_the_judge_role_has_its_own_model_and_its_cost(tmp_p
     assert usage["calls"] == 2 and usage["metered"] == 2
     assert usage["cost"] is not None and usage["cost"]["total"] > 0
     assert set(pair["usage"]) == {"judge"} and post["usage"]["judge"]["calls"] == 1
+
+
+async def test_a_run_resumed_after_a_crash_asks_only_the_order_left_undone(
+    tmp_path: Path,
+) -> None:
+    prefer_a = content_judge(MARKER)
+
+    def judge(messages: list[BaseMessage]) -> AIMessage:
+        prompt = str(messages[-1].content)
+        b_first = MARKER not in (data_block_of(prompt, "帖子1") or "")
+        return garbage() if b_first and "上一次的回答无效" not in prompt else prefer_a(messages)
+
+    models = FakeModels({"judge": judge})
+    served = 0
+
+    def flaky(role: str) -> Any:
+        nonlocal served
+        served += 1
+        if served == 3:  # order ab answered, order ba's retry: the worker dies
+            raise RuntimeError("worker lost")
+        return models(role)
+
+    ctx = fake_context(models, tmp_path)
+    ctx.models = flaky
+    graph = build_pairwise_judge(InMemorySaver())
+    config = {"configurable": {"thread_id": "judge-crash"}}
+    with pytest.raises(RuntimeError, match="worker lost"):
+        await graph.ainvoke(pair_input(), config, context=ctx)
+    assert models.count("judge") == 2
+
+    result = await graph.ainvoke(None, config, context=ctx)
+    # Only order ba's retry is asked: order ab's verdict and ba's first attempt were kept.
+    assert models.count("judge") == 3
+    assert result["winner"] == "a"
+    assert [(o["order"], o["attempts"]) for o in result["orders"]] == [("ab", 1), ("ba", 2)]
