@@ -302,9 +302,7 @@ async def prepare_pair(state: PairwiseState) -> dict[str, Any]:
         _inputs(state, list(PairwiseJudgeInput.model_fields))
     )
     return {
-        **checked.model_dump(mode="json", exclude={"post_a", "post_b"}),
-        "post_a": checked.post_a.model_dump(mode="json"),
-        "post_b": checked.post_b.model_dump(mode="json"),
+        **checked.model_dump(mode="json"),
         "rubric": _rubric_of(checked).model_dump(mode="json"),
         "post_a_text": checked.post_a.markdown(),
         "post_b_text": checked.post_b.markdown(),
@@ -416,8 +414,7 @@ async def prepare_post(state: PostJudgeState, runtime: Runtime[AtelierContext]) 
     if threshold is None:
         threshold = context_of(runtime).critic_pass_threshold
     return {
-        **checked.model_dump(mode="json", exclude={"post", "threshold"}),
-        "post": checked.post.model_dump(mode="json"),
+        **checked.model_dump(mode="json"),
         "threshold": float(threshold),
         "rubric": _rubric_of(checked).model_dump(mode="json"),
         "post_text": checked.post.markdown(),
