@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 
 from providers.asset_links import AssetLinks
 
@@ -95,7 +95,7 @@ REQUEST_MESSAGE_PREFIX = "request-"
 
 def request_message(
     messages: Sequence[Any] | None, request: str, message_id: str
-) -> HumanMessage | None:
+) -> dict[str, Any] | None:
     """Return the human message that shows a run's request in its conversation, or None.
 
     A run started with a `request` rather than chat input (the console, curl, a
@@ -105,6 +105,11 @@ def request_message(
     client sent (a run started with chat input; its id is kept, nothing is
     doubled), or one written here for the same text (the request sent again after
     a run that left no answer); or when the request is blank.
+
+    The message is returned in its JSON form, which the `messages` channel's
+    reducer turns into a `HumanMessage`: LangGraph's `messages` stream mode emits
+    the message objects a node returns, and that stream is the writer's tokens
+    only (PRODUCT.md §2.3); a client reads the request from the state.
 
     Args:
         messages: The conversation so far (message objects or their JSON).
@@ -118,7 +123,7 @@ def request_message(
         written_here = str(_field(last[0], "id") or "").startswith(REQUEST_MESSAGE_PREFIX)
         if not written_here or message_text(last[0]) == request.strip():
             return None
-    return HumanMessage(content=request, id=message_id)
+    return {"type": "human", "content": request, "id": message_id}
 
 
 def image_blocks(message: Any) -> list[tuple[bytes, str]]:

@@ -30,6 +30,7 @@ from agentkit.state import AtelierInput
 from app.schemas import RunCreate
 from graphs.assistants import TEAM, TeamRunInput, chat_text, check_clarification_answer
 from graphs.pipeline import build_pipeline
+from graphs.team import build_team
 from nodes.planner import parse_resume
 from tests.graphs.pipeline_runs import (
     REQUEST,
@@ -400,7 +401,7 @@ def test_the_request_message_is_written_only_where_the_user_said_nothing() -> No
     assert request_message([client], "写点别的", "request-1") is None  # chat input
     assert request_message([], "   ", "request-1") is None
     shown = request_message([], "写", "request-1")
-    assert shown is not None and shown.content == "写" and shown.id == "request-1"
+    assert shown == {"type": "human", "content": "写", "id": "request-1"}
     post = {"type": "ai", "id": "post-1", "content": "**标题**"}
     assert request_message([client, post], "写", "request-2") is not None  # a new turn
     # Left by a run that ended with no answer: the same request is not shown twice,
@@ -424,15 +425,37 @@ async def test_the_team_on_its_own_shows_its_request_and_as_the_executor_adds_no
     )
     assert [m.id for m in chatted.state["messages"] if m.type == "human"] == ["t-1"]
 
-    # As the pipeline's executor the team's conversation is the pipeline's: the team
-    # writes no human message, which LangGraph's `messages` mode would stream.
-    streamed: list[tuple[tuple[str, ...], str]] = []
-    async for ns, _mode, (message, _meta) in build_pipeline().astream(
+    # As the pipeline's executor the team's conversation is the pipeline's: the team's
+    # checkpoints (namespace `executor:…`) hold the writer's draft and no human message.
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "executor"}}
+    await build_pipeline(saver).ainvoke(
         {"request": REQUEST, "auto_confirm": True, "image_count": 1},
+        config,
         context=context_for(models, tmp_path),
-        stream_mode=["messages"],
-        subgraphs=True,
+    )
+    kinds_by_ns: dict[str, set[str]] = {}
+    async for saved in saver.alist(config):
+        ns = saved.config["configurable"]["checkpoint_ns"].split(":")[0]
+        found = saved.checkpoint["channel_values"].get("messages") or []
+        kinds_by_ns.setdefault(ns, set()).update(m.type for m in found)
+    assert kinds_by_ns == {"": {"human", "ai"}, "executor": {"ai"}}
+
+
+async def test_the_request_is_in_the_state_not_on_the_token_stream(tmp_path: Path) -> None:
+    # LangGraph's `messages` mode carries the writer's tokens only (PRODUCT.md §2.3).
+    models = models_for(judge_reply())
+    for graph, payload in (
+        (build_pipeline(), {"request": REQUEST, "auto_confirm": True, "image_count": 1}),
+        (build_team(), {"request": REQUEST, "image_count": 1}),
     ):
-        if message.type == "human":
-            streamed.append((ns, str(message.content)))
-    assert streamed == [((), REQUEST)]  # the pipeline's own, from the planner
+        streamed: list[str] = []
+        async for _ns, _mode, (message, meta) in graph.astream(
+            payload,
+            context=context_for(models, tmp_path),
+            stream_mode=["messages"],
+            subgraphs=True,
+        ):
+            if message.type == "human":
+                streamed.append(str(meta.get("langgraph_node")))
+        assert streamed == []
