@@ -93,7 +93,8 @@ async def chat_start(ctx: AtelierContext, state: Mapping[str, Any]) -> dict[str,
     """Return what a new run takes from the chat message that started it (module docstring).
 
     Empty unless the conversation's last message is the user's: a run started with
-    `request` alone on a chat thread leaves the conversation as it was.
+    `request` alone takes nothing from it (the planner then adds the request to the
+    conversation, `shown_request`).
     """
     messages = list(state.get("messages") or [])
     if not messages or not is_human(messages[-1]):
