@@ -3,8 +3,10 @@
 Chat clients (Agent Chat UI, `useStream`, A2A) send `messages` and render the
 state's `messages` channel (PRODUCT.md §7 "Conversation"). This module reads
 what they send — the request is the text of the last human message; its image
-blocks are reference images — and writes what they show: the planner's question
-and the finished post as AI messages (title, body, `#tags`, image links).
+blocks are reference images — and writes what they show: a request sent as a
+run's own `request` field as the user's message (`request_message`), the
+planner's question and the finished post as AI messages (title, body, `#tags`,
+image links).
 
 Messages are read in either form a client or the state holds them: LangChain
 message objects, or their JSON (`{"type": "human", …}` or `{"role": "user", …}`).
@@ -85,6 +87,43 @@ def chat_request(messages: Sequence[Any] | None) -> str:
     """Return the request a conversation makes: the last human message's text ("" if none)."""
     message = last_human(messages)
     return message_text(message) if message is not None else ""
+
+
+#: How the id of a human message this module writes for a run's `request` starts.
+REQUEST_MESSAGE_PREFIX = "request-"
+
+
+def request_message(
+    messages: Sequence[Any] | None, request: str, message_id: str
+) -> dict[str, Any] | None:
+    """Return the human message that shows a run's request in its conversation, or None.
+
+    A run started with a `request` rather than chat input (the console, curl, a
+    cron, MCP, A2A) has no message of the user's: a chat UI would then label the
+    thread by its post and show the post with nothing asked above it. None when
+    the conversation already ends with what the user said: a human message the
+    client sent (a run started with chat input; its id is kept, nothing is
+    doubled), or one written here for the same text (the request sent again after
+    a run that left no answer); or when the request is blank.
+
+    The message is returned in its JSON form, which the `messages` channel's
+    reducer turns into a `HumanMessage`: LangGraph's `messages` stream mode emits
+    the message objects a node returns, and that stream is the writer's tokens
+    only (PRODUCT.md §2.3); a client reads the request from the state.
+
+    Args:
+        messages: The conversation so far (message objects or their JSON).
+        request: The run's request, verbatim.
+        message_id: The new message's id; it should start with `REQUEST_MESSAGE_PREFIX`.
+    """
+    if not request.strip():
+        return None
+    last = list(messages or [])[-1:]
+    if last and is_human(last[0]):
+        written_here = str(_field(last[0], "id") or "").startswith(REQUEST_MESSAGE_PREFIX)
+        if not written_here or message_text(last[0]) == request.strip():
+            return None
+    return {"type": "human", "content": request, "id": message_id}
 
 
 def image_blocks(message: Any) -> list[tuple[bytes, str]]:

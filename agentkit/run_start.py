@@ -1,4 +1,4 @@
-"""Where a pipeline run starts: the per-run state a new run on a thread begins with.
+"""Where a run starts: the per-run state a new pipeline run begins with, and its request shown.
 
 A thread keeps its state between runs (the checkpointer), so a new run must
 reset what belongs to one run: its counters, attempt history, verdict, question
@@ -12,6 +12,11 @@ wraps the planner with it), so the reset is part of the planner's step: no
 extra node or superstep, and nothing is written before the planner's own
 update. A planner that asks a question first writes it with the reset
 (`nodes.planner`), so a thread waiting for an answer shows the new run's state.
+
+Whatever started a run, its conversation shows what was asked (PRODUCT.md §7
+"Conversation"): a request given as the `request` field becomes the user's
+message (`shown_request`), written by the planner when it takes a new request
+(`nodes.planner`) and by the standalone team's entry (`graphs.team`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,17 @@ import uuid
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from agentkit.brand import brand_fill
-from agentkit.chat import chat_request, image_blocks, is_human
+from agentkit.chat import (
+    REQUEST_MESSAGE_PREFIX,
+    chat_request,
+    image_blocks,
+    is_human,
+    request_message,
+)
 from agentkit.context import AtelierContext, context_of
 from agentkit.limits import fast_mode_limits, resolve_limits
 from agentkit.state import PipelineState
@@ -81,7 +93,8 @@ async def chat_start(ctx: AtelierContext, state: Mapping[str, Any]) -> dict[str,
     """Return what a new run takes from the chat message that started it (module docstring).
 
     Empty unless the conversation's last message is the user's: a run started with
-    `request` alone on a chat thread leaves the conversation as it was.
+    `request` alone takes nothing from it (the planner then adds the request to the
+    conversation, `shown_request`).
     """
     messages = list(state.get("messages") or [])
     if not messages or not is_human(messages[-1]):
@@ -114,6 +127,45 @@ def session_id_of(runtime: Runtime[Any]) -> str:
         if value:
             return str(value)
     return f"run-{uuid.uuid4().hex}"
+
+
+def _run_id() -> str | None:
+    """Return the run id the service put in the run's metadata (None outside a run)."""
+    try:
+        metadata = get_config().get("metadata") or {}
+    except RuntimeError:  # called outside a graph (a node under test)
+        return None
+    value = metadata.get("run_id")
+    return str(value) if value else None
+
+
+def request_message_id(runtime: Runtime[Any]) -> str:
+    """Return the id of the message that shows a run's request: `request-` and the run's id.
+
+    The run's id where LangGraph or the service gives one, else the checkpoint the
+    step runs from: either way the same when a crashed run's step is run again (it
+    resumes from that checkpoint), so a retried step never adds a second copy.
+    """
+    info = getattr(runtime, "execution_info", None)
+    key = getattr(info, "run_id", None) or _run_id() or getattr(info, "checkpoint_id", None)
+    return f"{REQUEST_MESSAGE_PREFIX}{key or uuid.uuid4()}"
+
+
+def shown_request(state: Mapping[str, Any], runtime: Runtime[Any]) -> dict[str, Any]:
+    """Return the update that shows the run's `request` as the user's message, or nothing.
+
+    Nothing when the conversation already ends with what the user said
+    (`agentkit.chat.request_message`), and in a graph run inside another (the
+    team as the pipeline's executor): the conversation is the caller's. LangGraph
+    names a task inside a subgraph `parent:<id>|child:<id>`.
+    """
+    info = getattr(runtime, "execution_info", None)
+    if "|" in str(getattr(info, "checkpoint_ns", "") or ""):
+        return {}
+    message = request_message(
+        state.get("messages"), str(state.get("request") or ""), request_message_id(runtime)
+    )
+    return {"messages": [message]} if message is not None else {}
 
 
 def starting_run(node: PipelineNode) -> PipelineNode:

@@ -82,6 +82,7 @@ from agentkit.routing import (
     should_continue_review,
     should_continue_supervisor,
 )
+from agentkit.run_start import shown_request
 from agentkit.services import ensure_services
 from agentkit.state import TeamInput, TeamOutput, TeamState, transcript
 from agentkit.tools import generate_image, search_knowledge
@@ -119,9 +120,12 @@ async def enter_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     """Resolve the run's loop bounds once: the input's over the context's over the defaults.
 
     A run given no services gets the default ones here (`agentkit.services.ensure_services`).
+    Served on its own, a run started with a `request` shows it as the user's message
+    (`agentkit.run_start.shown_request`).
     """
     await ensure_services(runtime)
-    return {"limits": resolve_limits(context_of(runtime).limits, state.get("limits"))}
+    limits = resolve_limits(context_of(runtime).limits, state.get("limits"))
+    return {"limits": limits, **shown_request(state, runtime)}
 
 
 async def finish_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:

@@ -22,6 +22,11 @@ One node, three steps:
    planner's, then the user's `constraints`, then `image_count` — later ones win —
    validated as `agentkit.checks.Constraints`, which the critic checks by code.
 
+A new request that came as the run's `request` field, not as chat input, is
+shown first as the user's message (`agentkit.run_start.shown_request`), so the
+conversation reads request, question, post whatever started the run; a resume
+or a replan adds none.
+
 On a replan (the critic found an ignored blocker note) the planner runs again
 with those notes in its prompt and adds them to the intent's `rules`, which
 every agent of the team sees; no question is asked on a replan.
@@ -58,6 +63,7 @@ from agentkit.checks import Constraints, count_chars
 from agentkit.common import UnitScore, structured_call
 from agentkit.context import AtelierContext, context_of
 from agentkit.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
+from agentkit.run_start import shown_request
 from agentkit.state import PipelineState
 from core.events import stage_events
 from prompts import planner as prompt
@@ -446,6 +452,8 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
                 update["intent"] = {"action": "unknown", "message": REJECTED_MESSAGE}
                 return update
         elif not replanning:
+            # A new request: shown as the user's message when it came as `request`.
+            update.update(shown_request(state, runtime))
             clarity = assess_clarity(state)
             update["clarity"] = clarity
             if should_ask(state, clarity):
@@ -454,7 +462,8 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
                 question = clarification_request(clarity)
                 asked = AIMessage(content=question["question"], id=f"question-{uuid.uuid4()}")
                 pending = {"value": question, "request": state.get("request")}
-                return {**update, "question": pending, "messages": [asked]}
+                messages = [*update.pop("messages", []), asked]
+                return {**update, "question": pending, "messages": messages}
 
         request = effective_request(state)
         messages = [

@@ -245,6 +245,11 @@ async def test_message_send_answers_the_completed_task_with_the_post(
     assert again.status.state == TaskState.TASK_STATE_COMPLETED
     assert again.artifacts[0].parts[0].text == task.artifacts[0].parts[0].text
     assert again.history[0].parts[0].text == REQUEST
+    # The task's thread shows the request as its first message in a chat UI too.
+    async with httpx.AsyncClient(headers={"X-Api-Key": KEY}, timeout=30) as http:
+        state = (await http.get(f"{server.url}/threads/{task.id}/state")).json()
+    asked = state["values"]["messages"][0]
+    assert asked["type"] == "human" and asked["content"] == REQUEST
 
 
 async def test_the_planners_question_is_input_required_and_the_next_message_answers_it(

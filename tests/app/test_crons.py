@@ -342,4 +342,8 @@ async def test_the_readme_cron_example_runs_as_written(
         client = get_client(url=live.url, api_key=KEY)
         state = await client.threads.get_state(thread["thread_id"])
         assert state["values"]["result"]["outcome"] == "completed"
+        # The tick's thread shows the cron's request as its first message, as a chat UI lists it.
+        asked = state["values"]["messages"][0]
+        assert asked["type"] == "human" and asked["id"] == f"request-{run['run_id']}"
+        assert asked["content"] == state["values"]["request"]
         assert await client.crons.search() == []  # the example deletes its cron

@@ -254,6 +254,10 @@ async def test_calling_atelier_answers_the_post_with_progress_and_image_links(
     assert image.status_code == 200 and image.headers["content-type"] == "image/png"
     assert thread["values"]["auto_confirm"] is True  # nobody can answer a question here
     assert thread["values"]["result"]["post"]["title"] == title
+    # A chat UI opening the thread shows what was asked, then the post.
+    asked, *answers = thread["values"]["messages"]
+    assert asked["type"] == "human" and asked["content"] == REQUEST
+    assert [m["type"] for m in answers] == ["ai"]
 
 
 @pytest.mark.parametrize("modern", [False, True], ids=["handshake", "2026-07-28"])

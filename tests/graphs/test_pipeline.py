@@ -321,6 +321,7 @@ async def test_5_ignored_blocker_replans_once(tmp_path: Path) -> None:
     assert [v["next"] for v in verdicts] == ["planner", "finalize"]
     stages = [e["stage"] for e in run.of_type("stage.started")]
     assert stages.count("planner") == 2  # back to the planner once
+    assert [m.type for m in run.state["messages"]] == ["human", "ai"]  # the replan adds none
     # The note is in the replanning planner's context and in the next attempt's brief.
     planner_calls = models.calls_for("planner")
     assert len(planner_calls) == 2

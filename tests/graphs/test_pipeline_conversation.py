@@ -18,19 +18,30 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from agentkit.chat import chat_request, image_blocks, last_human, post_text
+from agentkit.chat import (
+    REQUEST_MESSAGE_PREFIX,
+    chat_request,
+    image_blocks,
+    last_human,
+    post_text,
+    request_message,
+)
 from agentkit.state import AtelierInput
 from app.schemas import RunCreate
 from graphs.assistants import TEAM, TeamRunInput, chat_text, check_clarification_answer
 from graphs.pipeline import build_pipeline
+from graphs.team import build_team
 from nodes.planner import parse_resume
 from tests.graphs.pipeline_runs import (
+    REQUEST,
     context_for,
     judge_reply,
     models_for,
     planner_reply,
     run_pipeline,
 )
+from tests.graphs.team_runs import REQUEST as TEAM_REQUEST
+from tests.graphs.team_runs import run_team
 
 CASES = json.loads(
     (Path(__file__).resolve().parents[2] / "../shared/cases/chat_input.json").read_text()
@@ -267,3 +278,184 @@ async def test_a_new_request_on_a_thread_left_at_a_question_is_assessed_afresh(
     clear = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
     second = await run_pipeline(models, tmp_path, graph=graph, config=config, request=clear)
     assert not second.interrupts and second.result["outcome"] == "completed"
+
+
+# --- the request as the user's message (issue 32) ------------------------------------
+
+
+def kinds(state: dict[str, Any]) -> list[str]:
+    return [m.type for m in state["messages"]]
+
+
+async def test_a_request_started_thread_shows_each_request_before_its_answer(
+    tmp_path: Path,
+) -> None:
+    models = models_for(judge_reply())
+    graph = build_pipeline(InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "requested"}}
+    first = await run_pipeline(models, tmp_path, graph=graph, config=config, auto_confirm=True)
+    asked, post = first.state["messages"]
+    assert isinstance(asked, HumanMessage) and asked.content == REQUEST
+    assert asked.id and asked.id.startswith(REQUEST_MESSAGE_PREFIX)
+    assert post.id == first.state["post_message_id"]
+
+    # A revision with a new request: its request, then its post, after the first turn.
+    models.script("planner", planner_reply(action="revise_post"))
+    second = await run_pipeline(
+        models, tmp_path, graph=graph, config=config, request="标题短一点", auto_confirm=True
+    )
+    assert kinds(second.state) == ["human", "ai", "human", "ai"]
+    assert second.state["messages"][:2] == [asked, post]  # the first turn, ids kept
+    again = second.state["messages"][2]
+    assert again.content == "标题短一点" and again.id != asked.id
+    assert again.id.startswith(REQUEST_MESSAGE_PREFIX)
+
+    # The same request sent again after a post is a new turn too.
+    third = await run_pipeline(
+        models, tmp_path, graph=graph, config=config, request="标题短一点", auto_confirm=True
+    )
+    assert kinds(third.state) == ["human", "ai"] * 3
+    assert third.state["messages"][4].content == "标题短一点"
+
+
+async def test_chat_input_is_shown_as_sent_with_no_second_human_message(tmp_path: Path) -> None:
+    models = models_for(judge_reply())
+    graph = build_pipeline(InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "chatted"}}
+    sent = {"messages": [{"id": "c-1", "type": "human", "content": REQUEST}], "auto_confirm": True}
+    run = await run_pipeline(models, tmp_path, graph=graph, config=config, payload=sent)
+    assert kinds(run.state) == ["human", "ai"] and run.state["messages"][0].id == "c-1"
+    # Chat input with an explicit request that says something else: the client's message stays.
+    both = {
+        "messages": [{"id": "c-2", "type": "human", "content": "再来一篇"}],
+        "request": REQUEST,
+        "auto_confirm": True,
+    }
+    run = await run_pipeline(models, tmp_path, graph=graph, config=config, payload=both)
+    assert [m.id for m in run.state["messages"]][::2] == ["c-1", "c-2"]
+    assert kinds(run.state) == ["human", "ai", "human", "ai"]
+
+
+async def test_a_question_and_its_answer_add_no_second_request(tmp_path: Path) -> None:
+    for answer in (Command(resume="defaults"), Command(resume={"decisions": [{"type": "reject"}]})):
+        models = models_for(judge_reply())
+        graph = build_pipeline(InMemorySaver())
+        config: Any = {"configurable": {"thread_id": f"vague-{answer.resume}"}}
+        first = await run_pipeline(
+            models, tmp_path, graph=graph, config=config, request="写一篇笔记"
+        )
+        assert first.interrupts and kinds(first.state) == ["human", "ai"]
+        asked, question = first.state["messages"]
+        assert asked.content == "写一篇笔记" and question.content.startswith(
+            first.interrupts[0].value["question"]
+        )
+        done = await run_pipeline(models, tmp_path, graph=graph, config=config, payload=answer)
+        assert kinds(done.state) == ["human", "ai", "ai"]
+        assert done.state["messages"][:2] == [asked, question]
+
+
+async def test_a_new_request_on_a_thread_left_at_a_question_is_shown(tmp_path: Path) -> None:
+    models = models_for(judge_reply())
+    graph = build_pipeline(InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "left-shown"}}
+    await run_pipeline(models, tmp_path, graph=graph, config=config, request="写一篇笔记")
+    second = await run_pipeline(models, tmp_path, graph=graph, config=config, request=REQUEST)
+    assert second.result["outcome"] == "completed"
+    assert kinds(second.state) == ["human", "ai", "human", "ai"]
+    assert [m.content for m in second.state["messages"]][::2] == ["写一篇笔记", REQUEST]
+
+
+async def test_the_request_messages_id_is_the_runs_else_its_first_steps_checkpoint(
+    tmp_path: Path,
+) -> None:
+    models = models_for(judge_reply())
+    run_id = "5f1e0c7e-0000-4000-8000-000000000001"
+    for config, expected in (
+        ({"run_id": run_id}, run_id),
+        ({"metadata": {"run_id": "run-from-the-service"}}, "run-from-the-service"),
+    ):
+        graph = build_pipeline(InMemorySaver())
+        config["configurable"] = {"thread_id": expected}
+        run = await run_pipeline(models, tmp_path, graph=graph, config=config, auto_confirm=True)
+        assert run.state["messages"][0].id == f"{REQUEST_MESSAGE_PREFIX}{expected}"
+
+    # No run id: the checkpoint the planner's first step runs from (step 0), which a
+    # step resumed after a crash runs from again.
+    graph = build_pipeline(InMemorySaver())
+    config = {"configurable": {"thread_id": "no-run-id"}}
+    await run_pipeline(models, tmp_path, graph=graph, config=config, auto_confirm=True)
+    history = [s async for s in graph.aget_state_history(config)]
+    (entered,) = [s for s in history if s.metadata and s.metadata.get("step") == 0]
+    assert entered.next == ("planner",)
+    assert history[0].values["messages"][0].id == (
+        f"{REQUEST_MESSAGE_PREFIX}{entered.config['configurable']['checkpoint_id']}"
+    )
+    # Run again from there (a fork, as a chat UI's regenerate is): one request, one post.
+    await run_pipeline(models, tmp_path, graph=graph, config=entered.config, payload=None)
+    forked = (await graph.aget_state(config)).values
+    assert kinds(forked) == ["human", "ai"] and forked["messages"][0].content == REQUEST
+
+
+def test_the_request_message_is_written_only_where_the_user_said_nothing() -> None:
+    client = {"type": "human", "id": "mine", "content": "写"}
+    assert request_message([client], "写点别的", "request-1") is None  # chat input
+    assert request_message([], "   ", "request-1") is None
+    shown = request_message([], "写", "request-1")
+    assert shown == {"type": "human", "content": "写", "id": "request-1"}
+    post = {"type": "ai", "id": "post-1", "content": "**标题**"}
+    assert request_message([client, post], "写", "request-2") is not None  # a new turn
+    # Left by a run that ended with no answer: the same request is not shown twice,
+    # a different one is.
+    ours = {"type": "human", "id": "request-1", "content": "写"}
+    assert request_message([ours], "写", "request-2") is None
+    assert request_message([ours], "写别的", "request-2") is not None
+
+
+async def test_the_team_on_its_own_shows_its_request_and_as_the_executor_adds_none(
+    tmp_path: Path,
+) -> None:
+    models = models_for(judge_reply())
+    alone = await run_team(models, tmp_path, image_count=1)
+    asked, *answers = alone.state["messages"]
+    assert isinstance(asked, HumanMessage) and asked.content == TEAM_REQUEST
+    assert asked.id and asked.id.startswith(REQUEST_MESSAGE_PREFIX)
+    assert [m.type for m in answers] == ["ai"]  # the finished draft
+    chatted = await run_team(
+        models, tmp_path, image_count=1, messages=[{"id": "t-1", "type": "human", "content": "写"}]
+    )
+    assert [m.id for m in chatted.state["messages"] if m.type == "human"] == ["t-1"]
+
+    # As the pipeline's executor the team's conversation is the pipeline's: the team's
+    # checkpoints (namespace `executor:…`) hold the writer's draft and no human message.
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "executor"}}
+    await build_pipeline(saver).ainvoke(
+        {"request": REQUEST, "auto_confirm": True, "image_count": 1},
+        config,
+        context=context_for(models, tmp_path),
+    )
+    kinds_by_ns: dict[str, set[str]] = {}
+    async for saved in saver.alist(config):
+        ns = saved.config["configurable"]["checkpoint_ns"].split(":")[0]
+        found = saved.checkpoint["channel_values"].get("messages") or []
+        kinds_by_ns.setdefault(ns, set()).update(m.type for m in found)
+    assert kinds_by_ns == {"": {"human", "ai"}, "executor": {"ai"}}
+
+
+async def test_the_request_is_in_the_state_not_on_the_token_stream(tmp_path: Path) -> None:
+    # LangGraph's `messages` mode carries the writer's tokens only (PRODUCT.md §2.3).
+    models = models_for(judge_reply())
+    for graph, payload in (
+        (build_pipeline(), {"request": REQUEST, "auto_confirm": True, "image_count": 1}),
+        (build_team(), {"request": REQUEST, "image_count": 1}),
+    ):
+        streamed: list[str] = []
+        async for _ns, _mode, (message, meta) in graph.astream(
+            payload,
+            context=context_for(models, tmp_path),
+            stream_mode=["messages"],
+            subgraphs=True,
+        ):
+            if message.type == "human":
+                streamed.append(str(meta.get("langgraph_node")))
+        assert streamed == []

@@ -13,7 +13,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from graphs.pipeline import build_pipeline
-from tests.graphs.pipeline_runs import context_for, judge_reply, models_for, run_pipeline
+from tests.graphs.pipeline_runs import (
+    REQUEST,
+    context_for,
+    judge_reply,
+    models_for,
+    run_pipeline,
+)
 
 EDITED = {"title": "我改过的标题", "body": "我重写的正文，把成分讲清楚。" * 5, "tags": ["护肤"]}
 
@@ -48,6 +54,7 @@ async def test_after_an_edit_on_an_exhausted_thread_the_edit_is_published(tmp_pa
     assert after["revision"] == "edit" and after["quality"]["score"] == 0.6
     assert after["images"] == before["images"]  # the cards the person saw
     assert [a["source"] for a in after["attempts"]][-1] == "edit"
+    assert humans(await graph.aget_state(config)) == [REQUEST]  # the edit asked nothing new
 
 
 async def test_a_card_of_the_published_attempt_is_drawn_again_alone(tmp_path: Path) -> None:
@@ -67,3 +74,9 @@ async def test_a_card_of_the_published_attempt_is_drawn_again_alone(tmp_path: Pa
     stages = [e["stage"] for e in events if e["type"] == "stage.started"]
     assert stages == ["redraw_card", "critic", "finalize"]
     assert [e["slot"] for e in events if e["type"] == "asset.created"] == [2]
+    assert humans(await graph.aget_state(config)) == [REQUEST]  # nor did the redraw
+
+
+def humans(snapshot: Any) -> list[str]:
+    """Return the text of each human message of a thread's conversation."""
+    return [str(m.content) for m in snapshot.values["messages"] if m.type == "human"]

@@ -544,6 +544,10 @@ Object.assign(flows, {
     const id = created.assistant_id;
     const first = await run(id);
     check(first.values.brand?.voice === "JS第一版", "the run writes for the preset", first.values.brand);
+    // Started with `request`, not chat input: the thread still opens with what was asked.
+    const [asked, ...answers] = first.values.messages;
+    check(asked?.type === "human" && asked.content === PRESET_REQUEST && asked.id?.startsWith("request-"), "messages[0] is the human request", first.values.messages);
+    check(answers.map((m) => m.type).join() === "ai", "then the post", answers);
     const avoided = first.values.verdict.checks.find((c) => c.name === "must_avoid");
     check(avoided && avoided.passed === false, "the critic fails the must-avoid term", first.values.verdict.checks);
 
