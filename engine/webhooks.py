@@ -52,7 +52,6 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import httpx
 
-from core.outbound import MAX_URL_CHARS as MAX_URL_CHARS
 from core.outbound import AddressRefused, OutboundRules, guarded_client
 from engine.outbound import check_outbound_url
 from engine.records import RecordChange, RunRecord, WebhookQueued, now
