@@ -52,6 +52,10 @@ calls before the run engine closes).
 * API keys apply as everywhere: `app.security.AuthMiddleware` answers 401 before
   the request reaches the SDK, and puts the caller's owner id in the ASGI scope,
   which the handlers read from the SDK's request context.
+* `Origin` and `Host` are checked against DNS rebinding (`app.mcp_guard`): a
+  browser's request from an origin outside CORS_ORIGINS gets 403, and so does,
+  when the service runs open, one whose `Host` is neither loopback nor listed in
+  MCP_ALLOWED_HOSTS.
 
 The engine calls are the functions right below, so a change of the engine's door
 changes them only.
@@ -81,8 +85,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentkit.chat import image_link
 from app.described import assistant_description, assistant_name
 from app.errors import error_response, validation_message
+from app.mcp_guard import McpOriginGuard
 from app.routes.exports import post_markdown
-from app.security import PRINCIPAL_STATE_KEY
+from app.security import PRINCIPAL_STATE_KEY, auth_mode
 from engine.assistants import Assistant
 from engine.errors import InvalidFields, NotFound, RunsError
 from engine.follow import Stopped, follow_frames
@@ -465,10 +470,17 @@ def mcp_router(app: FastAPI) -> APIRouter:
     # The transport logs the end of every stateless POST as "Terminating session: None"
     # at INFO: one misleading line per call in the service's log.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
+    settings = app.state.settings
+    endpoint = McpOriginGuard(
+        JsonBodiesOnly(StreamableHTTPASGIApp(sessions)),
+        allowed_origins=settings.cors_origins,
+        check_host=auth_mode(settings) == "open",
+        allowed_hosts=settings.mcp_allowed_hosts,
+    )
     router = APIRouter(lifespan=lambda _app: sessions.run())
     router.add_route(
         MCP_PATH,
-        JsonBodiesOnly(StreamableHTTPASGIApp(sessions)),  # type: ignore[arg-type]  # ASGI
+        endpoint,  # type: ignore[arg-type]  # ASGI
         methods=["POST"],
         include_in_schema=False,
     )

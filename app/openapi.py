@@ -236,8 +236,8 @@ def mcp_path(*, keyed: bool) -> dict[str, Any]:
     """Return the path item of the MCP endpoint (`app.mcp`): its POST, the only method served.
 
     Its errors are the `mcp` SDK's (JSON-RPC error objects; a 406 of protocol 2026-07-28
-    has no body), except the 401 and 413 the service's middleware answers first and the
-    415 of `app.mcp.JsonBodiesOnly` (`ErrorResponse`).
+    has no body), except the 401 and 413 the service's middleware answers first, the
+    403 of `app.mcp_guard` and the 415 of `app.mcp.JsonBodiesOnly` (`ErrorResponse`).
     """
     message = {"$ref": _REF.format(model="JsonRpcMessage")}
     error_ref = {"$ref": _REF.format(model="ErrorResponse")}
@@ -268,6 +268,12 @@ def mcp_path(*, keyed: bool) -> dict[str, Any]:
         },
         "413": {
             "description": _DESCRIPTIONS[413],
+            "content": {"application/json": {"schema": error_ref}},
+        },
+        "403": {
+            "description": "A browser's request from an origin outside CORS_ORIGINS, or, "
+            "when the service runs without API keys, a Host that is neither loopback nor in "
+            "MCP_ALLOWED_HOSTS (DNS rebinding protection, `app.mcp_guard`).",
             "content": {"application/json": {"schema": error_ref}},
         },
         "415": {

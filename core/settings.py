@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         'JSON array, e.g. "https://studio.example.com"); "*" allows any. Unset: no CORS.',
         examples=[["https://studio.example.com"]],
     )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names (with an optional :port) whose `Host` header `/mcp` accepts "
+        "when the service runs open (no AUTH_API_KEYS), besides the loopback ones "
+        "(localhost, 127.0.0.1, [::1]): comma-separated or a JSON array. Against DNS "
+        "rebinding (app/mcp_guard.py); unused with API keys.",
+        examples=[["atelier.lan", "studio.internal:8000"]],
+    )
     max_body_bytes: int = Field(
         default=1_048_576,
         ge=1024,
@@ -539,7 +547,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"LOCAL_MODEL_MAX_TOKENS[{role!r}] must be 16-32768")
         return value
 
-    @field_validator("auth_api_keys", "cors_origins", "webhook_allowed_hosts", mode="before")
+    @field_validator(
+        "auth_api_keys", "cors_origins", "webhook_allowed_hosts", "mcp_allowed_hosts", mode="before"
+    )
     @classmethod
     def _parse_list(cls, value: object) -> object:
         """Accept a list setting as a JSON array or a comma-separated string."""
@@ -595,6 +605,20 @@ class Settings(BaseSettings):
                     "(no path, no trailing slash)"
                 )
         return value
+
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        """Require bare host names or addresses with an optional port (no scheme, no path)."""
+        import re
+
+        host = re.compile(r"([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:\d{1,5})?")
+        for item in value:
+            if not host.fullmatch(item):
+                raise ValueError(
+                    f"MCP_ALLOWED_HOSTS entry {item!r} must be host[:port] (no scheme, no path)"
+                )
+        return [item.lower() for item in value]
 
     @field_validator("database_url", "redis_url", mode="before")
     @classmethod

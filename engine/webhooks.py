@@ -7,6 +7,10 @@ a `WebhookQueued` record change that the event log writes in the same transactio
 as the run's terminal status. Its id is derived from the run and the URL, so a
 run's end is queued once whatever happens around it.
 
+The rules of a URL (`core.outbound.OutboundRules`, docs/webhooks-security.md) are
+checked with the parser that sends it, so a URL accepted at creation is one the
+deliverer can send; the same check runs again before each attempt.
+
 A `Deliverer` (a task of `atelier serve` in the embedded deployment; one per
 process that runs workers in scale-out) claims due deliveries from its
 `DeliveryStore` under a lease — PostgreSQL with `FOR UPDATE SKIP LOCKED` — so a
@@ -16,7 +20,9 @@ the attempt: its status code, latency, outcome and error, and at most
 outcome is retried with exponential backoff and jitter (`retry_delay`) until
 WEBHOOK_MAX_ATTEMPTS attempts or `GIVE_UP_AFTER` seconds since the run ended;
 a URL refused by rule (a private address at connect time, a rule broken since
-creation) or a `410 Gone` fails the delivery at once. A stopped process's claims
+creation, a URL an older version let through) or a `410 Gone` fails the delivery
+at once. Whatever goes wrong while sending is an attempt with its reason: nothing
+escapes the deliverer, so every delivery ends. A stopped process's claims
 run out with their lease (embedded: its restart clears them), so another deliverer,
 or the same after a restart, resumes them.
 
@@ -46,8 +52,8 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import httpx
 
-from core.outbound import AddressRefused, guarded_client, url_refusal
-from engine.errors import InvalidFields
+from core.outbound import AddressRefused, OutboundRules, guarded_client
+from engine.outbound import check_outbound_url
 from engine.records import RecordChange, RunRecord, WebhookQueued, now
 from engine.serde import dumps
 
@@ -61,9 +67,6 @@ MAX_RESPONSE_BYTES = 64 * 1024
 GIVE_UP_AFTER = 24 * 3600.0
 #: Longest wait between two attempts.
 MAX_BACKOFF = 6 * 3600.0
-#: Longest URL accepted.
-MAX_URL_CHARS = 2048
-
 #: How one attempt went.
 AttemptOutcome = Literal["success", "http_error", "network_error", "refused"]
 #: Where a delivery stands.
@@ -112,11 +115,14 @@ class WebhookConfig:
             read_timeout=settings.webhook_read_timeout,
         )
 
+    @property
+    def rules(self) -> OutboundRules:
+        """Return the rules a webhook URL must pass."""
+        return OutboundRules(allow_private=self.allow_private, allowed_hosts=self.allowed_hosts)
+
     def refusal(self, url: str) -> str | None:
         """Return the rule `url` breaks as far as it can be told now (None: accepted)."""
-        if len(url) > MAX_URL_CHARS:
-            return f"the URL is longer than {MAX_URL_CHARS} characters"
-        return url_refusal(url, allow_private=self.allow_private, allowed_hosts=self.allowed_hosts)
+        return self.rules.refusal(url)
 
 
 def check_webhook(url: Any, config: WebhookConfig, *, field_name: str = "webhook") -> str | None:
@@ -125,14 +131,7 @@ def check_webhook(url: Any, config: WebhookConfig, *, field_name: str = "webhook
     Raises:
         InvalidFields: The URL breaks a rule (a 422 naming `field_name` and the rule).
     """
-    if url is None or url == "":
-        return None
-    if not isinstance(url, str):
-        raise InvalidFields.at(field_name, f"{field_name} must be a URL string")
-    why = config.refusal(url)
-    if why is not None:
-        raise InvalidFields.at(field_name, f"{field_name} is refused: {why}")
-    return url
+    return check_outbound_url(url, config.rules, field_name=field_name)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -347,17 +346,36 @@ def retry_delay(attempts: int, backoff: float) -> float:
 async def send(
     client: httpx.AsyncClient, config: WebhookConfig, delivery: Delivery, number: int
 ) -> Attempt:
-    """POST a delivery's body once, signed, and say how it went (never raises for the receiver)."""
+    """POST a delivery's body once, signed, and say how it went.
+
+    Never raises: whatever fails is the attempt's outcome and reason.
+    """
     started_at = now()
     started = time.monotonic()
 
-    def attempt(outcome: AttemptOutcome, **fields: Any) -> Attempt:
+    def attempt(
+        outcome: AttemptOutcome,
+        *,
+        error: str | None = None,
+        excerpt: str | None = None,
+        **fields: Any,
+    ) -> Attempt:
         latency = (time.monotonic() - started) * 1000
-        return Attempt(number, started_at, outcome, latency, **fields)
+        return Attempt(
+            number,
+            started_at,
+            outcome,
+            latency,
+            error=storable(error)[:500] if error is not None else None,
+            excerpt=storable(excerpt) if excerpt is not None else None,
+            **fields,
+        )
 
-    why = config.refusal(delivery.url)  # the rules may have changed since the run began
+    # The rules may have changed since the run began, and an older version may have
+    # stored a URL they refuse: either way the delivery ends here.
+    why = config.refusal(delivery.url)
     if why is not None:
-        return attempt("refused", error=why)
+        return attempt("refused", error=f"refused: {why}")
     body = delivery.body.encode()
     timestamp = str(int(time.time()))
     headers = {
@@ -383,13 +401,21 @@ async def send(
     except (TimeoutError, httpx.TimeoutException):
         return attempt("network_error", error="timed out")
     except httpx.HTTPError as exc:
-        return attempt("network_error", error=f"{type(exc).__name__}: {exc}"[:500])
+        return attempt("network_error", error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # e.g. an error of the TLS or IDNA layers httpx does not wrap
+        log.warning("webhook %s: sending failed", delivery.delivery_id, exc_info=True)
+        return attempt("network_error", error=f"sending failed ({type(exc).__name__})")
     code = response.status_code
     if 200 <= code < 300:
         return attempt("success", status_code=code)
     excerpt = bytes(answer[: EXCERPT_CHARS * 4]).decode("utf-8", "replace")[:EXCERPT_CHARS]
     reason = f"HTTP {code}" + (" (redirects are not followed)" if 300 <= code < 400 else "")
     return attempt("http_error", status_code=code, error=reason, excerpt=excerpt or None)
+
+
+def storable(text: str) -> str:
+    """Return text fit for any backend's text column: NUL (PostgreSQL refuses it) replaced."""
+    return text.replace("\x00", "\ufffd")
 
 
 def webhook_metrics(metrics: object) -> WebhookMetrics | None:
@@ -470,7 +496,12 @@ class Deliverer:
     async def _deliver(self, delivery: Delivery) -> None:
         assert self._client is not None, "start() first"
         number = delivery.attempts + 1
-        attempt = await send(self._client, self.config, delivery, number)
+        try:
+            attempt = await send(self._client, self.config, delivery, number)
+        except Exception as exc:  # `send` says how any failure went; this is its backstop
+            log.exception("webhook %s: attempt %d failed", delivery.delivery_id, number)
+            error = f"sending failed ({type(exc).__name__})"
+            attempt = Attempt(number, now(), "network_error", 0.0, error=error)
         retry_in = self._retry_in(delivery, attempt)
         try:
             held = await self.store.record(delivery, attempt, worker=self.worker, retry_in=retry_in)

@@ -458,7 +458,7 @@ def test_the_openapi_document_describes_the_mcp_endpoint(tmp_path: Path, keyed: 
     operation = item["post"]
     assert "MCP" in operation["summary"] and "Streamable HTTP" in operation["description"]
     assert ("401" in operation["responses"]) is keyed
-    assert {"200", "202", "400", "406", "413", "415"} <= set(operation["responses"])
+    assert {"200", "202", "400", "403", "406", "413", "415"} <= set(operation["responses"])
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/JsonRpcMessage"}
     assert "JsonRpcMessage" in document["components"]["schemas"]

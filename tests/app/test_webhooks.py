@@ -5,7 +5,10 @@ these tests) answering a script of status codes; the service runs in the three
 deployments (`serve_deployment`; with processes, the two `atelier worker`s deliver),
 and as a child process killed between two attempts.
 Without WEBHOOK_ALLOW_PRIVATE, loopback URLs are refused at creation and a name
-resolving to loopback fails its delivery with the reason recorded.
+resolving to loopback fails its delivery with the rule recorded (never the address).
+A URL the deliverer could not send as it was checked (malformed, a numeric IPv4
+spelling) is a 422 whatever the settings, for runs and crons; a row such a URL left
+in the outbox of an older version ends failed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -21,10 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.settings import Settings
+from engine.postgres import webhooks as postgres_outbox
+from engine.records import WebhookQueued
+from engine.sqlite import webhooks as sqlite_outbox
 from tests.app.harness import (
     DEPLOYMENTS,
     HOST,
@@ -257,6 +266,88 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_success(
         assert 'atelier_webhook_attempts_total{outcome="http_error"} 2.0' in metrics
 
 
+#: URLs that passed creation in older versions, then jammed the outbox or were only
+#: refused when sent (issue 33), with the rule each breaks. (A cron's `webhook` field
+#: refuses white space by its pattern first.)
+WHITE_SPACE = "malformed|should match pattern"
+UNSENDABLE = [
+    ("https://999.1.1.1/h", "malformed"),
+    ("https://hooks.example.com/h\tx", WHITE_SPACE),
+    ("https://hooks.example.com/h\nx", WHITE_SPACE),
+    ("https://xn--a.com/h", "internationalized"),
+    ("https://a..b.com/h", "not a valid host name"),
+    ("https://2130706433/h", r"a\.b\.c\.d \(it means 127\.0\.0\.1\)"),
+    ("https://0x7f000001/h", r"a\.b\.c\.d \(it means 127\.0\.0\.1\)"),
+    ("https://127.1/h", r"a\.b\.c\.d \(it means 127\.0\.0\.1\)"),
+    ("https://0177.0.0.1/h", "malformed"),
+]
+
+
+def test_a_url_the_deliverer_could_not_send_as_checked_is_a_422_and_queues_nothing(
+    http: httpx.Client,
+) -> None:
+    """Even with WEBHOOK_ALLOW_PRIVATE (these servers' setting): runs and crons alike."""
+    before = outbox(http)
+    threads = http.post("/threads/count", json={}).json()
+    thread_id = http.post("/threads", json={}).json()["thread_id"]
+    run = {"assistant_id": "burst", "input": {"count": 1}}
+    cron = {**run, "schedule": "*/5 * * * *"}
+    targets = [
+        ("/runs", run),
+        ("/runs/wait", run),
+        (f"/threads/{thread_id}/runs", run),
+        ("/runs/crons", cron),
+        (f"/threads/{thread_id}/runs/crons", cron),
+    ]
+    for url, rule in UNSENDABLE:
+        for path, body in targets:
+            response = http.post(path, json={**body, "webhook": url})
+            assert response.status_code == 422, (path, url, response.text)
+            (error,) = response.json()["detail"]
+            assert error["loc"][-1] == "webhook" and re.search(rule, error["msg"]), (url, error)
+    assert http.post("/runs/crons/search", json={}).json() == []
+    assert http.post("/threads/count", json={}).json() == threads + 1  # the one made here
+    assert http.get(f"/threads/{thread_id}/runs").json() == []
+    assert outbox(http) == before  # nothing pending, nothing attempted
+
+
+def queue_as_an_older_version(server: Served, change: WebhookQueued) -> None:
+    """Write a delivery straight into the deployment's outbox, unchecked, as older versions did."""
+    if isinstance(server, LiveServer) and server.settings.database_url is None:
+        sql, params = sqlite_outbox.webhook_queued_statement(change)
+        with sqlite3.connect(server.settings.database_path, timeout=10) as db:
+            db.execute(sql, params)
+        return
+    url = (
+        server.settings.database_url.get_secret_value()
+        if isinstance(server, LiveServer) and server.settings.database_url is not None
+        else server.cluster.database_url  # type: ignore[attr-defined]  # the processes
+    )
+    sql, params = postgres_outbox.webhook_queued_statement(change)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql, params)  # type: ignore[arg-type]
+
+
+def test_a_row_an_older_version_left_with_an_unsendable_url_ends_failed(
+    server: Served, http: httpx.Client
+) -> None:
+    with Receiver() as receiver:
+        path = finish_run(http, "burst", {"count": 1}, receiver.url)
+        settled(http, path, timeout=20)
+    thread_id, run_id = path.split("/")[2], path.split("/")[4]
+    for number, (url, _rule) in enumerate(UNSENDABLE):
+        change = WebhookQueued(f"old-{run_id}-{number}", run_id, thread_id, "anonymous", url, "{}")
+        queue_as_an_older_version(server, change)
+    deliveries = settled(http, path, timeout=30)
+    old = [d for d in deliveries if d["url"] != receiver.url]
+    assert len(old) == len(UNSENDABLE)
+    for delivery in old:
+        assert delivery["status"] == "failed" and delivery["attempts"] == 1, delivery
+        (attempt,) = delivery["history"]
+        assert attempt["outcome"] == "refused" and attempt["error"].startswith("refused: ")
+        assert delivery["last_error"] == attempt["error"]
+
+
 def test_another_owners_run_shows_no_deliveries(http: httpx.Client) -> None:
     response = http.get("/threads/00000000-0000-4000-8000-000000000000/runs/x/webhooks")
     assert response.status_code == 404
@@ -300,6 +391,35 @@ def test_a_url_refused_by_rule_is_a_422_naming_webhook(
     assert "webhook" in text and rule in text
 
 
+#: IPv6 addresses that carry or stand for a non-public IPv4 one, and a numeric spelling.
+DISGUISED = [
+    ("https://[2002:7f00:1::]/hook", "6to4 address carrying a loopback"),  # 127.0.0.1
+    ("https://[2002:a9fe:a9fe::]/hook", "6to4 address carrying a cloud metadata"),
+    ("https://[fec0::1]/hook", "site-local"),
+    ("https://[64:ff9b::a00:1]/hook", "private"),  # NAT64 of 10.0.0.1
+    ("https://[64:ff9b:1::1]/hook", "local-use NAT64"),
+    ("https://[2001::1]/hook", "Teredo"),
+    ("https://[::127.0.0.1]/hook", "IPv4-compatible"),
+    ("https://0x7f000001/hook", "a.b.c.d (it means 127.0.0.1)"),
+]
+
+
+def test_a_disguised_non_public_address_is_a_422_for_runs_and_crons(
+    guarded: httpx.Client,
+) -> None:
+    before = outbox(guarded)
+    run = {"assistant_id": "burst", "input": {"count": 1}}
+    for url, rule in DISGUISED:
+        for path, body in (("/runs", run), ("/runs/crons", {**run, "schedule": "0 9 * * *"})):
+            response = guarded.post(path, json={**body, "webhook": url})
+            assert response.status_code == 422, (path, url, response.text)
+            (error,) = response.json()["detail"]
+            assert error["loc"][-1] == "webhook" and rule in error["msg"], (url, error)
+    assert guarded.post("/runs/crons/search", json={}).json() == []
+    assert guarded.post("/threads/count", json={}).json() == 0
+    assert outbox(guarded) == before
+
+
 def test_a_name_resolving_to_loopback_fails_its_delivery_with_the_reason(
     guarded: httpx.Client,
 ) -> None:
@@ -311,7 +431,9 @@ def test_a_name_resolving_to_loopback_fails_its_delivery_with_the_reason(
     assert delivery["status"] == "failed" and delivery["attempts"] == 1
     (attempt,) = delivery["history"]
     assert attempt["outcome"] == "refused" and attempt["status_code"] is None
-    assert "localhost resolves to" in attempt["error"] and "loopback" in attempt["error"]
+    # The rule's name, never the resolver's answer (internal DNS, mapped for any key).
+    assert attempt["error"] == "refused: localhost resolves to a loopback address"
+    assert not re.search(r"\d+\.\d+\.\d+\.\d+|::1", json.dumps(delivery))
     assert delivery["last_error"] == attempt["error"]
     metrics = guarded.get("/metrics").text
     assert 'atelier_webhook_deliveries_total{outcome="failed"} 1.0' in metrics

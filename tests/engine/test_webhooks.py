@@ -13,8 +13,9 @@ import httpx
 import pytest
 
 from core import outbound as guarded_http
-from core.outbound import GuardedTransport, address_refusal, url_refusal
+from core.outbound import GuardedTransport, OutboundRules, address_refusal, url_refusal
 from engine.errors import InvalidFields
+from engine.outbound import check_outbound_url
 from engine.webhooks import (
     EXCERPT_CHARS,
     MAX_BACKOFF,
@@ -83,8 +84,24 @@ REFUSED = [
     ("::ffff:10.0.0.1", "private"),
     ("::ffff:169.254.169.254", "metadata"),
     ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+    ("64:ff9b:1::a00:1", "local-use NAT64"),
+    ("2002:7f00:1::", "6to4 address carrying a loopback"),  # 127.0.0.1
+    ("2002:a00:1::1", "6to4 address carrying a private"),  # 10.0.0.1
+    ("2002:a9fe:a9fe::", "6to4 address carrying a cloud metadata"),  # 169.254.169.254
+    ("fec0::1", "site-local"),
+    ("2001::1", "Teredo"),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
+    ("::127.0.0.1", "IPv4-compatible"),
+    ("::8.8.8.8", "IPv4-compatible"),
 ]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.216.34",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+]
 
 
 @pytest.mark.parametrize(("address", "why"), REFUSED)
@@ -110,11 +127,51 @@ URLS: list[tuple[str, dict[str, Any], str | None]] = [
     ("https://[::1]:9/hook", {}, "loopback"),
     ("https://[::ffff:10.1.2.3]/hook", {}, "private"),
     ("https://169.254.169.254/latest/meta-data", {}, "metadata"),
-    ("https://hooks.example.com:99999/", {}, "malformed"),
+    ("https://hooks.example.com:99999/", {}, "port must be 1-65535"),
+    ("https://hooks.example.com:0/", {}, "port must be 1-65535"),
     ("https://localhost/hook", {}, None),  # a name: checked when it is resolved
     ("https://other.example.com/", {"allowed_hosts": ["hooks.example.com"]}, "ALLOWED_HOSTS"),
     ("https://HOOKS.example.com/", {"allowed_hosts": ["hooks.example.com"]}, None),
     ("http://127.0.0.1:9/hook", {"allow_private": True}, None),
+    ("https://bücher.example/hook", {}, None),  # sent IDNA-encoded
+    ("https://xn--bcher-kva.example/hook", {}, None),
+    ("https://hooks.example.com/a b?c=d e", {}, None),  # httpx quotes the path
+    ("https://[2002:808:808::1]/hook", {}, None),  # 6to4 of a public address
+    ("https://[2002:808:808::1]/hook", {"allowed_hosts": ["2002:808:808::1"]}, None),
+    ("https://bücher.example/", {"allowed_hosts": ["bücher.example"]}, None),
+    ("https://[2002:7f00:1::]/hook", {}, "6to4 address carrying a loopback"),
+    ("https://[fec0::1]/hook", {}, "site-local"),
+    ("https://[64:ff9b::a00:1]/hook", {}, "private"),
+    ("https://[64:ff9b:1::1]/hook", {}, "NAT64"),
+    ("https://[2001::5efe:a00:1]/hook", {}, "Teredo"),
+    ("https://[::127.0.0.1]/hook", {}, "IPv4-compatible"),
+    ("https://[fe80::1%25eth0]/hook", {"allow_private": True}, "zone"),
+]
+
+#: URLs the deliverer of older versions accepted and then could not send (issue 33),
+#: or sent elsewhere than they were checked as: refused whatever the options, with
+#: the rule they break.
+UNSENDABLE: list[tuple[str, str]] = [
+    ("https://999.1.1.1/h", "malformed (Invalid IPv4 address"),
+    ("https://hooks.example.com/h\tx", "malformed (Invalid non-printable"),
+    ("https://hooks.example.com/h\nx", "malformed (Invalid non-printable"),
+    ("https://hooks.exa\tmple.com/h", "malformed (Invalid non-printable"),
+    ("https://xn--a.com/h", "not a valid internationalized name"),
+    ("https://hooks.xn--a.com/h", "not a valid internationalized name"),
+    ("https://a..b.com/h", "not a valid host name"),
+    ("https://.a.com/h", "not a valid host name"),
+    ("https://hooks example.com/h", "not a valid host name"),
+    ("https://" + "a" * 64 + ".com/h", "not a valid host name"),
+    ("https://hooks.example.com./h", "ends with a dot"),
+    ("https://2130706433/h", "a.b.c.d (it means 127.0.0.1)"),
+    ("https://0x7f000001/h", "a.b.c.d (it means 127.0.0.1)"),
+    ("https://0X7F000001/h", "a.b.c.d (it means 127.0.0.1)"),
+    ("https://127.1/h", "a.b.c.d (it means 127.0.0.1)"),
+    ("https://0x7f.1/h", "a.b.c.d (it means 127.0.0.1)"),
+    ("https://134744072/h", "a.b.c.d (it means 8.8.8.8)"),  # public, still a disguise
+    ("https://1.2.3.4.5/h", "a.b.c.d"),
+    ("https://0177.0.0.1/h", "malformed (Invalid IPv4 address"),
+    ("https://010.0.0.1/h", "malformed (Invalid IPv4 address"),
 ]
 
 
@@ -122,6 +179,48 @@ URLS: list[tuple[str, dict[str, Any], str | None]] = [
 def test_url_rules(url: str, options: dict[str, Any], why: str | None) -> None:
     reason = url_refusal(url, **options)
     assert (reason is None) if why is None else (reason is not None and why in reason), reason
+
+
+@pytest.mark.parametrize(("url", "why"), UNSENDABLE)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_a_url_the_deliverer_cannot_send_as_checked_is_refused(
+    url: str, why: str, allow_private: bool
+) -> None:
+    reason = url_refusal(url, allow_private=allow_private)
+    assert reason is not None and why in reason, reason
+
+
+SENDABLE_AS_CHECKED = [url for url, options, why in URLS if why is None] + [
+    "https://hooks.example.com/%00",  # an escaped NUL is path data
+    "https://a-b_c.example.com:8443/x?y#z",
+    "https://8.8.8.8/h",
+]
+
+
+@pytest.mark.parametrize("url", SENDABLE_AS_CHECKED)
+async def test_a_url_the_rules_accept_is_sent_to_the_host_they_checked(url: str) -> None:
+    """The rules parse as the sender does: what they accept, it sends, to that very host."""
+    parsed = httpx.URL(url)
+    checked = parsed.raw_host.decode()
+    assert url_refusal(url, allow_private=True) is None
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[Any]:
+        asked.append(host)
+        return [ipaddress.ip_address("93.184.216.34")]
+
+    seen: list[httpx.Request] = []
+    inner = httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(204))  # type: ignore[func-returns-value]
+    transport = GuardedTransport(allow_private=True, inner=inner, resolver=resolve)
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.post(url, content=b"{}")
+    assert response.status_code == 204
+    literal = guarded_http.literal_address(checked) is not None
+    assert asked == ([] if literal else [checked])  # a literal address is not looked up
+    (request,) = seen
+    assert httpx.URL(f"https://{request.headers['host']}/").raw_host.decode() == checked
+    if parsed.scheme == "https" and not literal:
+        assert request.extensions["sni_hostname"] == checked
 
 
 def test_a_refused_webhook_is_an_error_naming_the_field_and_the_rule() -> None:
@@ -133,6 +232,23 @@ def test_a_refused_webhook_is_an_error_naming_the_field_and_the_rule() -> None:
     assert check_webhook("https://a.example/h", WebhookConfig()) == "https://a.example/h"
     with pytest.raises(InvalidFields):
         check_webhook("https://a.example/" + "x" * 3000, WebhookConfig())
+    with pytest.raises(InvalidFields) as caught:
+        check_webhook("https://0x7f000001/h", WebhookConfig(allow_private=True))
+    (error,) = caught.value.errors
+    assert error["loc"] == ("webhook",) and "a.b.c.d" in error["msg"]
+    with pytest.raises(InvalidFields) as caught:
+        check_webhook(["https://a.example/h"], WebhookConfig())
+    assert "must be a URL string" in caught.value.errors[0]["msg"]
+
+
+def test_the_outbound_check_names_the_field_it_is_given() -> None:
+    rules = OutboundRules(private_setting="X_ALLOW", hosts_setting="X_HOSTS")
+    with pytest.raises(InvalidFields) as caught:
+        check_outbound_url("https://10.0.0.1/publish", rules, field_name="publisher.url")
+    (error,) = caught.value.errors
+    assert error["loc"] == ("publisher", "url") and "X_ALLOW allows it" in error["msg"]
+    assert check_outbound_url("", rules, field_name="publisher.url") is None
+    assert check_outbound_url("https://a.example/p", rules, field_name="p") == "https://a.example/p"
 
 
 def resolving_to(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> list[str]:
@@ -177,9 +293,30 @@ async def test_a_name_resolving_to_any_refused_address_is_never_connected(
     connected: list[httpx.Request] = []
     transport = GuardedTransport(inner=httpx.MockTransport(lambda r: connected.append(r)))  # type: ignore[arg-type, func-returns-value]
     async with httpx.AsyncClient(transport=transport) as client:
-        with pytest.raises(guarded_http.AddressRefused, match="resolves to"):
+        with pytest.raises(guarded_http.AddressRefused) as refused:
             await client.post("https://rebind.example.com/in", content=b"{}")
     assert connected == []
+    message = str(refused.value)
+    assert message.startswith("refused: rebind.example.com resolves to a")
+    # The rule, never the resolver's answer (that would map internal DNS for the caller).
+    assert not any(address in message for address in addresses)
+    assert not re.search(r"\d+\.\d+\.\d+|::", message), message
+
+
+async def test_a_connection_error_names_the_host_not_the_address_it_resolved_to() -> None:
+    async def resolve(host: str, port: int) -> list[Any]:
+        return [ipaddress.ip_address("10.9.8.7")]
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"Connect call failed ('{request.url.host}', 443)")
+
+    transport = GuardedTransport(
+        allow_private=True, inner=httpx.MockTransport(refuse), resolver=resolve
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ConnectError) as failed:
+            await client.post("https://internal.example.com/in", content=b"{}")
+    assert str(failed.value) == "Connect call failed ('internal.example.com', 443)"
 
 
 async def test_localhost_is_refused_at_connect_time_by_the_real_resolver() -> None:
@@ -188,17 +325,28 @@ async def test_localhost_is_refused_at_connect_time_by_the_real_resolver() -> No
             await client.get("https://localhost:9/hook")
 
 
+async def test_a_name_the_resolver_cannot_encode_is_a_connect_error() -> None:
+    """The system resolver raises UnicodeError, not OSError, for some names: still a failure."""
+    async with httpx.AsyncClient(transport=GuardedTransport()) as client:
+        with pytest.raises(httpx.ConnectError, match="cannot resolve"):
+            await client.get("https://a..b.example.com/hook")
+
+
 def delivery(url: str = "https://hooks.example.com/in") -> Delivery:
     return Delivery(delivery_id("run-1", url), "run-1", url, '{"status":"success"}', 0, time.time())
 
 
-async def attempt_against(answer: httpx.Response, config: WebhookConfig) -> Any:
+async def attempt_against(
+    answer: httpx.Response | Exception, config: WebhookConfig, url: str | None = None
+) -> Any:
     def respond(request: httpx.Request) -> httpx.Response:
         respond.request = request  # type: ignore[attr-defined]
+        if isinstance(answer, Exception):
+            raise answer
         return answer
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(respond)) as client:
-        attempt = await send(client, config, delivery(), 1)
+        attempt = await send(client, config, delivery(url) if url else delivery(), 1)
     return attempt, getattr(respond, "request", None)
 
 
@@ -227,6 +375,31 @@ async def test_a_url_refused_by_todays_rules_is_a_refused_attempt() -> None:
     attempt, request = await attempt_against(httpx.Response(200), config)
     assert attempt.outcome == "refused" and "WEBHOOK_ALLOWED_HOSTS" in attempt.error
     assert request is None
+
+
+@pytest.mark.parametrize(("url", "why"), UNSENDABLE[::4])
+async def test_a_stored_url_the_rules_now_refuse_is_a_refused_attempt_naming_the_rule(
+    url: str, why: str
+) -> None:
+    """A row an older version let through ends with its first attempt (nothing sent)."""
+    attempt, request = await attempt_against(httpx.Response(200), WebhookConfig(), url)
+    assert request is None and attempt.outcome == "refused"
+    assert attempt.error.startswith("refused: ") and why in attempt.error
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [RuntimeError("boom /srv/secret"), UnicodeError("label empty"), httpx.InvalidURL("bad")],
+)
+async def test_any_error_while_sending_is_a_network_error_attempt(failure: Exception) -> None:
+    attempt, _ = await attempt_against(failure, WebhookConfig())
+    assert attempt.outcome == "network_error"
+    assert attempt.error == f"sending failed ({type(failure).__name__})"  # no internals
+
+
+async def test_an_answer_with_nul_bytes_is_kept_in_a_form_every_backend_stores() -> None:
+    attempt, _ = await attempt_against(httpx.Response(500, content=b"no\x00pe"), WebhookConfig())
+    assert attempt.outcome == "http_error" and attempt.excerpt == "no\ufffdpe"
 
 
 def test_backoff_doubles_with_jitter_up_to_its_bound() -> None:
