@@ -375,9 +375,10 @@ def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supe
 #
 # A decision may start several agents at once (`parallel_agents`) and name the steps that
 # follow (`plan`, each step one agent or several started together). Every agent hands back
-# to the supervisor node as on the one-agent path; that node is deferred (`graphs.team`),
-# so it runs once all the agents of a step have finished, and then takes the plan's next
-# step without asking the model unless something calls for a decision (`next_plan_step`).
+# to the supervisor node as on the one-agent path; each agent's turn is one superstep of
+# the team (`graphs.team`), so the supervisor runs once all the agents of a step have
+# finished, and takes the plan's next step without asking the model unless something
+# calls for a decision (`next_plan_step`).
 # Each agent of a step passes the checks a decision's agent passes (`admit`).
 
 

@@ -177,8 +177,8 @@ def _errors(state: TeamState) -> str:
 async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Take the plan's next step, or ask the supervisor LLM; record where routing sends the run.
 
-    After a parallel or planned step (`team_group`, every agent of it finished:
-    the node is deferred) the plan goes on without a model call while
+    After a parallel or planned step (`team_group`; the node runs once, after every
+    agent of the step, each one superstep of the team) the plan goes on without a model call while
     `agentkit.routing.next_plan_step` allows; otherwise the plan is dropped and the
     model decides (a refusal that stopped the plan is reported as a fallback and
     shown to the model as the notice on why it is asked).
