@@ -136,6 +136,9 @@ class TeamOutput(TypedDict, total=False):
     generated_image_asset_ids: list[str]  # image_agent (ordered by slot) → review, finalize
     images: list[dict[str, Any]]  # image_agent: {asset_id, url, slot, alt, path}
     team_log: list[TeamLogEntry]  # supervisor → routers (repeat cap), critic (deviation)
+    # supervisor: why the team stopped early, its steps adding nothing (agentkit.routing
+    # stalled_steps; None otherwise) → route_from_critic (no retry), finalize (the message)
+    stalled: str | None
 
 
 def transcript(
