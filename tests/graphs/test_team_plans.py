@@ -424,3 +424,35 @@ def test_short_names_map_to_the_agents_in_the_rosters_order() -> None:
         ["research_evidence_agent", "poet"],
         ["END"],
     ]
+
+
+async def test_steps_that_add_nothing_end_the_team_as_capped(tmp_path: Path) -> None:
+    stuck = planned(next_agent="brief_compiler_agent", plan=["poet", ["x"], "nonsense"])
+    models = FakeModels({**happy_team(1), "supervisor": stuck})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    # The brief, a plan step of no agent, the brief again with nothing new, another
+    # such plan step: three steps in a row added nothing, and the team stops there,
+    # without asking the model a third time.
+    assert models.count("supervisor") == 2 and models.count("brief_compiler_agent") == 2
+    assert run.fallbacks[-1] == ("poet", "__end__", "cap")
+    assert run.state["stalled"] and "3 steps" in run.state["stalled"]
+    assert run.state["team_log"][-1]["routed"] == "__end__"
+    assert run.state["creative_brief"] and not run.state.get("generated_content")
+
+
+async def test_junk_in_the_plan_does_not_stop_a_supervisor_that_makes_progress(
+    tmp_path: Path,
+) -> None:
+    def junk_plan(messages: list[BaseMessage]) -> AIMessage:
+        args = dict(happy_supervisor(messages).tool_calls[0]["args"])
+        return planned(**{**args, "plan": ["poet"], "parallel_agents": ["painter"]})
+
+    models = FakeModels({**happy_team(1), "supervisor": junk_plan})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    # Every junk plan step is refused and the model asked again, but each step before it
+    # made something: the post is finished and the team was never stopped.
+    assert not run.state.get("stalled")
+    assert run.state["review_feedback"]["approved"] is True
+    assert len(run.state["images"]) == 1
