@@ -220,11 +220,12 @@ def from_transcript(entries: Iterable[Any] | None) -> list[BaseMessage]:
 
 
 class ToolLoopNode(Protocol):
-    """A graph node taking the state and the run's config (what `tool_loop_node` returns)."""
+    """A graph node taking the state and the run's config (what `tool_loop_node` returns).
 
-    def __call__(
-        self, state: Mapping[str, Any], config: RunnableConfig
-    ) -> Awaitable[dict[str, Any]]:
+    Any graph's state: the team's (the supervisor's look-ups) or a tool loop's subgraph's.
+    """
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Awaitable[dict[str, Any]]:
         """Run the tool calls of the loop's last message."""
         ...
 
