@@ -254,23 +254,35 @@ def _names_nothing_runnable(entry: Mapping[str, Any]) -> bool:
 def stalled_steps(state: Mapping[str, Any]) -> int:
     """Count the latest team steps in a row that added nothing (see `stall_limit`).
 
-    A step adds nothing when the agents it started left every artefact as it was
-    (the same agent chosen again with no new output, an agent that failed) or when
-    it was a plan step naming something that is no agent, so nothing ran. Walking
-    back from the turn being decided, the first step that changed an artefact ends
-    the count; turns that started nothing for another reason (a re-ask, a refused
-    END) are passed over.
+    A step adds nothing when it ran agents that had all been chosen before in this
+    team run and left every artefact as it was (the same agent chosen again with no
+    new output), or when it was a plan step naming something that is no agent, so
+    nothing ran. Walking back from the turn being decided, the first step that
+    changed an artefact ends the count; an agent's first try that failed and turns
+    that started nothing for another reason (a re-ask, a refused END) are passed over.
     """
-    after = artefact_digest(state)  # the artefacts once the entry's step had run
+    entries = _earlier(state)
+    if not entries:
+        return 0
+    # The artefacts once each entry's step had run: the next entry's, or the state's now.
+    after = [entry["digest"] for entry in entries[1:]] + [artefact_digest(state)]
+    chosen: set[str] = set()
+    added_nothing: list[bool | None] = []  # None: neither progress nor a step adding nothing
+    for entry, digest in zip(entries, after, strict=True):
+        ran = _ran(entry)
+        if ran:
+            if entry["digest"] != digest:
+                added_nothing.append(False)
+            else:
+                added_nothing.append(True if chosen.issuperset(ran) else None)
+            chosen.update(ran)
+        else:
+            added_nothing.append(True if _names_nothing_runnable(entry) else None)
     count = 0
-    for entry in reversed(_earlier(state)):
-        if _ran(entry):
-            if entry["digest"] != after:
-                break
-            count += 1
-        elif _names_nothing_runnable(entry):
-            count += 1
-        after = entry["digest"]
+    for mark in reversed(added_nothing):
+        if mark is False:
+            break
+        count += mark is True
     return count
 
 
@@ -285,7 +297,8 @@ def stall_limit(limits: Mapping[str, Any]) -> int:
     One more than `max_same_agent_repeats`: a supervisor repeating one agent is
     corrected by the repeat cap first (its turns then go to missing stages and make
     progress again); steps that still add nothing after that — a plan of names
-    that are no agents, agents that keep failing — end the team's loop as capped.
+    that are no agents, agents chosen in turn without anything new — end the team's
+    loop as capped.
     """
     return int(limits["max_same_agent_repeats"]) + 1
 

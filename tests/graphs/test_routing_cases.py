@@ -246,6 +246,9 @@ def test_stalled_steps_count_steps_in_a_row_that_changed_nothing() -> None:
     assert stalled_steps(state) == 2
     # A step that changed an artefact ends the count.
     assert stalled_steps({**brief, "team_log": log[:1], "team_step": 2}) == 0
+    # An agent's first try that failed is passed over: it was not chosen again.
+    first_try = _entry(4, "layout_planner_agent", after)
+    assert stalled_steps({**state, "team_log": [*log, first_try], "team_step": 5}) == 2
 
 
 def test_three_steps_without_progress_end_the_team_as_capped() -> None:
