@@ -252,6 +252,8 @@ def _stop(state: TeamState, stalled: int, writer: Any) -> dict[str, Any]:
         "team_plan": [],
         "team_route": [END],
         "team_log": [*log, entry],
+        "supervisor_messages": None,
+        "supervisor_tool_rounds": 0,
         "stalled": detail,
     }
 
