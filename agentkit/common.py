@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Protocol, TypeVar, cast
+from typing import Annotated, Any, Protocol, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -27,7 +27,6 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from agentkit.checks import Constraints
 from agentkit.post import DEFAULT_PLATFORM
-from agentkit.state import TeamState
 from prompts import common as prompt_text
 from prompts.common import data_block, system_prompt
 
@@ -221,9 +220,12 @@ def from_transcript(entries: Iterable[Any] | None) -> list[BaseMessage]:
 
 
 class ToolLoopNode(Protocol):
-    """A graph node taking the state and the run's config (what `tool_loop_node` returns)."""
+    """A graph node taking the state and the run's config (what `tool_loop_node` returns).
 
-    def __call__(self, state: TeamState, config: RunnableConfig) -> Awaitable[dict[str, Any]]:
+    Any graph's state: the team's (the supervisor's look-ups) or a tool loop's subgraph's.
+    """
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Awaitable[dict[str, Any]]:
         """Run the tool calls of the loop's last message."""
         ...
 
@@ -238,8 +240,8 @@ def tool_loop_node(tools: Sequence[BaseTool], transcript_key: str) -> ToolLoopNo
     """
     runner = ToolNode(tools, messages_key=transcript_key)
 
-    async def run_tools(state: TeamState, config: RunnableConfig) -> dict[str, Any]:
-        messages = from_transcript(cast(Mapping[str, Any], state).get(transcript_key))
+    async def run_tools(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        messages = from_transcript(state.get(transcript_key))
         result = await runner.ainvoke({**state, transcript_key: messages}, config)
         return {transcript_key: to_transcript(result[transcript_key])}
 

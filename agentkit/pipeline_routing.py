@@ -48,7 +48,9 @@ def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "p
     code check passed and the judge was unavailable: nothing for another attempt
     to fix, see `nodes.critic`) → finalize; a revision (a person's edit, a redrawn
     card: verdict `source` in `REVISIONS`) → finalize, whatever the verdict, for a
-    team attempt would overwrite it; no attempts left → finalize
+    team attempt would overwrite it; a team that stopped because its steps added
+    nothing (`stalled`, `agentkit.routing.stalled_steps`) → finalize, for the same
+    plan would drift the same way again; no attempts left → finalize
     (exhausted: the best attempt is published); an ignored blocker note with a
     replan left (`verdict["replan"]`) → planner; otherwise → rag, for another
     attempt with the verdict as feedback.
@@ -58,7 +60,7 @@ def route_from_critic(state: Mapping[str, Any]) -> Literal["finalize", "rag", "p
         return "finalize"
     if verdict.get("source") in REVISIONS:
         return "finalize"
-    if attempts_left(state) == 0:
+    if state.get("stalled") or attempts_left(state) == 0:
         return "finalize"
     if verdict.get("replan"):
         return "planner"

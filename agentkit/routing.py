@@ -44,8 +44,8 @@ QUALITY_FALLBACK: dict[str, AgentName] = {
 }
 
 #: `TeamOutput` fields that are not artefacts: the images (their asset ids stand for them),
-#: the review's bookkeeping and the team log.
-_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log"})
+#: the review's bookkeeping, the team log and why the team stopped early.
+_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log", "stalled"})
 #: What a review's verdict does not depend on: its own fields, and the drawn images' ids.
 #: The cards follow the image plans (part of the draft), and the review may judge the
 #: text while they are drawn (a parallel step): the images landing after it does not make
@@ -211,16 +211,96 @@ def draft_digest(state: Mapping[str, Any]) -> str:
     return _digest(state, DRAFT_FIELDS)
 
 
-def _repeats_without_progress(target: str, state: Mapping[str, Any]) -> int:
-    """Count the latest earlier turns that routed to `target` while nothing changed."""
+def _ran(entry: Mapping[str, Any]) -> list[str]:
+    """Return the agents a team log entry started (none for a turn that ran no agent)."""
+    if entry.get("routed") not in AGENT_TABLE:
+        return []
+    return list(entry.get("group") or [entry["routed"]])
+
+
+def _earlier(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Return the team log's entries of the turns before the one being decided."""
     step = int(state.get("team_step") or 0)
+    return [entry for entry in state.get("team_log") or [] if entry["step"] < step]
+
+
+def _repeats_without_progress(target: str, state: Mapping[str, Any]) -> int:
+    """Count the latest earlier steps that ran `target` while nothing changed.
+
+    Turns that started no agent (a re-ask, a refused plan step) neither count nor
+    break the run of repeats: they added nothing either.
+    """
     digest = artefact_digest(state)
     count = 0
-    for entry in reversed([e for e in state.get("team_log") or [] if e["step"] < step]):
-        if entry["routed"] != target or entry["digest"] != digest:
+    for entry in reversed(_earlier(state)):
+        ran = _ran(entry)
+        if not ran:
+            continue
+        if target not in ran or entry["digest"] != digest:
             break
         count += 1
     return count
+
+
+def _names_nothing_runnable(entry: Mapping[str, Any]) -> bool:
+    """Tell whether a log entry is a plan step refused for naming something that is no agent."""
+    return bool(
+        entry.get("planned")
+        and entry.get("routed") == "supervisor"
+        and entry.get("reason") == "invalid_decision"
+    )
+
+
+def stalled_steps(state: Mapping[str, Any]) -> int:
+    """Count the latest team steps in a row that added nothing (see `stall_limit`).
+
+    A step adds nothing when it ran agents that had all been chosen before in this
+    team run and left every artefact as it was (the same agent chosen again with no
+    new output), or when it was a plan step naming something that is no agent, so
+    nothing ran. Walking back from the turn being decided, the first step that
+    changed an artefact ends the count; an agent's first try that failed and turns
+    that started nothing for another reason (a re-ask, a refused END) are passed over.
+    """
+    entries = _earlier(state)
+    if not entries:
+        return 0
+    # The artefacts once each entry's step had run: the next entry's, or the state's now.
+    after = [entry["digest"] for entry in entries[1:]] + [artefact_digest(state)]
+    chosen: set[str] = set()
+    added_nothing: list[bool | None] = []  # None: neither progress nor a step adding nothing
+    for entry, digest in zip(entries, after, strict=True):
+        ran = _ran(entry)
+        if ran:
+            if entry["digest"] != digest:
+                added_nothing.append(False)
+            else:
+                added_nothing.append(True if chosen.issuperset(ran) else None)
+            chosen.update(ran)
+        else:
+            added_nothing.append(True if _names_nothing_runnable(entry) else None)
+    count = 0
+    for mark in reversed(added_nothing):
+        if mark is False:
+            break
+        count += mark is True
+    return count
+
+
+def stall_detail(stalled: int) -> str:
+    """Return why the team stopped for lack of progress (a fallback's and the result's detail)."""
+    return f"{stalled} steps in a row added nothing; the team stops here"
+
+
+def stall_limit(limits: Mapping[str, Any]) -> int:
+    """Return how many steps in a row may add nothing before the team stops.
+
+    One more than `max_same_agent_repeats`: a supervisor repeating one agent is
+    corrected by the repeat cap first (its turns then go to missing stages and make
+    progress again); steps that still add nothing after that — a plan of names
+    that are no agents, agents chosen in turn without anything new — end the team's
+    loop as capped.
+    """
+    return int(limits["max_same_agent_repeats"]) + 1
 
 
 def _unstick(state: Mapping[str, Any], exclude: str | None = None) -> SupervisorTarget:
@@ -239,7 +319,8 @@ def _unstick(state: Mapping[str, Any], exclude: str | None = None) -> Supervisor
 def resolve_route(state: Mapping[str, Any]) -> Route:
     """Apply every routing rule to the supervisor's latest decision.
 
-    In order: the team step cap; an unparsable or unknown decision (re-ask the
+    In order: the team step cap; steps that added nothing (`stalled_steps`, at
+    `stall_limit` the team ends); an unparsable or unknown decision (re-ask the
     supervisor, at most `max_invalid_decisions` times in a row, then go to the
     first stage whose output is missing); END (allowed only with a body and a
     passing review, else a failing quality dimension's agent, else back to the
@@ -254,6 +335,10 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
 
     if step >= limits["max_team_steps"] and not (requested == "END" and end_allowed(state)):
         return Route(_END, requested, "cap", f"max_team_steps ({limits['max_team_steps']}) reached")
+
+    stalled = stalled_steps(state)
+    if stalled >= stall_limit(limits) and not (requested == "END" and end_allowed(state)):
+        return Route(_END, requested, "cap", stall_detail(stalled))
 
     if requested != "END" and requested not in AGENTS:
         what = f"unknown agent {requested!r}" if requested else "no parsable decision"
@@ -375,9 +460,10 @@ def should_continue_review(state: Mapping[str, Any]) -> Literal["__end__", "supe
 #
 # A decision may start several agents at once (`parallel_agents`) and name the steps that
 # follow (`plan`, each step one agent or several started together). Every agent hands back
-# to the supervisor node as on the one-agent path; that node is deferred (`graphs.team`),
-# so it runs once all the agents of a step have finished, and then takes the plan's next
-# step without asking the model unless something calls for a decision (`next_plan_step`).
+# to the supervisor node as on the one-agent path; each agent's turn is one superstep of
+# the team (`graphs.team`), so the supervisor runs once all the agents of a step have
+# finished, and takes the plan's next step without asking the model unless something
+# calls for a decision (`next_plan_step`).
 # Each agent of a step passes the checks a decision's agent passes (`admit`).
 
 

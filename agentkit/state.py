@@ -7,18 +7,21 @@ owns the loop and read by the router of that loop under the same name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import (
     Annotated,
     Any,
     Literal,
     NotRequired,
     Required,
+    Self,
     get_args,
     get_origin,
     get_type_hints,
 )
 
 import orjson
+from langgraph.channels import LastValue
 from langgraph.graph.message import add_messages
 from pydantic import (
     BaseModel,
@@ -133,6 +136,9 @@ class TeamOutput(TypedDict, total=False):
     generated_image_asset_ids: list[str]  # image_agent (ordered by slot) → review, finalize
     images: list[dict[str, Any]]  # image_agent: {asset_id, url, slot, alt, path}
     team_log: list[TeamLogEntry]  # supervisor → routers (repeat cap), critic (deviation)
+    # supervisor: why the team stopped early, its steps adding nothing (agentkit.routing
+    # stalled_steps; None otherwise) → route_from_critic (no retry), finalize (the message)
+    stalled: str | None
 
 
 def transcript(
@@ -154,44 +160,145 @@ def transcript(
 MAX_NOTES = 8
 
 
-def shared_list(
-    left: list[str] | None, right: list[str] | dict[str, list[str]] | None
-) -> list[str]:
-    """Reduce a list of notes that agents running together may both change.
+class MergedList(LastValue[list[str]]):
+    """A list that the agents of one step each rewrite whole: every writer's change applies.
 
-    A plain list replaces the notes (one writer, as every node writes it alone).
-    A change `{"add": [...], "drop": [...]}` — what the team's wiring turns an
-    agent's new list into, against the list the agent read (`graphs.team`) —
-    applies to the current notes, so two agents of one parallel step that each
-    add or clear their own note both keep their change. At most `MAX_NOTES`
-    newest are kept.
+    An agent writes the list as it wants it, computed from the list it read when
+    its step began (its own note added or dropped). LangGraph hands a channel all
+    the writes of a superstep at once, so the change of each writer is its list
+    against that common start; all of them apply, whichever finished first:
+    two agents of a parallel step that each note a failure keep both notes, one
+    clearing its own never revives or drops the other's. A lone writer's list is
+    the new value, as with any plain key. `limit` keeps that many newest entries.
     """
-    if right is None:
-        return list(left or [])
-    if isinstance(right, list):
-        return right[-MAX_NOTES:]
-    dropped = set(right.get("drop") or [])
-    kept = [note for note in left or [] if note not in dropped]
-    added = [note for note in right.get("add") or [] if note not in kept]
-    return [*kept, *added][-MAX_NOTES:]
+
+    __slots__ = ("limit",)
+
+    def __init__(self, typ: Any, key: str = "", *, limit: int | None = None) -> None:
+        """Hold lists of `typ`, at most `limit` entries (None: no bound)."""
+        super().__init__(typ, key)
+        self.limit = limit
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, MergedList) and value.limit == self.limit
+
+    def copy(self) -> Self:
+        """Return a copy of the channel."""
+        empty = self.__class__(self.typ, self.key, limit=self.limit)
+        empty.value = self.value
+        return empty
+
+    def from_checkpoint(self, checkpoint: Any) -> Self:
+        """Return the channel restored from a checkpoint's value."""
+        empty = self.__class__(self.typ, self.key, limit=self.limit)
+        if isinstance(checkpoint, list):
+            empty.value = checkpoint
+        return empty
+
+    def update(self, values: Sequence[list[str] | None]) -> bool:
+        """Apply every writer's additions and removals against the list they all read."""
+        writes = [list(value) for value in values if value is not None]
+        if not writes:
+            return False
+        start = list(self.value) if self.is_available() else []
+        dropped = {entry for write in writes for entry in start if entry not in write}
+        kept = [entry for entry in start if entry not in dropped]
+        added = [entry for write in writes for entry in write if entry not in start]
+        merged = list(dict.fromkeys([*kept, *added]))
+        self.value = merged[-self.limit :] if self.limit else merged
+        return True
+
+
+# ---------------------------------------------------------------------------
+# The team's two tool loops (graphs.team): each a subgraph with its own state
+# ---------------------------------------------------------------------------
+
+
+class AgentView(TypedDict, total=False):
+    """What an agent of the team reads of the team state: the run's context and guidance."""
+
+    request: str
+    platform: str
+    audience: str | None
+    constraints: dict[str, Any]
+    intent: dict[str, Any] | None
+    layout_preference: LayoutPreference
+    image_count: int
+    knowledge_notes: list[dict[str, Any]]
+    retry_context: dict[str, Any] | None
+    brand: BrandPreset | None  # its knowledge namespace scopes `search_knowledge`
+    limits: TeamLimits
+    creative_brief: dict[str, Any] | None
+    review_feedback: dict[str, Any] | None
+    quality_scores: dict[str, float]
+    team_log: list[TeamLogEntry]  # the supervisor's guidance for this turn (agentkit.common)
+    supervisor_decision: dict[str, Any] | None
+    # Notes the agents of one step may all rewrite (`MergedList`); the agents write them
+    # whole and only their own entries change.
+    agent_errors: Annotated[list[str], MergedList(list, limit=MAX_NOTES)]
+    no_optional_tools: Annotated[list[str], MergedList(list)]
+
+
+class ResearchOutput(TypedDict, total=False):
+    """What crosses back to the team from a research turn: the evidence and its notes."""
+
+    evidence_pack: dict[str, Any] | None
+    body_blocks: list[dict[str, Any]]
+    agent_errors: Annotated[list[str], MergedList(list, limit=MAX_NOTES)]
+    no_optional_tools: Annotated[list[str], MergedList(list)]
+
+
+class ResearchState(AgentView, ResearchOutput, total=False):
+    """Working state of one research turn (`search_knowledge` rounds, then the pack)."""
+
+    research_messages: Annotated[list[dict[str, Any]], transcript]  # the loop's transcript
+    research_tool_rounds: int  # rounds asked; research_evidence_agent → should_continue_research
+
+
+class ImageView(AgentView, total=False):
+    """What the image agent reads besides an agent's view: the plans and the post's text."""
+
+    reference_analyses: dict[str, Any] | None  # the palette of the cards
+    image_plans: list[dict[str, Any]]
+    images: list[dict[str, Any]]  # drawn in an earlier turn, kept per slot
+    generated_content: dict[str, Any] | None  # the cover's title
+    body_blocks: list[dict[str, Any]]  # the content cards' text
+    image_provider: ImageProviderName
+
+
+class ImageOutput(TypedDict, total=False):
+    """What crosses back to the team from an image turn: the drawn images and its notes."""
+
+    images: list[dict[str, Any]]
+    generated_image_asset_ids: list[str]
+    images_complete: bool  # every plan has its image
+    agent_errors: Annotated[list[str], MergedList(list, limit=MAX_NOTES)]
+    no_optional_tools: Annotated[list[str], MergedList(list)]
+
+
+class ImageState(ImageView, ImageOutput, total=False):
+    """Working state of one image turn (`generate_image` rounds until every plan is drawn)."""
+
+    image_messages: Annotated[list[dict[str, Any]], transcript]  # the loop's transcript
+    image_tool_rounds: int  # rounds asked for; image_agent → should_continue_image
 
 
 class TeamState(TeamInput, TeamOutput, total=False):
-    """Working state of the team subgraph."""
+    """Working state of the team: the post and the team's decisions.
+
+    The tool loops' transcripts and round counters are their subgraphs' own
+    (`ResearchState`, `ImageState`); only their artefacts come back here.
+    """
 
     supervisor_decision: dict[str, Any] | None  # supervisor → route_from_supervisor
     team_step: int  # supervisor decisions made so far; supervisor → router (step cap)
     invalid_decisions: int  # consecutive unparsable decisions; supervisor → router
     supervisor_messages: Annotated[list[dict[str, Any]], transcript]  # this turn's look-ups
     supervisor_tool_rounds: int  # supervisor → should_continue_supervisor
-    research_messages: Annotated[list[dict[str, Any]], transcript]  # research tool loop
-    research_tool_rounds: int  # rounds asked; research_evidence_agent → should_continue_research
-    image_messages: Annotated[list[dict[str, Any]], transcript]  # image tool loop
-    image_tool_rounds: int  # rounds asked for; image_agent → should_continue_image
-    images_complete: bool  # image_agent → should_continue_image
-    # Agents whose output could not be parsed, for the prompt; agents write it (a reducer:
-    # agents of one parallel step may both write it).
-    agent_errors: NotRequired[Annotated[list[str], shared_list]]
+    images_complete: bool  # image_agent: every plan has its image
+    # Agents whose output could not be parsed, for the supervisor's prompt; each agent
+    # writes its own note (`MergedList`: agents of one parallel step may all write it).
+    agent_errors: NotRequired[Annotated[list[str], MergedList(list, limit=MAX_NOTES)]]
     # Agents routing stopped sending work to in this team run: capped after being chosen
     # again and again without progress. supervisor writes it; the routers and the
     # supervisor's stage table and suggestion read it (agentkit.routing.given_up).
@@ -203,17 +310,17 @@ class TeamState(TeamInput, TeamOutput, total=False):
     # Roles whose model answered an optional tool offer in prose (small local models never
     # choose a tool unforced); supervisor / research / image agents write and read it, and
     # skip the offer on later turns instead of paying for another prose answer.
-    no_optional_tools: Annotated[list[str], shared_list]
+    no_optional_tools: Annotated[list[str], MergedList(list)]
     # The supervisor's plan (PRODUCT.md §1.2, `plan`): the steps still to run, each the
-    # agents started together. The supervisor writes it, the join after each step
-    # (`team_join`) pops a step or clears it when the supervisor must be asked again.
+    # agents started together. The supervisor writes it, and after each step pops a step
+    # or clears it when the model must be asked again (agentkit.routing.next_plan_step).
     team_plan: list[list[str]]
     # The agents of the step running now when it came from a plan or named
-    # `parallel_agents` (None on the one-agent path, where each agent hands straight
-    # back to the supervisor). Supervisor and join write it; the agents' exits read it.
+    # `parallel_agents` (None on the one-agent path). The supervisor writes and reads it.
     team_group: list[str] | None
-    # Where the join sends the run: the next step's agents, "supervisor" or "__end__".
-    team_route: list[str]
+    # Where the supervisor sends the run after a planned or parallel step's decision: the
+    # step's agents or "__end__" (None: `route_from_supervisor` decides). graphs.team reads it.
+    team_route: list[str] | None
     # Fingerprints of the context sections the supervisor was shown in this team run,
     # so a later decision shows only what changed (nodes.supervisor).
     supervisor_seen: dict[str, str]

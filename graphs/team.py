@@ -1,68 +1,16 @@
 """The executor team (PRODUCT.md §1.2): a supervisor routing eight agents until the post is done.
 
-```
-START → enter_team → supervisor ─┬─ look-ups ──→ supervisor_tools ──→ supervisor
-                                 ├─ (invalid) ─→ supervisor
-                                 ├─ END ───────→ finish_team → END
-                                 └─ agent ─────→ <agent> ──→ supervisor
-research_evidence_agent ⇄ research_evidence_tools   (search_knowledge, ≤ 3 rounds)
-image_agent ⇄ image_tools                            (generate_image, < 10 rounds)
-review_agent ─┬─ approved and every score passes → finish_team → END
-              └─ otherwise → supervisor
-```
-
-The agents come from `core.agents`; their nodes are listed here by name
-(`AGENT_NODES`, `nodes/<name>.py`'s function `<name>`, in `AGENTS` order: a test
-ties the two). Each `simple` agent is wired as one node that hands straight back
-to the supervisor; the three others (the two tool loops and the review, which
-may end the team) are wired by hand below.
-
-`enter_team` resolves the run's loop bounds once (`agentkit.limits`): the input's
-`limits` over the context's over the defaults, written to state `limits`, which
-every router and node reads.
-
-`finish_team` shows what the team made in its conversation (`messages`, what a chat
-client renders when the team is served on its own, `?assistantId=team`): the
-writer's last draft message, same id, becomes the finished text — title, body,
-`#tags` and the images as absolute links (signed when API keys are on), as the
-`atelier` conversation shows a draft (`agentkit.chat.draft_text`). As the pipeline's
-executor the team's `messages` are not part of its output, and the pipeline writes
-its own post message (nodes.executor, nodes.finalize).
-
-A decision may start several agents together (`parallel_agents`) and plan the
-steps after it (`plan`): the supervisor's edge then returns the step's agents as a
-list, which LangGraph starts in one superstep. Each agent still hands back to the
-supervisor; the supervisor node is deferred, so after a parallel step it runs
-once, when every agent of the step has finished, and takes the plan's next step
-without a model call unless `agentkit.routing.next_plan_step` asks for a decision.
-On the one-agent path the supervisor is the only node left to run after an
-agent, so deferring it changes nothing. Agents' nodes are wrapped
-(`side_by_side`) so that two of one step never overwrite each other's notes,
-and the two tool loops run their rounds inside their agent's node in a parallel
-step (`own_loop`), so that a round never waits for the step's slowest agent.
-
-Every rule of the supervisor's edge lives in `agentkit.routing` (pure functions);
-the supervisor node applies the same rules to emit `supervisor.route` and
-`agent.fallback` events, so the stream explains every turn.
-
-Recursion limit: loops are bounded by counters in state (`team_step` against
-`max_team_steps`, the tool-round counters against their caps), never by
-LangGraph's `recursion_limit`. The limit only has to be high enough for the
-longest legal run; `team_recursion_limit(limits)` computes it (560 with the
-default limits: the entry, then 24 decisions of up to 5 supersteps each — the
-decision and two look-up rounds — plus 23 agent turns of up to 19 supersteps
-each — the image agent's 9 tool rounds — plus `finish_team`, plus the one
-LangGraph needs to finish). The compiled graph carries it as its default config. A parent graph
-that mounts the team (calling it from a node or as a subgraph node) passes *its
-own* `recursion_limit` down, which overrides that default: it must be at least
-`team_recursion_limit(limits)` (the team counts its supersteps separately from
-the parent's).
+`build_team()` wires it: the supervisor node decides (or takes its plan's next step),
+the agents of a step run as one superstep and hand back to it, and the two tool-loop
+agents are subgraphs of their own (`research_loop`, `image_loop`) whose artefacts
+alone cross back. Every routing rule is a pure function of `agentkit.routing`. The
+wiring, the parallel steps and the recursion bound are explained in `docs/team.md`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
@@ -84,7 +32,17 @@ from agentkit.routing import (
 )
 from agentkit.run_start import shown_request
 from agentkit.services import ensure_services
-from agentkit.state import TeamInput, TeamOutput, TeamState, transcript
+from agentkit.state import (
+    AgentView,
+    ImageOutput,
+    ImageState,
+    ImageView,
+    ResearchOutput,
+    ResearchState,
+    TeamInput,
+    TeamOutput,
+    TeamState,
+)
 from agentkit.tools import generate_image, search_knowledge
 from core.agents import AGENT_TABLE, AGENTS, AgentName
 from nodes.brief_compiler_agent import brief_compiler_agent
@@ -97,7 +55,8 @@ from nodes.review_agent import review_agent
 from nodes.supervisor import supervisor
 from nodes.writer_agent import writer_agent
 
-#: Each agent's node, in `core.agents.AGENTS` order.
+#: Each agent's node, in `core.agents.AGENTS` order (a tool-loop agent's is its subgraph's
+#: first node: `research_loop`, `image_loop`).
 AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
     "brief_compiler_agent": brief_compiler_agent,
     "research_evidence_agent": research_evidence_agent,
@@ -108,9 +67,6 @@ AGENT_NODES: dict[AgentName, Callable[..., Awaitable[dict[str, Any]]]] = {
     "image_agent": image_agent,
     "review_agent": review_agent,
 }
-
-#: An agent's node as the team runs it.
-AgentNode = Callable[..., Awaitable[dict[str, Any]]]
 
 #: Agents whose turn is one node that hands straight back to the supervisor.
 SIMPLE_AGENTS = [agent.name for agent in AGENT_TABLE.values() if agent.simple]
@@ -147,18 +103,19 @@ async def finish_team(state: TeamState, runtime: Runtime[AtelierContext]) -> dic
 def team_recursion_limit(limits: TeamLimits | Mapping[str, Any] | None = None) -> int:
     """Return the smallest `recursion_limit` the longest legal team run needs.
 
-    The entry (`enter_team`) takes one superstep; each supervisor decision at
-    most 1 + 2 × `max_supervisor_tool_rounds`; each agent turn after a decision
-    at most 1 + 2 × the larger tool cap (research or image); there are at most
-    `max_team_steps` decisions, and the last one ends the run; `finish_team` takes
-    one. LangGraph needs one superstep more than the run executes.
+    The team's supersteps: the entry (`enter_team`), at most `max_team_steps`
+    decisions of 1 + 2 × `max_supervisor_tool_rounds` each (the last one ends the
+    run), an agent step of one superstep between two decisions, `finish_team`, and
+    the one more LangGraph counts. A tool loop runs inside its agent's step as a
+    subgraph, which counts its own supersteps under the same limit (passed down with
+    the config): 1 + 2 × its rounds, plus one. The limit is the larger of the two.
     """
     bounds = limits_of({"limits": limits})
     decision = 1 + 2 * bounds["max_supervisor_tool_rounds"]
-    tool_rounds = max(bounds["max_research_tool_rounds"], bounds["max_image_tool_rounds"])
-    agent_turn = 1 + 2 * tool_rounds
     steps = bounds["max_team_steps"]
-    return 1 + steps * decision + (steps - 1) * agent_turn + 1 + 1
+    team = 1 + steps * decision + (steps - 1) + 1 + 1
+    tool_rounds = max(bounds["max_research_tool_rounds"], bounds["max_image_tool_rounds"])
+    return max(team, 1 + 2 * tool_rounds + 1)
 
 
 def route_after_supervisor(state: TeamState) -> SupervisorTarget | str | list[str]:
@@ -176,92 +133,65 @@ def route_after_supervisor(state: TeamState) -> SupervisorTarget | str | list[st
     return route_from_supervisor(state)
 
 
-#: State keys several agents write, as a whole list computed from what each read.
-_SHARED_NOTES = ("agent_errors", "no_optional_tools")
+def route_after_review(state: TeamState) -> Literal["__end__", "supervisor"]:
+    """End the team when the review passed (`should_continue_review`), unless it ran in a step.
 
-
-def side_by_side(node: Callable[..., Awaitable[dict[str, Any]]]) -> AgentNode:
-    """Wrap an agent's node so agents of one parallel step never clobber a shared list.
-
-    An agent writes `agent_errors` / `no_optional_tools` as the whole new list;
-    two agents running together would each overwrite the other's change. The
-    wrapper writes the change instead (`{"add", "drop"}` against the list the
-    agent read), which the lists' reducer (`agentkit.state.shared_list`) applies in turn.
+    After a planned or parallel step the supervisor takes the step's outcome, the
+    review's included (`agentkit.routing.next_plan_step`), so the team ends once.
     """
-
-    async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
-        update = await node(state, runtime)
-        for key in _SHARED_NOTES:
-            if isinstance(update.get(key), list):
-                before = list(cast(Mapping[str, Any], state).get(key) or [])
-                after = update[key]
-                update = {
-                    **update,
-                    key: {
-                        "add": [n for n in after if n not in before],
-                        "drop": [n for n in before if n not in after],
-                    },
-                }
-        return update
-
-    run.__name__ = run.__qualname__ = getattr(node, "__name__", "agent")
-    run.__doc__ = node.__doc__
-    return run
+    return "supervisor" if state.get("team_group") else should_continue_review(state)
 
 
-def _transcript_write(before: list[Any], after: list[Any]) -> list[Any] | None:
-    """Return the one write that turns a loop's transcript `before` into `after`.
+def research_loop(
+    context_schema: type[Any] = AtelierContext,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Build one research turn: the agent and its `search_knowledge` rounds (a subgraph).
 
-    Within a turn a transcript only grows (the agent's ask, the tools' results) until the
-    agent's last update clears it, after which the loop is over: so `after` either
-    extends `before` (the new entries) or is empty (None, the clear).
+    It reads the run's context (`ResearchState`'s `AgentView`) and hands back only the
+    evidence and its notes (`ResearchOutput`).
     """
-    return after[len(before) :] if after else None
+    builder = StateGraph(
+        ResearchState,
+        context_schema=context_schema,
+        input_schema=AgentView,
+        output_schema=ResearchOutput,
+    )
+    builder.add_node("research_evidence_agent", research_evidence_agent)
+    builder.add_node(
+        "research_evidence_tools", tool_loop_node([search_knowledge], "research_messages")
+    )
+    builder.add_edge(START, "research_evidence_agent")
+    builder.add_conditional_edges(
+        "research_evidence_agent",
+        should_continue_research,
+        {"research_evidence_tools": "research_evidence_tools", "supervisor": END},
+    )
+    builder.add_edge("research_evidence_tools", "research_evidence_agent")
+    return builder.compile(name="research_evidence_agent")
 
 
-def own_loop(
-    node: AgentNode,
-    tools: Callable[..., Awaitable[dict[str, Any]]],
-    transcript_key: str,
-    goes_on: Callable[[Mapping[str, Any]], str],
-) -> AgentNode:
-    """Wrap a tool-loop agent so that, in a parallel step, its loop runs inside its node.
+def image_loop(
+    context_schema: type[Any] = AtelierContext,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Build one image turn: the agent and its `generate_image` rounds (a subgraph).
 
-    On its own the agent hands each round to its tools node and back (one superstep
-    each), as it always did. In a step with other agents (`team_group`) every
-    superstep waits for all of the step's nodes, so each round would wait for the
-    slowest of them: the research's second call for the reference analysis, the
-    cards for the review. There the wrapper runs the rounds itself (`tools` while
-    `goes_on` names the tools node, the same nodes' functions, on the state as the
-    graph would have it) and returns their net update, so the loop never waits on
-    a neighbour. A worker killed mid-loop runs the turn again from its start, as
-    it would the node (the rounds' writes are the node's, kept only when it ends).
+    It reads the plans and the post's text (`ImageView`) and hands back only the drawn
+    images and its notes (`ImageOutput`).
     """
-
-    async def run(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
-        update = await node(state, runtime)
-        if len(state.get("team_group") or []) < 2:
-            return update
-        local: dict[str, Any] = dict(state)
-        written: dict[str, Any] = {}
-
-        def apply(change: Mapping[str, Any]) -> None:
-            for key, value in change.items():
-                local[key] = transcript(local.get(key), value) if key == transcript_key else value
-                written[key] = local[key]
-
-        apply(update)
-        while goes_on(local) != "supervisor":
-            apply(await tools(local, get_config()))
-            apply(await node(cast(TeamState, local), runtime))
-        if transcript_key in written:
-            before = list(cast(Mapping[str, Any], state).get(transcript_key) or [])
-            written[transcript_key] = _transcript_write(before, local[transcript_key])
-        return written
-
-    run.__name__ = run.__qualname__ = getattr(node, "__name__", "agent")
-    run.__doc__ = node.__doc__
-    return run
+    builder = StateGraph(
+        ImageState,
+        context_schema=context_schema,
+        input_schema=ImageView,
+        output_schema=ImageOutput,
+    )
+    builder.add_node("image_agent", image_agent)
+    builder.add_node("image_tools", tool_loop_node([generate_image], "image_messages"))
+    builder.add_edge(START, "image_agent")
+    builder.add_conditional_edges(
+        "image_agent", should_continue_image, {"image_tools": "image_tools", "supervisor": END}
+    )
+    builder.add_edge("image_tools", "image_agent")
+    return builder.compile(name="image_agent")
 
 
 def build_team(
@@ -294,22 +224,16 @@ def build_team(
         output_schema=TeamOutput,
     )
     builder.add_node("enter_team", enter_team)
-    # Deferred: after a parallel step it runs once, when every agent of the step is done
-    # (on the one-agent path it is the only node left to run, so nothing changes).
-    builder.add_node("supervisor", supervisor, defer=True)
+    # Every agent's turn is one superstep (a tool loop runs inside its subgraph), so the
+    # supervisor runs once after a step, however many agents it started.
+    builder.add_node("supervisor", supervisor)
     builder.add_node("supervisor_tools", tool_loop_node([search_knowledge], "supervisor_messages"))
-    research_tools = tool_loop_node([search_knowledge], "research_messages")
-    image_tools = tool_loop_node([generate_image], "image_messages")
-    loops: dict[str, AgentNode] = {
-        "research_evidence_agent": own_loop(
-            research_evidence_agent, research_tools, "research_messages", should_continue_research
-        ),
-        "image_agent": own_loop(image_agent, image_tools, "image_messages", should_continue_image),
+    loops: dict[str, Any] = {
+        "research_evidence_agent": research_loop(context_schema),
+        "image_agent": image_loop(context_schema),
     }
     for name, node in AGENT_NODES.items():
-        builder.add_node(name, side_by_side(loops.get(name, node)))
-    builder.add_node("research_evidence_tools", research_tools)
-    builder.add_node("image_tools", image_tools)
+        builder.add_node(name, loops.get(name, node))
     builder.add_node("finish_team", finish_team)
 
     builder.add_edge(START, "enter_team")
@@ -319,22 +243,10 @@ def build_team(
         "supervisor", route_after_supervisor, {**{t: t for t in targets}, END: "finish_team"}
     )
     builder.add_edge("supervisor_tools", "supervisor")
-    for name in SIMPLE_AGENTS:
+    for name in (*SIMPLE_AGENTS, "research_evidence_agent", "image_agent"):
         builder.add_edge(name, "supervisor")
     builder.add_conditional_edges(
-        "research_evidence_agent",
-        should_continue_research,
-        ["research_evidence_tools", "supervisor"],
-    )
-    builder.add_edge("research_evidence_tools", "research_evidence_agent")
-    builder.add_conditional_edges(
-        "image_agent", should_continue_image, ["image_tools", "supervisor"]
-    )
-    builder.add_edge("image_tools", "image_agent")
-    builder.add_conditional_edges(
-        "review_agent",
-        should_continue_review,
-        {END: "finish_team", "supervisor": "supervisor"},
+        "review_agent", route_after_review, {END: "finish_team", "supervisor": "supervisor"}
     )
     builder.add_edge("finish_team", END)
 

@@ -39,6 +39,10 @@ asked for that version, and an older attempt that scored higher is not what they
 edited; the verdict and the message say what still fails. `result.revision` names
 the kind of revision (None for a team attempt).
 
+An attempt whose team stopped early because its steps added nothing (`stalled`,
+see `agentkit.routing.stalled_steps`) is not retried; the message says why the
+run ended there, exhausted with its post or failed without one.
+
 When the published attempt is not the state's latest draft (an earlier attempt
 won), finalize writes its post, body blocks, images and image plans back to the
 state, so an edit or a card redraw that follows starts from the post the user sees.
@@ -98,6 +102,10 @@ ACTIONS: dict[str, list[dict[str, str]]] = {
     "failed": [{"id": "retry", "label": "重试"}],
 }
 UNKNOWN_INTENT_MESSAGE = "没能理解你想要什么内容。请说明主题、写给谁看、想达到什么目的后再试。"
+STALLED_MESSAGE = (
+    "创作团队的调度连续几步没有任何进展（反复选择同一个角色，或计划里的角色并不存在），"
+    "已提前停止，没有再按同样的计划重试。"
+)
 
 
 def post_blocks(body: str) -> list[dict[str, str]]:
@@ -154,8 +162,13 @@ def _message(
     state: Mapping[str, Any], outcome: Outcome, chosen: Mapping[str, Any] | None, threshold: float
 ) -> str:
     ran = len(state.get("attempts") or [])
+    stalled = state.get("stalled") and (state.get("verdict") or {}).get("source", "team") == "team"
     if outcome == "failed":
-        return str((state.get("failure") or {}).get("message") or "生成失败，请重试。")
+        if state.get("failure"):
+            return str(state["failure"].get("message") or "生成失败，请重试。")
+        if stalled:
+            return STALLED_MESSAGE + "请换一个更明确的需求，或换用更强的调度模型后重试。"
+        return "生成失败，请重试。"
     if outcome == "needs_clarification":
         return str((state.get("intent") or {}).get("message") or "") or UNKNOWN_INTENT_MESSAGE
     assert chosen is not None
@@ -172,6 +185,11 @@ def _message(
         return (
             f"修改后的版本（第 {chosen['attempt']} 次）未达到质检标准（{scored}，阈值 "
             f"{threshold:.2f}）。已按你的修改发布，请按评审意见再改或确认后使用。"
+        )
+    if stalled:
+        return (
+            f"{STALLED_MESSAGE}下面是最好的一版（第 {chosen['attempt']} 次，{scored}，"
+            f"阈值 {threshold:.2f}），请确认后使用。"
         )
     return (
         f"尝试了 {ran} 次仍未达到质检标准（阈值 {threshold:.2f}）。"

@@ -1,13 +1,12 @@
 """The image agent: draws one image per image plan through the `generate_image` tool loop.
 
-One round: the agent asks for `generate_image` calls, the `image_tools` node
-(a `ToolNode`) runs every call of the message concurrently — plans are
-independent — and the agent runs again, folding the tool results into
-`images` (in a step with other agents, the review's, the team runs the same rounds
-within this agent's turn: `graphs.team.own_loop`). The loop ends when every plan
-has an image (`images_complete`) or after `max_image_tool_rounds` rounds (fewer
-than 10). `image_tool_rounds` is written here and read by
-`agentkit.routing.should_continue_image`.
+One turn is a subgraph of the team (`graphs.team.image_loop`). One round: the agent
+asks for `generate_image` calls, the `image_tools` node (a `ToolNode`) runs every
+call of the message concurrently — plans are independent — and the agent runs
+again, folding the tool results into `images`. The loop ends when every plan has an
+image (`images_complete`) or after `max_image_tool_rounds` rounds (fewer than 10).
+`image_tool_rounds` is written here and read by `agentkit.routing.should_continue_image`
+(`agentkit.state.ImageState`).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from agentkit.common import (
 )
 from agentkit.context import AtelierContext, context_of
 from agentkit.limits import limits_of
-from agentkit.state import TeamState
+from agentkit.state import ImageState
 from agentkit.tools import generate_image
 from prompts import image as prompt
 
@@ -43,7 +42,7 @@ SECTIONS = ("request", "brief", "references", "plans", "review")
 MAX_PROMPT_CHARS = 2000
 
 
-def collect_images(state: TeamState) -> list[dict[str, Any]]:
+def collect_images(state: ImageState) -> list[dict[str, Any]]:
     """Return the images drawn so far for the current plans, by slot (newest per slot wins)."""
     slots = {p.get("slot") for p in state.get("image_plans") or []}
     by_slot = {i["slot"]: i for i in state.get("images") or [] if i.get("slot") in slots}
@@ -102,7 +101,7 @@ def _finish(images: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
     }
 
 
-async def image_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
+async def image_agent(state: ImageState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Ask for the images still missing, or finish the loop.
 
     When the model asks for no `generate_image` call, or for fewer than the

@@ -1,18 +1,16 @@
 """The research agent: searches the knowledge vault, then writes the evidence pack.
 
-The tool loop: the agent asks for `search_knowledge` calls, the
-`research_evidence_tools` node runs them, and the agent runs again with the
-results, at most `max_research_tool_rounds` times (in a step with other agents the
-team runs the same rounds within this agent's turn: `graphs.team.own_loop`). The first turn always
-searches (a forced call), so even a model that never chooses a tool on its own
-consults the vault once; later turns may search again or finish; once the
-rounds are spent, or the model answered in prose, the answer is forced to be
-the `EvidencePack`. A model that answers the optional offer in prose is not
-offered it again in this run (`no_optional_tools`).
+One turn is a subgraph of the team (`graphs.team.research_loop`): the agent asks for
+`search_knowledge` calls, the `research_evidence_tools` node runs them, and the agent
+runs again with the results, at most `max_research_tool_rounds` times. The first
+round is a forced search, so even a model that never chooses a tool on its own
+consults the vault once; later rounds may search again or finish; once the rounds
+are spent, or the model answered in prose, the answer is forced to be the
+`EvidencePack`. A model that answers the optional offer in prose is not offered it
+again in this run (`no_optional_tools`).
 
-`research_tool_rounds` counts the rounds the agent asked for; the agent writes
-it and `agentkit.routing.should_continue_research` reads it. Both reset when the
-pack is written, so a later research turn (a quality fallback) searches afresh.
+`research_tool_rounds` counts the rounds the agent asked for; the agent writes it and
+`agentkit.routing.should_continue_research` reads it (`agentkit.state.ResearchState`).
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from agentkit.common import (
 )
 from agentkit.context import AtelierContext, context_of
 from agentkit.limits import limits_of
-from agentkit.state import TeamState
+from agentkit.state import ResearchState
 from agentkit.tools import search_knowledge
 from prompts import research as prompt
 
@@ -86,7 +84,7 @@ class EvidencePack(BaseModel):
         return not (self.summary.strip() or self.items or self.body_blocks)
 
 
-def _done(state: TeamState, pack: EvidencePack) -> dict[str, Any]:
+def _done(state: ResearchState, pack: EvidencePack) -> dict[str, Any]:
     data = pack.model_dump()
     blocks = data.pop("body_blocks")
     return {
@@ -99,7 +97,7 @@ def _done(state: TeamState, pack: EvidencePack) -> dict[str, Any]:
 
 
 async def research_evidence_agent(
-    state: TeamState, runtime: Runtime[AtelierContext]
+    state: ResearchState, runtime: Runtime[AtelierContext]
 ) -> dict[str, Any]:
     """Search the vault (bounded tool loop), then write `evidence_pack` and `body_blocks`."""
     ctx = context_of(runtime)

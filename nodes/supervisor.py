@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
@@ -38,6 +39,7 @@ from agentkit.routing import (
     PLAN_NAMES,
     PlanStep,
     Route,
+    SupervisorTarget,
     admit,
     artefact_digest,
     capped,
@@ -51,6 +53,9 @@ from agentkit.routing import (
     quality_fallback,
     resolve_route,
     stage_done,
+    stall_detail,
+    stall_limit,
+    stalled_steps,
 )
 from agentkit.state import TeamLogEntry, TeamState
 from agentkit.tools import search_knowledge
@@ -177,15 +182,20 @@ def _errors(state: TeamState) -> str:
 async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Take the plan's next step, or ask the supervisor LLM; record where routing sends the run.
 
-    After a parallel or planned step (`team_group`, every agent of it finished:
-    the node is deferred) the plan goes on without a model call while
-    `agentkit.routing.next_plan_step` allows; otherwise the plan is dropped and the
-    model decides (a refusal that stopped the plan is reported as a fallback and
-    shown to the model as the notice on why it is asked).
+    After a parallel or planned step (`team_group`; the node runs once, after every
+    agent of the step, each one superstep of the team) the plan goes on without a
+    model call while `agentkit.routing.next_plan_step` allows; otherwise the plan is
+    dropped and the model decides (a refusal that stopped the plan is reported as a
+    fallback and shown to the model as the notice on why it is asked). Once
+    `stall_limit` steps in a row added nothing (`stalled_steps`) the team stops
+    without asking the model again.
     """
+    writer = runtime.stream_writer
+    stalled = _stalled(state)
+    if stalled:
+        return _stop(state, stalled, writer)
     if not state.get("team_group") or state.get("supervisor_messages"):
         return await _decide(state, runtime)
-    writer = runtime.stream_writer
     planned = next_plan_step(state)
     if planned.targets[0] != "supervisor":
         return _take_step(state, planned, writer)
@@ -207,7 +217,45 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
         reset["team_log"] = [*(state.get("team_log") or []), entry]
         reset.update(_caps(state, refused))
     merged = cast(TeamState, {**state, **reset})
+    stalled = _stalled(merged)
+    if stalled:
+        return {**reset, **_stop(merged, stalled, writer)}
     return {**reset, **await _decide(merged, runtime)}
+
+
+def _stalled(state: TeamState) -> int:
+    """Return how many steps in a row added nothing, once that reaches `stall_limit` (else 0)."""
+    turn = {**state, "team_step": int(state.get("team_step") or 0) + 1}  # the turn to decide
+    stalled = stalled_steps(turn)
+    return stalled if stalled >= stall_limit(limits_of(state)) else 0
+
+
+def _stop(state: TeamState, stalled: int, writer: Any) -> dict[str, Any]:
+    """End the team's loop as capped: its steps keep adding nothing (no model call)."""
+    log = state.get("team_log") or []
+    requested = log[-1]["requested"] if log else ""
+    detail = stall_detail(stalled)
+    route = Route(cast(SupervisorTarget, END), requested, "cap", detail)
+    _fallback(writer, requested or "(invalid)", END, route)
+    entry: TeamLogEntry = {
+        "step": int(state.get("team_step") or 0),
+        "requested": requested,
+        "routed": END,
+        "reason": "cap",
+        "detail": detail,
+        "guidance": "",
+        "focus_areas": [],
+        "digest": artefact_digest(state),
+    }
+    return {
+        "team_group": None,
+        "team_plan": [],
+        "team_route": [END],
+        "team_log": [*log, entry],
+        "supervisor_messages": None,
+        "supervisor_tool_rounds": 0,
+        "stalled": detail,
+    }
 
 
 def _take_step(state: TeamState, planned: PlanStep, writer: Any) -> dict[str, Any]:

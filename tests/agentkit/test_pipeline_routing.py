@@ -60,6 +60,12 @@ def test_route_after_planner(state: dict[str, Any], expected: str) -> None:
         ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "edit"}}, "finalize"),
         ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "card"}}, "finalize"),
         ({"attempt": 2, "max_attempts": 4, "verdict": {"source": "team"}}, "rag"),
+        # a team that stopped for lack of progress → finalize: the same plan drifts again
+        (
+            {"attempt": 1, "max_attempts": 4, "verdict": {"passed": False}, "stalled": "3 steps"},
+            "finalize",
+        ),
+        ({"attempt": 1, "max_attempts": 4, "verdict": {"passed": False}, "stalled": None}, "rag"),
     ],
 )
 def test_route_from_critic(state: dict[str, Any], expected: str) -> None:

@@ -12,6 +12,8 @@ writer's answer streams in chunks, so `messages-tuple` carries tokens.
 agents whose inputs are ready started together (`atelier_responder(plans=True)`,
 the time-to-post bench); `short_planning_supervisor` writes that plan in the
 agents' short names (`short_names=True`, the bench's side of today's code).
+`drifting_supervisor(shape)` answers like a model that drifts from the format in one
+of the `DRIFT_SHAPES` (the drifting-supervisor tests, issue 32).
 """
 
 from __future__ import annotations
@@ -65,6 +67,54 @@ def short_planning_supervisor(messages: list[BaseMessage]) -> AIMessage:
     if "plan" in args:
         return tool_call("SupervisorDecision", **{**args, "plan": SHORT_PLAN})
     return reply
+
+
+#: The agent a drifting supervisor keeps naming.
+REPEATED = "brief_compiler_agent"
+_JUNK_PLAN: list[Any] = ["poet", ["x", "y"], "nonsense"]
+
+#: How a drifting supervisor answers every decision: the shape's name → the decision's
+#: fields (`next_agent` the repeated agent unless the shape says otherwise).
+DRIFT_SHAPES: dict[str, dict[str, Any]] = {
+    # the same agent again and again, nothing else
+    "repeating": {},
+    # a plan of names that are no agents
+    "junk_plan": {"plan": _JUNK_PLAN},
+    # parallel agents that are no agents
+    "junk_parallel": {"parallel_agents": ["poet", "painter"]},
+    # junk in every optional field
+    "junk_everywhere": {
+        "guidance": "}}{{ ~~ " * 40,
+        "context_from_previous": "垃圾" * 300,
+        "focus_areas": ["~~"] * 8,
+        "parallel_agents": ["poet", "zz"],
+        "plan": ["??", ["END", "x"], "poet"],
+    },
+    # the same agent with a real one alongside it every time
+    "repeating_with_a_neighbour": {"parallel_agents": ["layout_planner_agent"]},
+    # the 276-call post: a real neighbour, a junk one, a junk plan
+    "mixed": {"parallel_agents": ["layout_planner_agent", "poet"], "plan": ["junk"]},
+    # two agents in turn, neither adding anything after its first turn
+    "alternating": {"alternate": ["brief_compiler_agent", "layout_planner_agent"]},
+    # fields beyond their bounds: no decision parses at all
+    "beyond_bounds": {"plan": ["poet"] * 30, "guidance": "长" * 5000},
+}
+
+
+def drifting_supervisor(shape: str) -> Callable[[list[BaseMessage]], AIMessage]:
+    """Return a supervisor that answers every decision in the drift `shape` (`DRIFT_SHAPES`)."""
+    fields = dict(DRIFT_SHAPES[shape])
+    turns = fields.pop("alternate", None)
+    count = 0
+
+    def respond(_messages: list[BaseMessage]) -> AIMessage:
+        nonlocal count
+        agent = turns[count % len(turns)] if turns else REPEATED
+        count += 1
+        args = {"guidance": "", "focus_areas": [], "next_agent": agent, **fields}
+        return tool_call("SupervisorDecision", **args)
+
+    return respond
 
 
 def _as_messages(req: ChatRequest) -> list[BaseMessage]:
@@ -148,6 +198,8 @@ def atelier_responder(
     writer_chunk_delay: float = 0.0,
     plans: bool = False,
     short_names: bool = False,
+    supervisor: Any = None,
+    judge: Any = None,
 ) -> Callable[[ChatRequest], Reply]:
     """Return a responder for the whole pipeline's normal path.
 
@@ -158,6 +210,8 @@ def atelier_responder(
         plans: The supervisor plans ahead with steps run together (`planning_supervisor`).
         short_names: Its plan names the agents by their short names
             (`short_planning_supervisor`), as today's supervisor prompt asks.
+        supervisor: Another supervisor (e.g. `drifting_supervisor(shape)`).
+        judge: Another judge's answer (default: a passing `judge_reply()`).
     """
 
     def delayed(reply: Reply) -> Reply:
@@ -166,9 +220,14 @@ def atelier_responder(
     team = happy_team(images)
     if plans:
         team["supervisor"] = short_planning_supervisor if short_names else planning_supervisor
+    if supervisor is not None:
+        team["supervisor"] = supervisor
     return team_responder(
         team,
         writer_chunk_chars=4,
-        forced={"PlannerIntent": _bridge(planner_reply()), "JudgeVerdict": _bridge(judge_reply())},
+        forced={
+            "PlannerIntent": _bridge(planner_reply()),
+            "JudgeVerdict": _bridge(judge if judge is not None else judge_reply()),
+        },
         writer_wrap=delayed if writer_delay or writer_chunk_delay else None,
     )

@@ -22,7 +22,7 @@ class TeamRun:
     """One finished team run."""
 
     state: dict[str, Any]  # the last `values` chunk: the whole team state
-    events: list[dict[str, Any]]  # `custom` mode events, in order
+    events: list[dict[str, Any]]  # `custom` mode events of the team and its subgraphs, in order
     ctx: AtelierContext
     tokens: list[tuple[str, str]] = field(default_factory=list)  # (node, token) in messages mode
 
@@ -67,15 +67,20 @@ async def run_team(
     if stream_tokens:
         modes.append("messages")
     run = TeamRun(state={}, events=[], ctx=context)
+    # With subgraphs: the tool loops' events (`asset.created`) come from theirs.
     stream: AsyncIterator[Any] = build_team().astream(
-        payload, context=context, config=cast(RunnableConfig, config), stream_mode=modes
+        payload,
+        context=context,
+        config=cast(RunnableConfig, config),
+        stream_mode=modes,
+        subgraphs=True,
     )
-    async for mode, chunk in stream:
+    async for namespace, mode, chunk in stream:
         if mode == "custom":
             run.events.append(chunk)
-        elif mode == "values":
+        elif mode == "values" and not namespace:
             run.state = chunk
-        else:
+        elif mode == "messages":
             message, meta = chunk
             if message.content:
                 run.tokens.append((meta.get("langgraph_node", ""), str(message.content)))

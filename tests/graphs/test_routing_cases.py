@@ -206,3 +206,90 @@ def test_the_first_cap_records_the_capped_agent() -> None:
     route = resolve_route(state)
     assert (route.target, route.reason) == ("brief_compiler_agent", "cap")
     assert route.caps == "layout_planner_agent" and route.gives_up is None
+
+
+# --- steps that add nothing (issue 32: a drifting supervisor stays cheap) --------------
+
+
+def _entry(step: int, routed: str, digest: str, **extra: Any) -> dict[str, Any]:
+    return {"step": step, "requested": routed, "routed": routed, "digest": digest, **extra}
+
+
+def _refused_plan_step(step: int, name: str, digest: str) -> dict[str, Any]:
+    return {
+        "step": step,
+        "requested": name,
+        "routed": "supervisor",
+        "reason": "invalid_decision",
+        "digest": digest,
+        "planned": True,
+    }
+
+
+def test_stalled_steps_count_steps_in_a_row_that_changed_nothing() -> None:
+    from agentkit.routing import stall_limit, stalled_steps
+
+    empty: dict[str, Any] = {}
+    brief: dict[str, Any] = {"creative_brief": {"topic": "平价护肤"}}
+    before, after = artefact_digest(empty), artefact_digest(brief)
+    # The brief was made (progress), then chosen twice more with nothing new.
+    log = [_entry(1, "brief_compiler_agent", before)]
+    log += [_entry(s, "brief_compiler_agent", after) for s in (2, 3)]
+    state = {**brief, "team_log": log, "team_step": 4}
+    assert stalled_steps(state) == 2
+    # A plan step naming no agent added nothing either; a re-ask is passed over.
+    reask = {**_entry(3, "supervisor", after), "reason": "invalid_decision"}
+    state["team_log"] = [*log, reask, _refused_plan_step(3, "poet", after)]
+    assert stalled_steps(state) == 3 == stall_limit({"max_same_agent_repeats": 2})
+    # The turn being decided is not counted (its agents have not run yet).
+    state["team_log"] = [*log, _entry(4, "brief_compiler_agent", after)]
+    assert stalled_steps(state) == 2
+    # A step that changed an artefact ends the count.
+    assert stalled_steps({**brief, "team_log": log[:1], "team_step": 2}) == 0
+    # An agent's first try that failed is passed over: it was not chosen again.
+    first_try = _entry(4, "layout_planner_agent", after)
+    assert stalled_steps({**state, "team_log": [*log, first_try], "team_step": 5}) == 2
+
+
+def test_three_steps_without_progress_end_the_team_as_capped() -> None:
+    brief: dict[str, Any] = {"creative_brief": {"topic": "平价护肤"}}
+    before, after = artefact_digest({}), artefact_digest(brief)
+    state = {
+        **brief,
+        "supervisor_decision": {"next_agent": "layout_planner_agent"},
+        "team_step": 4,
+        "team_log": [
+            _entry(1, "brief_compiler_agent", before),
+            _refused_plan_step(1, "poet", after),
+            _entry(2, "brief_compiler_agent", after, group=["brief_compiler_agent"]),
+            _refused_plan_step(2, "poet", after),
+        ],
+    }
+    route = resolve_route(state)
+    assert (route.target, route.reason) == ("__end__", "cap")
+    assert "added nothing" in route.detail
+    # A valid decision is followed while the count is below the limit.
+    state["team_log"] = state["team_log"][:3]
+    assert resolve_route(state).target == "layout_planner_agent"
+
+
+def test_an_agent_repeated_in_parallel_steps_is_capped_like_a_decisions_agent() -> None:
+    from agentkit.routing import admit
+
+    layout: dict[str, Any] = {
+        "creative_brief": {"topic": "平价护肤"},
+        "layout_spec": {"blocks": [], "total_images": 1},
+    }
+    digest = artefact_digest(layout)
+    group = ["research_evidence_agent", "layout_planner_agent"]
+    state = {
+        **layout,
+        "team_step": 3,
+        "team_log": [
+            _entry(1, "research_evidence_agent", digest, group=group),
+            _refused_plan_step(1, "poet", digest),  # in between: neither counts nor breaks
+            _entry(2, "research_evidence_agent", digest, group=group),
+        ],
+    }
+    route = admit("layout_planner_agent", state, ("research_evidence_agent",))
+    assert (route.reason, route.caps) == ("cap", "layout_planner_agent")

@@ -37,6 +37,15 @@ from tests.support.fake_models import (
 ROOT = Path(__file__).resolve().parents[2]
 NORMAL_ROUTES = [f"route:{agent}" for agent in AGENTS]
 TOOL_NODES = ("supervisor_tools", "research_evidence_tools", "image_tools")
+#: Where the tool-loop agents' nodes are drawn (`get_graph(xray=True)`): in their subgraphs.
+TOOL_LOOPS = {
+    name: f"{agent}:{name}"
+    for agent, tools in (
+        ("research_evidence_agent", "research_evidence_tools"),
+        ("image_agent", "image_tools"),
+    )
+    for name in (agent, tools)
+}
 
 
 def then_happy(*first: AIMessage) -> Callable[[list[BaseMessage]], Reply]:
@@ -424,11 +433,12 @@ async def test_step_cap_ends_a_stuck_team_without_recursion_error(
 
 
 def test_recursion_limit_formula() -> None:
-    # The entry, the decisions, the agent turns between them, finish_team, and
-    # LangGraph's last tick.
-    assert team_recursion_limit() == 1 + 24 * 5 + 23 * 19 + 1 + 1
+    # The entry, the decisions, the one-superstep agent steps between them, finish_team,
+    # and LangGraph's last tick; a tool loop's rounds are its subgraph's own supersteps.
+    assert team_recursion_limit() == 1 + 24 * 5 + 23 * 1 + 1 + 1
+    # A short team run still leaves the image loop (nine rounds) its supersteps.
     assert team_recursion_limit({"max_team_steps": 5, "max_supervisor_tool_rounds": 0}) == (
-        1 + 5 * 1 + 4 * 19 + 1 + 1
+        1 + 2 * 9 + 1
     )
     assert (build_team().config or {}).get("recursion_limit") == team_recursion_limit()
 
@@ -442,13 +452,17 @@ def test_langgraph_json_loads_the_team_and_every_agent_is_a_node() -> None:
     graph = getattr(importlib.import_module(module_name), variable)
 
     assert graph.name == "team"
-    drawing = graph.get_graph()
+    drawing = graph.get_graph(xray=True)
     mermaid = drawing.draw_mermaid()
+    # The tool-loop agents are subgraphs: their nodes are drawn inside them.
     for node in (*AGENTS, "supervisor", *TOOL_NODES):
-        assert node in drawing.nodes
-        assert f"\t{node}(" in mermaid or f"\t{node}[" in mermaid, node
+        drawn = TOOL_LOOPS.get(node, node)
+        assert drawn in drawing.nodes, drawn
+        escaped = drawn.replace(":", "\\3a")
+        assert f"\t{escaped}(" in mermaid or f"\t{escaped}[" in mermaid, node
     assert "supervisor -.-> writer_agent" in mermaid
-    assert "image_tools --> image_agent" in mermaid
+    assert "image_agent\\3aimage_tools --> image_agent\\3aimage_agent" in mermaid
+    assert "finish_team --> __end__" in mermaid
 
 
 def test_the_team_names_every_agents_node_in_the_agent_tables_order() -> None:

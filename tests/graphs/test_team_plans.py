@@ -9,18 +9,27 @@ stuck and failing cases end as on the one-agent path (`test_team.py`, unchanged)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from agentkit.routing import PLAN_NAMES, plan_steps
-from agentkit.state import MAX_NOTES, shared_list
+from agentkit.state import MAX_NOTES, MergedList
 from core.agents import AGENTS
+from core.settings import Settings
 from graphs.team import build_team
 from nodes.supervisor import SYSTEM
-from tests.app.atelier_llm import NORMAL_PLAN, planning_supervisor, short_planning_supervisor
+from providers.llm import OpenAIModelFactory
+from tests.app.atelier_llm import (
+    NORMAL_PLAN,
+    planning_supervisor,
+    short_planning_supervisor,
+    team_responder,
+)
 from tests.graphs.team_runs import REQUEST, run_team
 from tests.support.fake_models import (
     FakeModels,
@@ -31,6 +40,8 @@ from tests.support.fake_models import (
     happy_team,
     tool_call,
 )
+from tests.support.scripted_openai import ChatRequest, ScriptedOpenAIServer
+from tests.support.scripted_openai import Reply as ScriptedReply
 
 ARTEFACTS = (
     "creative_brief",
@@ -221,13 +232,24 @@ async def test_notes_of_agents_run_together_are_all_kept(tmp_path: Path) -> None
     assert any(n.startswith("layout_planner_agent: ") for n in both[0])
 
 
-def test_the_notes_reducer_applies_changes_and_replaces_with_lists() -> None:
-    assert shared_list(["a: x"], {"add": ["b: y"], "drop": []}) == ["a: x", "b: y"]
-    assert shared_list(["a: x", "b: y"], {"add": [], "drop": ["a: x"]}) == ["b: y"]
-    assert shared_list(["a: x"], ["c: z"]) == ["c: z"]
-    assert shared_list(["a: x"], None) == ["a: x"]
-    many = shared_list([], {"add": [f"n{i}" for i in range(MAX_NOTES + 3)], "drop": []})
-    assert len(many) == MAX_NOTES and many[-1] == f"n{MAX_NOTES + 2}"
+def test_notes_rewritten_together_keep_every_writers_change() -> None:
+    notes = MergedList(list, limit=MAX_NOTES)
+    assert notes.update([["a: x", "b: y"]]) and notes.get() == ["a: x", "b: y"]  # one writer
+    # Two agents of one step rewrite the list they both read: one clears its note,
+    # the other adds one; both changes apply, in either order.
+    for writes in (
+        [["b: y"], ["a: x", "b: y", "c: z"]],
+        [["a: x", "b: y", "c: z"], ["b: y"]],
+    ):
+        step = notes.copy()
+        step.update(writes)
+        assert step.get() == ["b: y", "c: z"], writes
+    assert not notes.update([None]) and notes.get() == ["a: x", "b: y"]
+    many = MergedList(list, limit=MAX_NOTES)
+    many.update([[f"n{i}" for i in range(MAX_NOTES + 3)]])
+    assert len(many.get()) == MAX_NOTES and many.get()[-1] == f"n{MAX_NOTES + 2}"
+    restored = many.from_checkpoint(many.checkpoint())
+    assert restored.get() == many.get() and restored == many
 
 
 async def test_the_supervisor_sees_unchanged_context_once(tmp_path: Path) -> None:
@@ -305,8 +327,8 @@ async def test_a_tool_loop_in_a_parallel_step_runs_within_its_agents_turn(
             tasks.setdefault(chunk["step"], []).append(chunk["payload"]["name"])
 
     # Research searched and wrote its pack, and the cards were drawn, each within the
-    # step it started in: no round waited for a superstep of its own (and so for the
-    # slowest agent of the step).
+    # step it started in: the rounds are its subgraph's supersteps, not the team's, and
+    # only the artefacts came back (no transcript in the team's state).
     names = [name for step in tasks.values() for name in step]
     assert "research_evidence_tools" not in names and "image_tools" not in names
     research = [c.forced_tool for c in models.calls_for("research_evidence_agent")]
@@ -316,17 +338,67 @@ async def test_a_tool_loop_in_a_parallel_step_runs_within_its_agents_turn(
     assert not values.get("image_messages")
 
 
-async def test_a_tool_loop_on_its_own_still_takes_its_tools_node(tmp_path: Path) -> None:
-    models = FakeModels(happy_team(1))
-    names: list[str] = []
-    async for chunk in build_team().astream(
+@pytest.mark.parametrize("plans", [False, True], ids=["one-agent", "planned"])
+async def test_a_tool_loop_runs_in_its_agents_subgraph(tmp_path: Path, plans: bool) -> None:
+    team = happy_team(1)
+    models = FakeModels(
+        {**team, "supervisor": planning_supervisor if plans else team["supervisor"]}
+    )
+    tasks: list[tuple[str, str]] = []
+    async for namespace, chunk in build_team().astream(
         {"request": REQUEST, "image_count": 1},
         context=fake_context(models, tmp_path),
         stream_mode="debug",
+        subgraphs=True,
     ):
         if chunk["type"] == "task":
-            names.append(chunk["payload"]["name"])
-    assert names.count("research_evidence_tools") == 1 and names.count("image_tools") == 1
+            tasks.append(
+                (namespace[0].split(":")[0] if namespace else "", chunk["payload"]["name"])
+            )
+
+    assert [name for where, name in tasks if where == "research_evidence_agent"] == [
+        "research_evidence_agent",
+        "research_evidence_tools",
+        "research_evidence_agent",
+    ]
+    assert [name for where, name in tasks if where == "image_agent"] == [
+        "image_agent",
+        "image_tools",
+        "image_agent",
+    ]
+    team_nodes = {name for where, name in tasks if not where}
+    assert not {"research_evidence_tools", "image_tools"} & team_nodes
+
+
+async def test_no_agent_of_a_step_waits_on_a_neighbours_supersteps(tmp_path: Path) -> None:
+    # Over the real client: the reference analysis answers late, and research runs both of
+    # its rounds (search, then the pack) while it is still out.
+    late = 1.5
+    answer = team_responder({**happy_team(1), "supervisor": planning_supervisor})
+    arrived: dict[str, list[float]] = {}
+
+    def respond(req: ChatRequest) -> ScriptedReply:
+        role = req.forced_tool or ("research" if "EvidencePack" in req.tools else "other")
+        arrived.setdefault(role, []).append(time.monotonic())
+        reply = answer(req)
+        return ScriptedReply.delay(late, reply) if role == "ReferenceAnalysis" else reply
+
+    with ScriptedOpenAIServer(respond) as server:
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            llm_base_url=server.base_url,
+            llm_api_key="test-key",  # type: ignore[arg-type]
+            llm_max_retries=0,
+            llm_timeout=20,
+        )
+        ctx = fake_context(OpenAIModelFactory(settings), tmp_path)
+        run = await run_team(None, tmp_path, ctx=ctx, image_count=1)
+
+    assert run.state["evidence_pack"]["summary"] and run.state["reference_analyses"]
+    (reference,) = arrived["ReferenceAnalysis"]
+    (search,) = arrived["search_knowledge"]
+    (pack,) = arrived["research"]
+    assert reference - late / 2 < search < pack < reference + late - 0.3
 
 
 async def test_a_plan_in_short_names_runs_as_in_full_names(tmp_path: Path) -> None:
@@ -352,3 +424,35 @@ def test_short_names_map_to_the_agents_in_the_rosters_order() -> None:
         ["research_evidence_agent", "poet"],
         ["END"],
     ]
+
+
+async def test_steps_that_add_nothing_end_the_team_as_capped(tmp_path: Path) -> None:
+    stuck = planned(next_agent="brief_compiler_agent", plan=["poet", ["x"], "nonsense"])
+    models = FakeModels({**happy_team(1), "supervisor": stuck})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    # The brief, a plan step of no agent, the brief again with nothing new, another
+    # such plan step: three steps in a row added nothing, and the team stops there,
+    # without asking the model a third time.
+    assert models.count("supervisor") == 2 and models.count("brief_compiler_agent") == 2
+    assert run.fallbacks[-1] == ("poet", "__end__", "cap")
+    assert run.state["stalled"] and "3 steps" in run.state["stalled"]
+    assert run.state["team_log"][-1]["routed"] == "__end__"
+    assert run.state["creative_brief"] and not run.state.get("generated_content")
+
+
+async def test_junk_in_the_plan_does_not_stop_a_supervisor_that_makes_progress(
+    tmp_path: Path,
+) -> None:
+    def junk_plan(messages: list[BaseMessage]) -> AIMessage:
+        args = dict(happy_supervisor(messages).tool_calls[0]["args"])
+        return planned(**{**args, "plan": ["poet"], "parallel_agents": ["painter"]})
+
+    models = FakeModels({**happy_team(1), "supervisor": junk_plan})
+    run = await run_team(models, tmp_path, image_count=1)
+
+    # Every junk plan step is refused and the model asked again, but each step before it
+    # made something: the post is finished and the team was never stopped.
+    assert not run.state.get("stalled")
+    assert run.state["review_feedback"]["approved"] is True
+    assert len(run.state["images"]) == 1

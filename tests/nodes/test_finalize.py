@@ -7,7 +7,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.finalize import build_result, finalize, post_blocks, published_artefacts
+from nodes.finalize import (
+    STALLED_MESSAGE,
+    build_result,
+    finalize,
+    post_blocks,
+    published_artefacts,
+)
 from tests.support.fake_models import FakeModels, fake_context
 
 POST = {
@@ -134,6 +140,30 @@ def test_a_team_failure_after_an_attempt_still_shows_the_best_post() -> None:
     assert result["outcome"] == "failed"
     assert result["post"]["title"] == "学生党平价护肤1"
     assert "PostCard" in components(result)
+
+
+def test_a_stalled_team_says_why_it_stopped_with_or_without_a_post() -> None:
+    stalled = "3 steps in a row added nothing; the team stops here"
+    # No draft at all: failed, and the message says the team stopped, not a bare error.
+    judged = {**attempt(1, 0.0), "post": None, "judge": "skipped", "score": None}
+    state = {
+        "intent": {"action": "create_post"},
+        "attempts": [judged],
+        "verdict": {"passed": False, "verdict": "failed", "source": "team"},
+        "stalled": stalled,
+    }
+    result = build_result(state, 0.7)
+    assert result["outcome"] == "failed" and result["message"].startswith(STALLED_MESSAGE)
+    assert result["post"] == {"title": "", "blocks": [], "tags": []}
+    # A draft the judge did not pass: exhausted with that draft, never passed.
+    state = {**state, "attempts": [attempt(1, 0.5)], "verdict": {"passed": False}}
+    result = build_result(state, 0.7)
+    assert result["outcome"] == "exhausted" and result["quality"]["exhausted"] is True
+    assert result["message"].startswith(STALLED_MESSAGE) and "0.50" in result["message"]
+    # A person's edit after it is judged on its own: the stall is not its story.
+    edit = {**attempt(2, 0.5, source="edit")}
+    state = {**state, "attempts": [attempt(1, 0.5), edit], "verdict": {"source": "edit"}}
+    assert STALLED_MESSAGE not in build_result(state, 0.7)["message"]
 
 
 async def test_the_node_writes_result_and_stage_events(tmp_path: Path) -> None:
