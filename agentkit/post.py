@@ -13,6 +13,7 @@ studio module, so every studio module may use it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,3 +108,27 @@ def card_to_redraw(value: Any, images: Sequence[Mapping[str, Any]]) -> CardRedra
     if request.slot not in slots:
         raise ValueError(f"slot {request.slot} is not a card of this post; its cards: {slots}")
     return request
+
+
+# A post body's display blocks (`post_blocks`): how finalize shows it and how the
+# platform checks find its headings.
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
+_BOLD_LINE = re.compile(r"^\s*\*\*(.+)\*\*\s*$")
+
+
+def post_blocks(body: str) -> list[dict[str, str]]:
+    """Split a post body into display blocks: headings, list items and text paragraphs."""
+    blocks: list[dict[str, str]] = []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if _HEADING.match(line) or _BOLD_LINE.match(line):
+            text = line.lstrip("#").strip().strip("【】*").strip()
+            blocks.append({"type": "heading", "text": text})
+        elif _LIST_ITEM.match(line):
+            blocks.append({"type": "list_item", "text": _LIST_ITEM.sub("", line, count=1)})
+        else:
+            blocks.append({"type": "text", "text": line})
+    return blocks

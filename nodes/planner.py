@@ -57,6 +57,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from agentkit.checks import Constraints, count_chars
 from agentkit.common import UnitScore, structured_call
 from agentkit.context import AtelierContext, context_of
+from agentkit.platforms import PLATFORMS, canonical_platform, hard_limits
 from agentkit.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from agentkit.state import PipelineState
 from core.events import stage_events
@@ -319,10 +320,9 @@ class PlannerIntent(BaseModel):
     )
 
 
-#: Hard limits of each platform, applied unless the planner or the user says otherwise.
-PLATFORM_CONSTRAINTS: dict[str, dict[str, Any]] = {
-    "xiaohongshu": {"title_max": 20, "body_max": 1000},  # the app's own input limits
-}
+#: Hard limits of each platform, applied unless the planner or the user says otherwise
+#: (from the platform table, `agentkit.platforms`; the critic also checks the table itself).
+PLATFORM_CONSTRAINTS: dict[str, dict[str, Any]] = {key: hard_limits(key) for key in PLATFORMS}
 
 _RANGES = ("title", "body", "tag", "image")
 
@@ -476,7 +476,11 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
 
         # The intent's platform, which every later stage reads (`agentkit.post.post_platform`):
         # the input's wins over the model's guess.
-        platform = str(state.get("platform") or intent.platform or DEFAULT_PLATFORM)
+        platform = (
+            canonical_platform(state.get("platform"))
+            or canonical_platform(intent.platform)  # a model's guess: "小红书", "Twitter", junk
+            or DEFAULT_PLATFORM
+        )
         try:
             constraints = merge_constraints(
                 intent.constraints.model_dump(),

@@ -1,6 +1,8 @@
 """The writer: writes the post in plain Markdown, the one agent whose tokens stream to users.
 
-A run written for a brand (`state["brand"]`, a preset) has the brand's name, voice
+Its system prompt carries its platform's rules and the advertising-law words, from
+data (`system_text`), so it is told what the critic's code checks. A run written
+for a brand (`state["brand"]`, a preset) has the brand's name, voice
 and terms in the writer's system prompt (`brand_rules`).
 
 A tool call would hide the text until it is complete, so the writer answers in
@@ -22,7 +24,9 @@ from pydantic import BaseModel, Field
 from agentkit.chat import draft_text
 from agentkit.checks import normalize_tags
 from agentkit.common import agent_error, build_messages, clear_agent_error, parse_constraints
+from agentkit.compliance import writer_rules as compliance_rules
 from agentkit.context import AtelierContext, context_of
+from agentkit.platforms import platform_rules, writer_rules
 from agentkit.post import DEFAULT_PLATFORM
 from agentkit.state import TeamState
 from prompts import writer as prompt
@@ -43,13 +47,6 @@ SECTIONS = (
 )
 #: A brand preset's term lists, which the writer is told too.
 _TERMS = ("must_include", "must_avoid")
-#: Platforms whose names the prompt shows in Chinese.
-PLATFORM_NAMES = {
-    "xiaohongshu": "小红书",
-    "weibo": "微博",
-    "douyin": "抖音",
-    "wechat": "微信公众号",
-}
 
 _FENCE = re.compile(r"^\s*```[\w-]*\s*$")
 _TITLE = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$")
@@ -168,29 +165,42 @@ def brand_rules(brand: Mapping[str, Any] | None) -> str:
     return text
 
 
-def _platform(state: TeamState) -> str:
-    platform = state.get("platform") or DEFAULT_PLATFORM
-    return PLATFORM_NAMES.get(platform, platform)
+def system_text(state: Mapping[str, Any]) -> str:
+    """Return the writer's system prompt: its role, its platform's rules, the forbidden words.
+
+    The platform's rules and the advertising-law words come from data
+    (`agentkit.platforms`, `agentkit.compliance`): the writer is told what the
+    critic's code checks. A run for a brand adds the brand's lines (`brand_rules`).
+    """
+    platform = str(state.get("platform") or DEFAULT_PLATFORM)
+    rules = platform_rules(platform)
+    parts = [
+        prompt.SYSTEM.format(platform=rules.name if rules else platform),
+        writer_rules(platform),
+        compliance_rules(platform),
+    ]
+    return "\n\n".join(part for part in parts if part) + brand_rules(state.get("brand"))
 
 
 async def writer_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
     """Write `generated_content` {title, body, tags}; streams its tokens.
 
     Tags the model left out are taken from the brief's keywords, and tags over
-    the constraints' `tag_max` are dropped (the last ones): counting is code's
-    job, not the model's.
+    the constraints' or the platform's `tag_max` are dropped (the last ones):
+    counting is code's job, not the model's.
     """
     ctx = context_of(runtime)
     revising = bool(state.get("generated_content") or state.get("retry_context"))
     task = prompt.REVISE_TASK if revising else prompt.TASK
-    system = prompt.SYSTEM.format(platform=_platform(state)) + brand_rules(state.get("brand"))
-    messages = build_messages(system, state, SECTIONS, AGENT, task=task)
+    messages = build_messages(system_text(state), state, SECTIONS, AGENT, task=task)
     reply = await ctx.models(AGENT).ainvoke(messages)
     post = parse_post(str(reply.text))
     if not post.body:
         return agent_error(state, AGENT, "the reply had no body")
     tags = post.tags or normalize_tags((state.get("creative_brief") or {}).get("keywords"))
-    tag_max = parse_constraints(state.get("constraints")).tag_max
+    rules = platform_rules(state.get("platform") or DEFAULT_PLATFORM)
+    caps = [parse_constraints(state.get("constraints")).tag_max, rules and rules.tags_max]
+    tag_max = min((cap for cap in caps if cap is not None), default=None)
     if tag_max is not None:
         tags = tags[:tag_max]
     content = {"title": post.title, "body": post.body, "tags": tags}
