@@ -60,7 +60,10 @@ class WordRule(BaseModel):
     @classmethod
     def _compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in value:
-            regex.compile(pattern)  # a broken pattern fails at load, not in a run
+            try:
+                regex.compile(pattern)  # a broken pattern fails at load, not in a run
+            except regex.error as exc:
+                raise ValueError(f"pattern {pattern!r}: {exc}") from None
         return value
 
     @property

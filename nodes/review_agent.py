@@ -88,7 +88,8 @@ def constraint_failures(state: TeamState) -> list[CheckResult]:
 
 
 def _failure_text(result: CheckResult) -> str:
-    return f"{result.name}: 实测 {result.measured}，要求 {result.expected}".strip()
+    text = f"{result.name}: 实测 {result.measured}，要求 {result.expected}"
+    return f"{text}（{result.detail}）" if result.detail else text
 
 
 async def review_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:
