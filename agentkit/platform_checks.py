@@ -360,9 +360,7 @@ def check_platform(
     if rules.headings_min:
         headings = sum(1 for block in post_blocks(body) if block["type"] == "heading")
         results.append(
-            _bounds(
-                "platform_headings", rules, "", headings, rules.headings_min, None, "headings"
-            )
+            _bounds("platform_headings", rules, "", headings, rules.headings_min, None, "headings")
         )
     if rules.shots_min:
         problems = _shot_problems(script_shots(body), rules)
@@ -389,4 +387,3 @@ def check_platform(
             )
         )
     return results
-

@@ -117,9 +117,7 @@ def load_platforms(path: Path = DATA_FILE) -> dict[str, PlatformRules]:
     table = data.get("platforms")
     if not isinstance(table, dict) or not table:
         raise ValueError(f"{path.name}: no [platforms.<id>] tables")
-    return {
-        key: PlatformRules.model_validate({**value, "id": key}) for key, value in table.items()
-    }
+    return {key: PlatformRules.model_validate({**value, "id": key}) for key, value in table.items()}
 
 
 @cache
@@ -170,7 +168,10 @@ def canonical_platform(name: Any) -> str | None:
     if key in PLATFORMS:
         return key
     for platform, rules in PLATFORMS.items():
-        if key in ("".join(rules.name.split()).casefold(), "".join(rules.name_en.split()).casefold()):
+        if key in (
+            "".join(rules.name.split()).casefold(),
+            "".join(rules.name_en.split()).casefold(),
+        ):
             return platform
     return _ALIASES.get(key)
 
@@ -249,9 +250,7 @@ def writer_rules(platform: str | None) -> str:
     if rules.shots_min:
         lines.append(prompt.SHOTS.format(n=rules.shots_min, onscreen=rules.onscreen_max or "—"))
     if rules.thread_post_max is not None:
-        lines.append(
-            prompt.THREAD.format(n=rules.thread_post_max, posts=rules.thread_posts_max)
-        )
+        lines.append(prompt.THREAD.format(n=rules.thread_post_max, posts=rules.thread_posts_max))
     lines.append(prompt.COUNTING[rules.counting])
     header = prompt.PLATFORM_HEADER.format(name=rules.name)
     return "\n".join([header, *(f"- {line}" for line in lines)])

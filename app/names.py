@@ -39,6 +39,7 @@ AGENTS: dict[str, Names] = {
     "planner": Names("规划", "Planner"),
     "supervisor": Names("调度", "Supervisor"),
     "critic": Names("评审", "Critic"),
+    "campaign_planner": Names("活动策划", "Campaign planner"),
     "judge": Names("评审模型", "Judge model"),
     "embedding": Names("向量检索", "Embeddings"),
     "FINISH": Names("完成", "Finish"),

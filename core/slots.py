@@ -343,9 +343,7 @@ def _with_offset(
             continue
         if moved.astimezone(window.zone).minute == 0:
             continue  # the point of the offset: not on the hour
-        if _allowed(window, moved, within_window=within_window) and calendar.free(
-            moved, platforms
-        ):
+        if _allowed(window, moved, within_window=within_window) and calendar.free(moved, platforms):
             return moved
     return base
 
@@ -415,7 +413,9 @@ def _occupied(occupied: Iterable[Any], zone: ZoneInfo) -> list[Occupied]:
             continue
         if not isinstance(slot, Mapping) or not isinstance(slot.get("platform"), str):
             raise WindowError(f"occupied[{index}]", "must be {at, platform}")
-        found.append(Occupied(_instant(slot.get("at"), f"occupied[{index}].at", zone), slot["platform"]))
+        found.append(
+            Occupied(_instant(slot.get("at"), f"occupied[{index}].at", zone), slot["platform"])
+        )
     return found
 
 

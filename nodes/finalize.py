@@ -65,7 +65,6 @@ all roles (its cost null unless every role's is known): the post's cost.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,7 +78,6 @@ from agentkit.post import best_attempt, post_blocks, post_platform
 from agentkit.state import Outcome, PipelineState
 from core.events import stage_events
 from providers.usage import usage_totals
-
 
 ACTIONS: dict[str, list[dict[str, str]]] = {
     "completed": [

@@ -47,15 +47,21 @@ def test_the_table_has_the_seven_platforms_with_their_researched_limits() -> Non
     assert PLATFORMS["x"].thread_post_max == 280 and PLATFORMS["x"].counting == "x_weighted"
     assert PLATFORMS["linkedin"].text_max == 3000
     assert all(rules.sources for rules in PLATFORMS.values())
-    assert TAGGED_PLATFORMS == {"xiaohongshu", "weibo", "douyin"}
+    assert {"xiaohongshu", "weibo", "douyin"} == TAGGED_PLATFORMS
 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("[platforms.a]\nname = 'A'\nname_en = 'A'\n", "sources"),
-        ("[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\nbody_min=9\nbody_max=3\n", "body_min"),
-        ("[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\ntitle='none'\ntitle_max=3\n", "title"),
+        (
+            "[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\nbody_min=9\nbody_max=3\n",
+            "body_min",
+        ),
+        (
+            "[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\ntitle='none'\ntitle_max=3\n",
+            "title",
+        ),
         ("[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\ncolour='red'\n", "colour"),
         ("[platforms.a]\nname='A'\nname_en='A'\nsources=['s']\ntag_format='#'\n", "{tag}"),
         ("title = 'no table'\n", "no [platforms"),
@@ -175,11 +181,17 @@ def test_a_weibo_post_over_2000_characters_fails_naming_the_rule() -> None:
 
 
 def test_a_xiaohongshu_note_checks_title_body_tags_and_images() -> None:
-    post = {"title": "学生党必看的平价护肤成分全解析攻略大全", "body": "字" * 1001, "tags": TAGS * 6}
+    post = {
+        "title": "学生党必看的平价护肤成分全解析攻略大全",
+        "body": "字" * 1001,
+        "tags": TAGS * 6,
+    }
     rows = by_name(check_platform(post, "xiaohongshu", image_count=0))
     assert rows["platform_title"].passed
     assert rows["platform_title_length"].passed and rows["platform_title_length"].measured == 19
-    assert rows["platform_body_length"].detail == "xiaohongshu: body 1,001 characters, at most 1,000"
+    assert (
+        rows["platform_body_length"].detail == "xiaohongshu: body 1,001 characters, at most 1,000"
+    )
     assert rows["platform_tag_count"].passed  # 2 distinct tags
     assert rows["platform_image_count"].detail == "xiaohongshu: 0 images, at least 1"
     many = {**post, "tags": [f"t{i}" for i in range(11)]}
@@ -209,7 +221,9 @@ def test_a_wechat_article_needs_headings_length_and_a_cover() -> None:
     assert rows["platform_headings"].detail == "wechat: 0 headings, at least 2"
     assert rows["platform_image_count"].detail == "wechat: 0 images, at least 1"
     short = by_name(check_platform({"title": "t", "body": "## a\n## b\n短"}, "wechat"))
-    assert short["platform_body_length"].detail.startswith("wechat: body 7 characters, at least 800")
+    assert short["platform_body_length"].detail.startswith(
+        "wechat: body 7 characters, at least 800"
+    )
 
 
 SCRIPT = """## 镜头1（0-3秒）
@@ -251,7 +265,11 @@ def test_a_douyin_script_has_shots_with_spoken_lines_and_short_onscreen_text() -
 
 
 def test_an_x_thread_is_checked_post_by_post() -> None:
-    post = {"title": "Three skincare steps", "body": "a" * 200 + "\n---\n" + "字" * 150, "tags": ["skin"]}
+    post = {
+        "title": "Three skincare steps",
+        "body": "a" * 200 + "\n---\n" + "字" * 150,
+        "tags": ["skin"],
+    }
     posts = thread_posts(post, PLATFORMS["x"])
     assert posts[0].startswith("Three skincare steps\n\n") and posts[1].endswith("#skin")
     row = by_name(check_platform(post, "x"))["platform_thread"]
@@ -261,9 +279,10 @@ def test_an_x_thread_is_checked_post_by_post() -> None:
     fine = {**post, "body": "a" * 200 + "\n---\n" + "字" * 100}
     assert by_name(check_platform(fine, "x"))["platform_thread"].passed
     long_thread = {"title": "", "body": "\n---\n".join(["post"] * 26)}
-    assert "26 posts in the thread, at most 25" in by_name(check_platform(long_thread, "x"))[
-        "platform_thread"
-    ].detail
+    assert (
+        "26 posts in the thread, at most 25"
+        in by_name(check_platform(long_thread, "x"))["platform_thread"].detail
+    )
 
 
 def test_linkedin_counts_spaces() -> None:

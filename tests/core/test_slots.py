@@ -6,6 +6,7 @@ project has no hypothesis; a fixed seed list keeps every run the same).
 
 from __future__ import annotations
 
+import itertools
 import random
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
@@ -56,7 +57,7 @@ def test_six_posts_on_two_platforms_over_three_days_with_a_four_hour_gap() -> No
     assert slots == sorted(slots)
     assert gaps_hold(slots, items, timedelta(hours=4))
     # Spread evenly: one post every 12 hours, give or take the offset.
-    spacing = [(b - a).total_seconds() / 3600 for a, b in zip(slots, slots[1:], strict=False)]
+    spacing = [(b - a).total_seconds() / 3600 for a, b in itertools.pairwise(slots)]
     assert all(11.5 <= hours <= 12.5 for hours in spacing), spacing
     # A small offset: never on the hour, never more than MAX_OFFSET_MINUTES off the grid.
     assert all(s.minute != 0 for s in slots)
@@ -205,8 +206,7 @@ def allowed(window: dict[str, Any], slot: datetime) -> bool:
     if any(low <= clock <= high for low, high in parsed.ranges):
         return True
     return any(
-        abs(datetime.combine(local.date(), point, tzinfo=parsed.zone) - slot)
-        <= parsed.max_offset
+        abs(datetime.combine(local.date(), point, tzinfo=parsed.zone) - slot) <= parsed.max_offset
         for point in parsed.points
     )
 
