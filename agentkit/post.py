@@ -32,11 +32,12 @@ BRIEF_WRITTEN_FIELDS: tuple[str, ...] = ("topic", "audience", "goal", "constrain
 
 
 def effective_request(state: Mapping[str, Any]) -> str:
-    """Return the request with any details the user added when asked, and the post to revise.
+    """Return the request with any details the user added, and the post to revise or adapt.
 
     `previous_post` ({title, body, tags}) is the post a chat message after it asks
     to change (`agentkit.run_start.chat_start`); the planner clears it when the
-    message is a new request instead.
+    message is a new request instead. `adapt_from` is a post written for another
+    platform that this run adapts (`agentkit.adaptation`).
     """
     request = str(state.get("request") or "").strip()
     clarification = state.get("clarification") or {}
@@ -48,6 +49,14 @@ def effective_request(state: Mapping[str, Any]) -> str:
         text += (
             f"\n\n要修改的上一篇帖子：\n标题：{previous.get('title') or ''}\n"
             f"正文：\n{previous.get('body') or ''}\n标签：{tags}"
+        )
+    source = state.get("adapt_from") or {}
+    if source.get("body"):
+        tags = " ".join(f"#{t}" for t in source.get("tags") or [])
+        text += (
+            f"\n\n要改编的原帖（原平台：{source.get('platform') or ''}；改编为："
+            f"{post_platform(state)}）：\n标题：{source.get('title') or ''}\n"
+            f"正文：\n{source['body']}\n标签：{tags}"
         )
     return text
 

@@ -36,6 +36,7 @@ from pydantic import (
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
+from agentkit.adaptation import AdaptFrom
 from agentkit.brand import BrandPreset
 from agentkit.chat import chat_request, malformed
 from agentkit.checks import Constraints
@@ -320,6 +321,17 @@ class PipelineInput(TypedDict, total=False):
         Field(
             default=None,
             description="The brand preset (an assistant's context) the run writes for.",
+        ),
+    ]
+    # A finished post to adapt for `platform` (`agentkit.adaptation`): planner (no question,
+    # the post is in the request), the pipeline routes rag → the writer's adapter, not the team.
+    adapt_from: Annotated[
+        AdaptFrom | None,
+        Field(
+            default=None,
+            description="A post written for another platform to adapt for `platform`: "
+            "{platform, title, body, tags, images} (images: asset ids, reused where the "
+            "target platform takes images).",
         ),
     ]
     # The conversation (PRODUCT.md §7): the client's messages are added with their ids;

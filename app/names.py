@@ -28,6 +28,7 @@ STAGES: dict[str, Names] = {
     "planner": Names("规划", "Plan"),
     "rag": Names("知识检索", "Knowledge"),
     "executor": Names("团队创作", "Team"),
+    "adapter": Names("改编", "Adapt"),
     "critic": Names("评审", "Review"),
     "finalize": Names("定稿", "Finalize"),
     "redraw_card": Names("重画配图", "Redraw card"),

@@ -191,7 +191,8 @@ def should_ask(state: Mapping[str, Any], clarity: Mapping[str, Any]) -> bool:
     """Tell whether to pause for a clarification question.
 
     Only when clarity is below `CLARITY_THRESHOLD`, the request has no
-    "just do it" phrase, `auto_confirm` is false and no question was asked yet.
+    "just do it" phrase, `auto_confirm` is false, no question was asked yet and
+    the run neither revises a post (`previous_post`) nor adapts one (`adapt_from`).
     """
     return (
         float(clarity["score"]) < CLARITY_THRESHOLD
@@ -199,6 +200,7 @@ def should_ask(state: Mapping[str, Any], clarity: Mapping[str, Any]) -> bool:
         and not state.get("auto_confirm")
         and state.get("clarification") is None
         and not state.get("previous_post")
+        and not state.get("adapt_from")  # adapting a finished post: nothing to ask
     )
 
 

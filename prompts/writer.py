@@ -34,3 +34,12 @@ BRAND = """
 #: A preset's term lists, added to BRAND.
 MUST_INCLUDE = "\n- 必须使用的词：{terms}"
 MUST_AVOID = "\n- 绝对不能出现的词：{terms}"
+
+#: Added to SYSTEM when the writer adapts a finished post for another platform.
+ADAPT_ROLE = """
+
+这一次你的工作是改编：把“要改编的原帖”改写成适合目标平台的帖子。保留原帖的事实、观点和
+品牌信息，不编造新的事实；按目标平台的体裁、版式和长度规则重写标题、正文和标签，不要照抄
+原帖的格式。"""
+ADAPT_TASK = "请把原帖改编成目标平台的完整帖子（# 标题、正文、最后一行 #标签）。"
+ADAPT_REVISE_TASK = "请根据上一次评审的意见重新改编原帖，输出改编后的完整帖子（同样的格式）。"
