@@ -1,6 +1,6 @@
 """The campaign planner's state and the rule that keeps a calendar's topics distinct.
 
-The campaign planner (`graphs.campaign_planner`, docs/campaigns.md) turns one brief
+The campaign planner (`graphs.campaign_planner`, docs/platforms.md) turns one brief
 into as many distinct topics as a campaign has posts. Its input is
 `CampaignPlanInput` (the strict model `CampaignPlanRequest` validates a run's
 input with); its working state `CampaignPlanState` says who writes each field.
@@ -106,7 +106,7 @@ CampaignPlanRequest = model_of(
     CampaignPlanInput,
     name="CampaignPlanRequest",
     base=_PlanInputRules,
-    doc="The input of a campaign planner run (docs/campaigns.md).",
+    doc="The input of a campaign planner run (docs/platforms.md).",
 )
 
 

@@ -1,4 +1,4 @@
-"""Publishing slots: when each post of a calendar goes out (docs/campaigns.md).
+"""Publishing slots: when each post of a calendar goes out (docs/platforms.md).
 
 A pure module — no product types, no I/O, no clock — so the engine's scheduler,
 the campaign service and tests call it alike:

@@ -1,4 +1,4 @@
-"""The campaign planner graph: a brief → as many distinct topics as posts (docs/campaigns.md).
+"""The campaign planner graph: a brief → as many distinct topics as posts (docs/platforms.md).
 
 ```
 START → campaign_planner ─┬─ topics missing, rounds left → campaign_planner

@@ -1,4 +1,4 @@
-"""The campaign planner: one round of asking for the calendar's missing topics (docs/campaigns.md).
+"""The campaign planner: one round of asking for the calendar's missing topics (docs/platforms.md).
 
 Each run of the node makes one LLM call (`CampaignTopics`, forced tool call) for
 the topics still missing, then screens the answer by code, item by item:
@@ -187,7 +187,7 @@ def screen(
                 topic=topic,
                 angle=angle,
                 key_points=[p.strip() for p in item.key_points if p.strip()][:4],
-                first_platform=first if first in platforms else platforms[0],
+                first_platform=first if first is not None and first in platforms else platforms[0],
             )
         )
         seen.append(f"{topic} {angle}")

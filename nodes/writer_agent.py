@@ -177,6 +177,14 @@ def brand_rules(brand: Mapping[str, Any] | None) -> str:
     return text
 
 
+def tag_cap(constraints: Mapping[str, Any] | None, platform: str) -> int | None:
+    """Return the most tags a post may keep: the lower of the constraints' and the platform's."""
+    rules = platform_rules(platform)
+    caps = [parse_constraints(constraints).tag_max, rules.tags_max if rules else None]
+    found = [cap for cap in caps if cap is not None]
+    return min(found) if found else None
+
+
 def system_text(state: Mapping[str, Any]) -> str:
     """Return the writer's system prompt: its role, its platform's rules, the forbidden words.
 
@@ -210,9 +218,7 @@ async def writer_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> di
     if not post.body:
         return agent_error(state, AGENT, "the reply had no body")
     tags = post.tags or normalize_tags((state.get("creative_brief") or {}).get("keywords"))
-    rules = platform_rules(state.get("platform") or DEFAULT_PLATFORM)
-    caps = [parse_constraints(state.get("constraints")).tag_max, rules and rules.tags_max]
-    tag_max = min((cap for cap in caps if cap is not None), default=None)
+    tag_max = tag_cap(state.get("constraints"), state.get("platform") or DEFAULT_PLATFORM)
     if tag_max is not None:
         tags = tags[:tag_max]
     content = {"title": post.title, "body": post.body, "tags": tags}
@@ -301,9 +307,9 @@ async def adapt_post(
             message = MODEL_CRASHED_MESSAGE.format(reason=crash) if crash else ADAPT_FAILED_MESSAGE
             return {**_cleared_team_output(), "failure": {"stage": "adapter", "message": message}}
         post = parse_post(str(reply.text))
-        caps = [parse_constraints(view["constraints"]).tag_max, rules and rules.tags_max]
-        tag_max = min((cap for cap in caps if cap is not None), default=None)
-        tags = post.tags or list((state.get("adapt_from") or {}).get("tags") or [])
+        source: Mapping[str, Any] = state.get("adapt_from") or {}
+        tags = post.tags or normalize_tags(source.get("tags"))
+        tag_max = tag_cap(view["constraints"], platform)
         content = {"title": post.title, "body": post.body, "tags": tags[:tag_max]}
         ids = reused_images(state.get("adapt_from"), rules)
         images = [

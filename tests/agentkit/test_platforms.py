@@ -309,3 +309,36 @@ def test_junk_fields_are_checked_not_raised(content: dict[str, Any]) -> None:
     for platform in PLATFORM_IDS:
         assert all(isinstance(r, CheckResult) for r in check_platform(content, platform))
     assert platform_rules("小红书") is PLATFORMS["xiaohongshu"]
+
+
+# --- the docs page stays true ---------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "platforms.md"
+
+
+def test_the_docs_table_has_a_row_per_platform_with_its_limits() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for platform, rules in PLATFORMS.items():
+        (row,) = [line for line in text.splitlines() if line.startswith(f"| `{platform}` |")]
+        assert rules.name in row
+        for limit in (rules.title_max, rules.body_max, rules.text_max, rules.thread_post_max):
+            if limit is not None:
+                assert f"{limit:,}" in row, (platform, limit)
+
+
+def test_the_docs_snippets_print_what_their_comments_say(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import re
+
+    text = DOCS.read_text(encoding="utf-8")
+    namespace: dict[str, Any] = {}
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL):
+        exec(compile(block, str(DOCS), "exec"), namespace)
+        printed = capsys.readouterr().out.splitlines()
+        expected = [m.group(1) for m in re.finditer(r"print\(.*\)  # (.+)$", block, re.M)]
+        for line, comment in zip(printed, expected, strict=True):
+            exact = comment.split(":")[0] if comment[:1].isdigit() else comment
+            if exact.startswith(("one post", "True")):
+                continue  # prose, not a value
+            assert line == exact, (line, comment)
