@@ -260,14 +260,21 @@ def _grid(low: time, high: time) -> Iterable[time]:
 def _candidates(window: Window, start: datetime, end: datetime) -> list[datetime]:
     """Return the allowed grid instants in [start, end], in order (UTC)."""
     zone = window.zone
+    times = [*(t for low, high in window.ranges for t in _grid(low, high)), *window.points]
     found: set[datetime] = set()
     day = start.astimezone(zone).date()
     last = end.astimezone(zone).date()
     while day <= last:
         if day.isoweekday() in window.days:
-            times = [t for low, high in window.ranges for t in _grid(low, high)]
-            for at in [*times, *window.points]:
-                instant = _local(day, at, zone)
+            offset = datetime.combine(day, time(0), tzinfo=zone).utcoffset()
+            steady = offset == datetime.combine(day, time(23, 59), tzinfo=zone).utcoffset()
+            for at in times:
+                if steady and offset is not None:  # no clock change today: plain arithmetic
+                    instant: datetime | None = (datetime.combine(day, at) - offset).replace(
+                        tzinfo=UTC
+                    )
+                else:
+                    instant = _local(day, at, zone)
                 if instant is not None and start <= instant <= end:
                     found.add(instant.astimezone(UTC))
         day += timedelta(days=1)
