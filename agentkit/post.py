@@ -1,11 +1,12 @@
 """What several agents read of the post being made: its request, platform, brief and attempts.
 
 Each rule lives here once, so a change to one agent does not ripple through the
-others: the request with the user's clarification (`effective_request`), the
-post's platform (`post_platform`), the brief's fields a model writes
-(`BRIEF_WRITTEN_FIELDS`), the best judged attempt (`best_attempt`), the card a
-client asks to redraw (`card_to_redraw`) and the message of a crashed embedded
-model (`MODEL_CRASHED_MESSAGE`).
+others: the request with the user's clarification and the post to revise or adapt
+(`effective_request`), the post's platform (`post_platform`), the brief's fields a
+model writes (`BRIEF_WRITTEN_FIELDS`), the best judged attempt (`best_attempt`), the
+card a client asks to redraw (`card_to_redraw`), a body's display blocks
+(`post_blocks`: finalize shows them, the platform checks read their headings) and
+the message of a crashed embedded model (`MODEL_CRASHED_MESSAGE`).
 
 Pure functions and values: this module imports no node, no wiring and no other
 studio module, so every studio module may use it.
