@@ -8,5 +8,5 @@ the advertising-law words (`compliance`), adapting a post (`adaptation`), the
 campaign planner's state (`campaign_plan`), the helpers agents call models and
 tools with (`common`, `tools`) and the post helpers several agents read (`post`).
 It imports no node and no wiring module (`graphs`); nodes import it, never each
-other. Its data files are in `agentkit/data/`.
+other. Its data files are in `agentkit/rules/`.
 """

@@ -3,7 +3,7 @@
 China's Advertising Law forbids absolute claims (最, 第一, 国家级, 顶级 …), false
 guarantees (100%), medical claims outside medical ads and guaranteed returns; some
 platforms forbid more on their own (小红书: leading users off the platform; 公众号:
-induced sharing). The word lists are data, `agentkit/data/ad_law.toml`, with the
+induced sharing). The word lists are data, `agentkit/rules/ad_law.toml`, with the
 articles they apply and how they are matched (its header); this module loads them
 once and
 
@@ -37,7 +37,7 @@ from knowledge.segment import cut
 from prompts import platforms as prompt
 
 #: Where the word lists are.
-DATA_FILE = Path(__file__).resolve().parent / "data" / "ad_law.toml"
+DATA_FILE = Path(__file__).resolve().parent / "rules" / "ad_law.toml"
 #: How many characters after a one-character match jieba reads to find the word.
 _WORD_WINDOW = 6
 

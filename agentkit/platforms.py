@@ -1,6 +1,6 @@
 """The platforms Atelier writes for and their rules, loaded from data (docs/platforms.md).
 
-The rules live in `agentkit/data/platforms.toml`, each with its source; this module
+The rules live in `agentkit/rules/platforms.toml`, each with its source; this module
 reads them once into a typed table (`PLATFORMS`, `PlatformRules`) that every agent
 shares:
 
@@ -35,7 +35,7 @@ from pydantic import (
 from prompts import platforms as prompt
 
 #: Where the table is.
-DATA_FILE = Path(__file__).resolve().parent / "data" / "platforms.toml"
+DATA_FILE = Path(__file__).resolve().parent / "rules" / "platforms.toml"
 
 #: How a platform counts a length (`agentkit.platform_checks.length_of`).
 Counting = Literal["graphemes", "graphemes_with_spaces", "x_weighted"]

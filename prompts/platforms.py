@@ -1,6 +1,6 @@
 """How a platform's rules and the advertising-law words read in the writer's prompt.
 
-The rules themselves are data (`agentkit/data/platforms.toml`, `agentkit/data/ad_law.toml`);
+The rules themselves are data (`agentkit/rules/platforms.toml`, `agentkit/rules/ad_law.toml`);
 `agentkit.platforms.writer_rules` and `agentkit.compliance.writer_rules` fill these
 templates with them, so the writer is told exactly what the critic's code checks.
 """
