@@ -24,7 +24,7 @@ def test_the_literal_the_tuple_and_the_table_list_the_same_agents_in_order() -> 
 
 
 def test_every_agent_is_an_llm_role_and_a_supervisor_target() -> None:
-    assert ("planner", "supervisor", *AGENTS, "critic", "judge") == LLM_ROLES
+    assert ("planner", "supervisor", *AGENTS, "critic", "judge", "campaign_planner") == LLM_ROLES
     assert get_args(SupervisorTarget) == ("supervisor", *AGENTS, "__end__")
     enum = SupervisorDecision.model_json_schema()["properties"]["next_agent"]["enum"]
     assert enum == [*AGENTS, "END"]
@@ -35,8 +35,11 @@ def test_every_agent_is_a_node_of_the_team_and_simple_ones_hand_back() -> None:
     assert set(AGENTS) <= set(graph.nodes)
     assert [name for name in AGENTS if AGENT_TABLE[name].simple] == SIMPLE_AGENTS
     plain = {(e.source, e.target) for e in graph.edges if not e.conditional}
-    for name in AGENTS:
-        assert ((name, "supervisor") in plain) is AGENT_TABLE[name].simple, name
+    for name in SIMPLE_AGENTS:
+        assert (name, "supervisor") in plain, name
+    # Wired by hand: the two tool loops are subgraphs that hand back when their loop ends,
+    # the review may end the team instead.
+    assert ("review_agent", "supervisor") not in plain
 
 
 @pytest.mark.parametrize("name", AGENTS)
