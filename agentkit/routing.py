@@ -7,6 +7,9 @@ corrected; the supervisor node calls it to emit `agent.fallback` events and the
 graph's conditional edge calls it (through `route_from_supervisor`) to route, so
 what the stream explains is exactly what the graph does.
 
+Once a run's supervisor has drifted (`drift_detail`), its later attempts route by
+`autopilot_route`, the stage order, without asking it.
+
 Counters are written by the node that owns the loop and read here under the same
 name: `team_step`/`invalid_decisions`/`team_log`/`given_up`/`capped` (supervisor),
 `research_tool_rounds` (research agent), `image_tool_rounds`/`images_complete`
@@ -44,8 +47,9 @@ QUALITY_FALLBACK: dict[str, AgentName] = {
 }
 
 #: `TeamOutput` fields that are not artefacts: the images (their asset ids stand for them),
-#: the review's bookkeeping, the team log and why the team stopped early.
-_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log", "stalled"})
+#: the review's bookkeeping, the team log, why the team stopped early and why its
+#: supervisor was found drifting.
+_NOT_ARTEFACTS = frozenset({"images", "reviewed_digest", "team_log", "stalled", "drifted"})
 #: What a review's verdict does not depend on: its own fields, and the drawn images' ids.
 #: The cards follow the image plans (part of the draft), and the review may judge the
 #: text while they are drawn (a parallel step): the images landing after it does not make
@@ -400,6 +404,95 @@ def resolve_route(state: Mapping[str, Any]) -> Route:
 def route_from_supervisor(state: Mapping[str, Any]) -> SupervisorTarget:
     """Return the node that runs after the supervisor (see `resolve_route`)."""
     return resolve_route(state).target
+
+
+# --- a supervisor that drifted: the stage order, without asking it ------------------------
+#
+# Once routing has had to take a team run over from its supervisor for lack of progress,
+# the run's later attempts (a failing verdict retried) do not ask that supervisor again:
+# it would drift the same way and cost as much every time. The supervisor node records
+# why (`drift_detail`, or the stop of a stalled team) as the team's `drifted`; the
+# pipeline keeps it for the run and hands it to each later attempt as
+# `supervisor_drifted`, whose turns `autopilot_route` decides.
+
+#: What an `agent.fallback` of a turn that no supervisor decided names as its `from`.
+AUTOPILOT = "supervisor"
+
+
+def drift_detail(route: Route) -> str | None:
+    """Return why a route shows the supervisor drifting, or None when it does not.
+
+    The supervisor drifts when routing takes a turn over for lack of progress: an
+    agent chosen again with nothing new is capped (or given up on), or the
+    decisions stay unparsable past the re-ask limit and routing goes to a missing
+    stage itself. (A team stopped because its steps added nothing drifted too;
+    the supervisor node records that with the stop.) Correcting a sound choice —
+    a precondition, a quality fix, a refused END, one unknown name asked again —
+    is not drift.
+    """
+    if route.caps is not None or route.gives_up is not None:
+        return route.detail
+    if route.reason == "invalid_decision" and route.target != "supervisor":
+        return route.detail
+    return None
+
+
+def _quality_fixed(state: Mapping[str, Any]) -> bool:
+    """Tell whether this team run already sent an agent to fix a failing quality dimension."""
+    return any(entry.get("reason") == "quality" for entry in state.get("team_log") or [])
+
+
+def _tried_in_vain(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the agents the stage order ran in this team run that left no output at all.
+
+    Each gets one try: its output failed its check, and the same input would fail
+    the same way. (A review made stale by a later fix did deliver; it runs again.)
+    """
+    ran = {
+        a for entry in state.get("team_log") or [] if entry.get("autopilot") for a in _ran(entry)
+    }
+    return frozenset(
+        a for a in ran if not _present(state, AGENT_TABLE[cast(AgentName, a)].done_when)
+    )
+
+
+def autopilot_route(state: Mapping[str, Any]) -> Route:
+    """Decide the next turn of a team whose supervisor drifted earlier in the run.
+
+    No model call: the stage order the routers fall back on. In order: the step
+    cap (`max_team_steps`, as for a decision); the first agent whose output is
+    missing, one at a time (preconditions applied; an agent given up on or tried in
+    vain in this team run, or one whose provider was, is passed over); with every
+    stage it can run done, END
+    when that is allowed (a body, and any review of this draft passing); else,
+    once per team run, the agent of the review's first failing quality dimension
+    (PRODUCT.md §1.2's quality fallback), after which the review runs again; else
+    END: the critic judges what the team made. The route's `requested` is
+    `AUTOPILOT` and its reason `cap` (`quality` for the fix), so each turn is an
+    `agent.fallback` that says why.
+    """
+    limits = limits_of(state)
+    drifted = f"the supervisor drifted earlier in this run ({state.get('supervisor_drifted')})"
+    if int(state.get("team_step") or 0) >= limits["max_team_steps"]:
+        detail = f"max_team_steps ({limits['max_team_steps']}) reached"
+        return Route(_END, AUTOPILOT, "cap", detail)
+    skipped = given_up(state) | _tried_in_vain(state)
+    for agent in AGENTS:
+        if agent in skipped or stage_done(agent, state):
+            continue
+        target = check_basic_preconditions(agent, state)
+        if target in skipped:
+            continue
+        detail = f"{drifted}; the stage order runs {target}, the first stage missing"
+        return Route(cast(SupervisorTarget, target), AUTOPILOT, "cap", detail)
+    if end_allowed(state):
+        return Route(_END, AUTOPILOT, "cap", f"{drifted}; every stage is done")
+    fix = quality_fallback(state.get("quality_scores"), limits["quality_threshold"])
+    if fix is not None and fix not in skipped and not _quality_fixed(state):
+        detail = f"{drifted}; the review's first failing quality dimension is {fix}'s"
+        return Route(fix, AUTOPILOT, "quality", detail)
+    detail = f"{drifted}; nothing left that the stage order may run, the critic judges the post"
+    return Route(_END, AUTOPILOT, "cap", detail)
 
 
 def _has_tool_calls(message: Any) -> bool:

@@ -86,6 +86,7 @@ def new_run_state(ctx: AtelierContext, state: Mapping[str, Any], session_id: str
         "result": None,
         "previous_post": None,
         "post_message_id": None,
+        "drifted": None,  # a new run asks its supervisor again, whatever the last one did
     }
 
 

@@ -91,6 +91,9 @@ class TeamLogEntry(TypedDict):
     # on the one-agent path.
     group: NotRequired[list[str]]
     planned: NotRequired[bool]  # the step came from the supervisor's plan, not a decision
+    # the stage order decided the step, the run's supervisor having drifted earlier
+    # (agentkit.routing.autopilot_route)
+    autopilot: NotRequired[bool]
 
 
 class TeamInput(TypedDict, total=False):
@@ -113,6 +116,10 @@ class TeamInput(TypedDict, total=False):
     limits: TeamLimits
     # The brand preset the run writes for (`agentkit.brand`): the writer reads its name and voice.
     brand: BrandPreset | None
+    # Why the run's supervisor was found drifting in an earlier attempt (the pipeline's
+    # `drifted`), None if it was not: the team then routes by the stage order without
+    # asking it (agentkit.routing.autopilot_route). The executor passes it; supervisor reads.
+    supervisor_drifted: str | None
     # The conversation when the team is served on its own (PRODUCT.md §7): the client's
     # messages, then writer_agent's draft as an AI message. The pipeline passes none.
     messages: Annotated[list[Any], add_messages]
@@ -140,6 +147,11 @@ class TeamOutput(TypedDict, total=False):
     # supervisor: why the team stopped early, its steps adding nothing (agentkit.routing
     # stalled_steps; None otherwise) → route_from_critic (no retry), finalize (the message)
     stalled: str | None
+    # supervisor: why routing had to take the team over from it (agentkit.routing
+    # drift_detail, or the stall), or the earlier attempt's reason it was given
+    # (`supervisor_drifted`); None otherwise → executor (kept for the run: the later
+    # attempts' `supervisor_drifted`), finalize (the message)
+    drifted: str | None
 
 
 def transcript(

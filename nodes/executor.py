@@ -13,7 +13,10 @@ must start fresh except for what the pipeline hands it:
   clarification details), the planner's intent and constraints, the injected
   notes and style references, and on a retry `retry_context` =
   {review_verdict, review_feedback, review_reason, verified_items,
-  previous_attempt_summary}; nothing else of the previous attempt leaks in;
+  previous_attempt_summary}, and why the run's supervisor drifted if an earlier
+  attempt found it drifting (`supervisor_drifted`: the team then follows the stage
+  order without asking it, docs/team.md); nothing else of the previous attempt
+  leaks in;
 - every `TeamOutput` field is written back, empty when this attempt did not
   produce it, so the critic never judges a stale artefact of an earlier attempt;
 - the team runs under its own recursion limit, computed from this attempt's
@@ -94,6 +97,8 @@ def team_input(state: PipelineState) -> TeamInput:
         "retry_context": state.get("retry_context"),
         "limits": state.get("team_limits"),  # resolved at the run's start (agentkit.run_start)
         "brand": state.get("brand"),  # the writer's voice (agentkit.brand)
+        # An earlier attempt's supervisor drifted: this one routes by the stage order.
+        "supervisor_drifted": state.get("drifted"),
     }
     return TeamInput(**{k: v for k, v in values.items() if v is not None})  # type: ignore[typeddict-item]
 

@@ -41,7 +41,10 @@ the kind of revision (None for a team attempt).
 
 An attempt whose team stopped early because its steps added nothing (`stalled`,
 see `agentkit.routing.stalled_steps`) is not retried; the message says why the
-run ended there, exhausted with its post or failed without one.
+run ended there, exhausted with its post or failed without one. A run whose
+supervisor drifted otherwise (`drifted`: routing took its turns over, and the
+later attempts followed the stage order without it, docs/team.md) says so after
+its message (`DRIFTED_NOTE`).
 
 When the published attempt is not the state's latest draft (an earlier attempt
 won), finalize writes its post, body blocks, images and image plans back to the
@@ -101,6 +104,13 @@ STALLED_MESSAGE = (
     "创作团队的调度连续几步没有任何进展（反复选择同一个角色，或计划里的角色并不存在），"
     "已提前停止，没有再按同样的计划重试。"
 )
+#: Added to a finished team run's message when routing had to take it over from its
+#: supervisor (`drifted`): the later attempts followed the stage order without it.
+DRIFTED_NOTE = (
+    "（调度模型的决定多次没有进展，已由固定的环节顺序接管{later}。换用更强的调度模型效果会更好。）"
+)
+#: `DRIFTED_NOTE`'s words on the later attempts, for a run that made more than one.
+DRIFTED_LATER = "，之后的尝试不再询问调度模型"
 
 
 def _image(image: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,6 +185,21 @@ def _message(
     )
 
 
+def _drifted(state: Mapping[str, Any], outcome: Outcome, chosen: Mapping[str, Any] | None) -> bool:
+    """Tell whether the message adds that routing took the team over from its supervisor.
+
+    Only for a post the team made (not a revision) in a run that was not stopped
+    for lack of progress, whose message already says so (`STALLED_MESSAGE`).
+    """
+    team_post = chosen is not None and (chosen.get("source") or "team") not in REVISIONS
+    return bool(
+        state.get("drifted")
+        and not state.get("stalled")
+        and outcome in ("completed", "exhausted")
+        and team_post
+    )
+
+
 def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
     """Assemble the §2.5 payload from the pipeline state (see the module docstring)."""
     outcome = _outcome(state)
@@ -214,6 +239,8 @@ def build_result(state: Mapping[str, Any], threshold: float) -> dict[str, Any]:
     message = _message(state, outcome, chosen, threshold)
     if outcome == "failed" and chosen is not None:
         message += f"（下面是此前最好的一版：第 {chosen['attempt']} 次。）"
+    if _drifted(state, outcome, chosen):
+        message += DRIFTED_NOTE.format(later=DRIFTED_LATER if len(attempts) > 1 else "")
 
     ui: list[dict[str, Any]] = []
     if post["title"] or post["blocks"]:

@@ -7,6 +7,11 @@ agent's output fails its check, the review rejects, or a check refuses a step
 (`agentkit.routing.next_plan_step`). A decision with `next_agent` alone routes one
 agent, exactly as before the two fields existed.
 
+A run whose supervisor drifted in an earlier attempt (`supervisor_drifted`) does
+not ask it again: each turn follows the stage order (`agentkit.routing.autopilot_route`),
+an `agent.fallback` on the stream. The first turn routing has to take over for lack of
+progress records why (`drifted`).
+
 The prompt shows a compact status: the stage table (what exists, what was given
 up), the agents whose output failed, the last guidance, and of the run's context
 (request, constraints, notes, retry, brief) only what this team run has not shown
@@ -42,8 +47,10 @@ from agentkit.routing import (
     SupervisorTarget,
     admit,
     artefact_digest,
+    autopilot_route,
     capped,
     check_basic_preconditions,
+    drift_detail,
     end_allowed,
     first_missing_stage,
     given_up,
@@ -188,9 +195,12 @@ async def supervisor(state: TeamState, runtime: Runtime[AtelierContext]) -> dict
     dropped and the model decides (a refusal that stopped the plan is reported as a
     fallback and shown to the model as the notice on why it is asked). Once
     `stall_limit` steps in a row added nothing (`stalled_steps`) the team stops
-    without asking the model again.
+    without asking the model again. When the run's supervisor drifted in an
+    earlier attempt, every turn follows the stage order instead (`_autopilot`).
     """
     writer = runtime.stream_writer
+    if state.get("supervisor_drifted"):
+        return _autopilot(state, writer)
     stalled = _stalled(state)
     if stalled:
         return _stop(state, stalled, writer)
@@ -255,6 +265,39 @@ def _stop(state: TeamState, stalled: int, writer: Any) -> dict[str, Any]:
         "supervisor_messages": None,
         "supervisor_tool_rounds": 0,
         "stalled": detail,
+        "drifted": state.get("drifted") or detail,
+    }
+
+
+def _autopilot(state: TeamState, writer: Any) -> dict[str, Any]:
+    """Take the next turn by the stage order, the run's supervisor having drifted (no model call).
+
+    The turn is an `agent.fallback` from `supervisor` saying why; it counts as a
+    team step and is logged as one (`autopilot`).
+    """
+    route = autopilot_route(state)
+    _fallback(writer, route.requested, route.target, route)
+    step = int(state.get("team_step") or 0) + (route.target in AGENTS)
+    entry: TeamLogEntry = {
+        "step": step,
+        "requested": "",
+        "routed": route.target,
+        "reason": route.reason,
+        "detail": route.detail,
+        "guidance": "",
+        "focus_areas": [],
+        "digest": artefact_digest(state),
+        "autopilot": True,
+    }
+    return {
+        "team_step": step,
+        "team_group": None,
+        "team_plan": [],
+        "team_route": [route.target],
+        "team_log": [*(state.get("team_log") or []), entry],
+        "supervisor_messages": None,
+        "supervisor_tool_rounds": 0,
+        "drifted": state.get("supervisor_drifted"),
     }
 
 
@@ -299,12 +342,19 @@ def _take_step(state: TeamState, planned: PlanStep, writer: Any) -> dict[str, An
 
 
 def _caps(state: Mapping[str, Any], route: Route) -> dict[str, Any]:
-    """Return the update recording the agent a route caps or gives up on (if any)."""
+    """Return the update recording the agent a route caps or gives up on, and drift (if any).
+
+    The first route in this team run that shows the supervisor drifting
+    (`agentkit.routing.drift_detail`) records why as `drifted`.
+    """
     update: dict[str, Any] = {}
     if route.gives_up is not None and route.gives_up not in (state.get("given_up") or []):
         update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
     if route.caps is not None and route.caps not in (state.get("capped") or []):
         update["capped"] = [*(state.get("capped") or []), route.caps]
+    drift = drift_detail(route)
+    if drift is not None and not state.get("drifted"):
+        update["drifted"] = drift
     return update
 
 
@@ -390,10 +440,7 @@ async def _decide(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[st
     }
     merged = {**state, **update}
     route = resolve_route(merged)
-    if route.gives_up is not None:
-        update["given_up"] = [*(state.get("given_up") or []), route.gives_up]
-    if route.caps is not None and route.caps not in (state.get("capped") or []):
-        update["capped"] = [*(state.get("capped") or []), route.caps]
+    update.update(_caps(state, route))
 
     writer = runtime.stream_writer
     requested = decision.next_agent if decision else ""

@@ -293,3 +293,133 @@ def test_an_agent_repeated_in_parallel_steps_is_capped_like_a_decisions_agent() 
     }
     route = admit("layout_planner_agent", state, ("research_evidence_agent",))
     assert (route.reason, route.caps) == ("cap", "layout_planner_agent")
+
+
+# --- a supervisor that drifted: later attempts follow the stage order ------------------
+
+_DRIFTED = "brief_compiler_agent chosen repeatedly without progress"
+_POST: dict[str, Any] = {
+    "creative_brief": {"topic": "平价护肤"},
+    "evidence_pack": {"summary": "s", "items": []},
+    "reference_analyses": {"style": "清新"},
+    "layout_spec": {"blocks": [], "total_images": 1},
+    "image_plans": [{"slot": 1}],
+    "generated_content": {"title": "t", "body": "正文", "tags": []},
+    "images_complete": True,
+}
+
+
+def _autopilot_entry(step: int, routed: str, **extra: Any) -> dict[str, Any]:
+    return {"step": step, "routed": routed, "reason": "cap", "autopilot": True, **extra}
+
+
+def _reviewed(state: dict[str, Any], approved: bool, low: str | None = None) -> dict[str, Any]:
+    from agentkit.routing import draft_digest
+
+    scores = dict.fromkeys(("infoDensity", "readability", "platformFit"), 0.85)
+    if low:
+        scores[low] = 0.3
+    return {
+        **state,
+        "review_feedback": {"approved": approved},
+        "quality_scores": scores,
+        "reviewed_digest": draft_digest(state),
+    }
+
+
+def test_only_routing_taking_a_turn_over_for_lack_of_progress_counts_as_drift() -> None:
+    from dataclasses import replace
+
+    from agentkit.routing import Route, drift_detail
+
+    capped = Route("research_evidence_agent", "brief_compiler_agent", "cap", _DRIFTED)
+    assert drift_detail(replace(capped, caps="brief_compiler_agent")) == _DRIFTED
+    assert drift_detail(replace(capped, gives_up="brief_compiler_agent")) == _DRIFTED
+    # Unparsable decisions past the re-ask limit: routing walks the stages itself.
+    unparsable = Route("brief_compiler_agent", "", "invalid_decision", "re-ask limit reached")
+    assert drift_detail(unparsable) == "re-ask limit reached"
+    # A sound choice corrected, a re-ask, the step cap or a followed choice: no drift.
+    for route in (
+        Route("supervisor", "poet", "invalid_decision", "unknown agent 'poet'; asking again"),
+        Route("brief_compiler_agent", "writer_agent", "precondition", "needs the brief"),
+        Route("writer_agent", "END", "quality", "END refused"),
+        Route("__end__", "writer_agent", "cap", "max_team_steps (24) reached"),
+        Route("writer_agent", "writer_agent"),
+    ):
+        assert drift_detail(route) is None, route
+
+
+def test_a_drifted_run_walks_the_stages_in_order_without_its_supervisor() -> None:
+    from agentkit.routing import AUTOPILOT, autopilot_route
+
+    state: dict[str, Any] = {"supervisor_drifted": _DRIFTED, "team_step": 0}
+    route = autopilot_route(state)
+    assert (route.target, route.requested, route.reason) == (
+        "brief_compiler_agent",
+        AUTOPILOT,
+        "cap",
+    )
+    assert _DRIFTED in route.detail and "first stage missing" in route.detail
+    # Whatever the supervisor would have said (it is not read), the next missing stage.
+    state.update(creative_brief={"topic": "平价护肤"}, supervisor_decision={"next_agent": "END"})
+    assert autopilot_route(state).target == "research_evidence_agent"
+    # Preconditions hold: the image agent's plans come first.
+    done = {k: v for k, v in _POST.items() if k not in ("image_plans", "images_complete")}
+    assert autopilot_route({**state, **done}).target == "image_planner_agent"
+    # With the post made and no review yet, the review; a passing one ends the team.
+    assert autopilot_route({**state, **_POST}).target == "review_agent"
+    end = autopilot_route(_reviewed({**state, **_POST}, approved=True))
+    assert (end.target, end.reason) == ("__end__", "cap") and "every stage is done" in end.detail
+
+
+def test_a_drifted_run_gives_each_agent_one_try_and_passes_over_what_needs_it() -> None:
+    from agentkit.routing import autopilot_route
+
+    brief = {"creative_brief": {"topic": "平价护肤"}}
+    state: dict[str, Any] = {
+        **brief,
+        "supervisor_drifted": _DRIFTED,
+        "team_step": 2,
+        "team_log": [
+            _autopilot_entry(1, "brief_compiler_agent"),
+            _autopilot_entry(2, "research_evidence_agent"),  # left no evidence pack
+        ],
+    }
+    assert autopilot_route(state).target == "reference_intelligence_agent"
+    # A writer tried in vain leaves nothing to review: the team ends, the critic judges.
+    tried = _autopilot_entry(3, "writer_agent")
+    rest = {k: v for k, v in _POST.items() if k != "generated_content"}
+    route = autopilot_route({**state, **rest, "team_log": [*state["team_log"], tried]})
+    assert (route.target, route.reason) == ("__end__", "cap")
+    assert "nothing left" in route.detail
+    # An agent given up on earlier (`given_up`) is passed over too.
+    assert autopilot_route({**state, "given_up": ["reference_intelligence_agent"]}).target == (
+        "layout_planner_agent"
+    )
+
+
+def test_a_drifted_run_sends_a_rejecting_review_to_its_quality_fix_once() -> None:
+    from agentkit.routing import autopilot_route
+
+    rejected = _reviewed(
+        {**_POST, "supervisor_drifted": _DRIFTED, "team_step": 9}, False, "infoDensity"
+    )
+    route = autopilot_route(rejected)
+    assert (route.target, route.reason) == ("research_evidence_agent", "quality")
+    # After the fix the review runs again on the new draft (made stale by the fix) ...
+    stale = {**rejected, "body_blocks": [{"heading": "新", "text": "新的要点"}]}
+    stale["team_log"] = [_autopilot_entry(10, "research_evidence_agent", reason="quality")]
+    assert autopilot_route(stale).target == "review_agent"
+    # ... and a review still rejecting ends the team: one fix per team run.
+    again = _reviewed(stale, False, "readability")
+    route = autopilot_route(again)
+    assert (route.target, route.reason) == ("__end__", "cap")
+
+
+def test_a_drifted_run_keeps_the_step_cap() -> None:
+    from agentkit.routing import autopilot_route
+
+    state = {"supervisor_drifted": _DRIFTED, "team_step": 24}
+    route = autopilot_route(state)
+    assert (route.target, route.reason) == ("__end__", "cap")
+    assert "max_team_steps (24)" in route.detail

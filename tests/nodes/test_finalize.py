@@ -8,6 +8,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from nodes.finalize import (
+    DRIFTED_LATER,
+    DRIFTED_NOTE,
     STALLED_MESSAGE,
     build_result,
     finalize,
@@ -164,6 +166,34 @@ def test_a_stalled_team_says_why_it_stopped_with_or_without_a_post() -> None:
     edit = {**attempt(2, 0.5, source="edit")}
     state = {**state, "attempts": [attempt(1, 0.5), edit], "verdict": {"source": "edit"}}
     assert STALLED_MESSAGE not in build_result(state, 0.7)["message"]
+
+
+def test_a_run_whose_supervisor_drifted_says_so_after_its_verdict() -> None:
+    drifted = "brief_compiler_agent chosen repeatedly without progress"
+    attempts = [attempt(n, 0.5) for n in range(1, 5)]
+    state = {
+        "intent": {"action": "create_post"},
+        "attempts": attempts,
+        "verdict": {"passed": False, "source": "team"},
+        "drifted": drifted,
+    }
+    result = build_result(state, 0.7)
+    # The verdict is the judge's, and comes first; the note says who routed the team.
+    assert result["outcome"] == "exhausted" and result["message"].startswith("尝试了 4 次")
+    assert result["message"].endswith(DRIFTED_NOTE.format(later=DRIFTED_LATER))
+    # One attempt that the judge passed: no word on later attempts.
+    passed = attempt(1, 0.9, passed=True)
+    one = {**state, "attempts": [passed], "verdict": {"passed": True}}
+    message = build_result(one, 0.7)["message"]
+    assert message.startswith("已完成") and message.endswith(DRIFTED_NOTE.format(later=""))
+    # A stalled run already says why; a healthy one and a person's edit have no note.
+    assert "调度模型的决定" not in build_result({**state, "stalled": "x"}, 0.7)["message"]
+    assert "调度模型的决定" not in build_result({**state, "drifted": None}, 0.7)["message"]
+    edit = {**state, "attempts": [*attempts, attempt(5, 0.5, source="edit")]}
+    assert (
+        "调度模型的决定"
+        not in build_result({**edit, "verdict": {"source": "edit"}}, 0.7)["message"]
+    )
 
 
 async def test_the_node_writes_result_and_stage_events(tmp_path: Path) -> None:
