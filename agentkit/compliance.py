@@ -25,7 +25,6 @@ import tomllib
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +122,18 @@ def _compile(rule: WordRule) -> _Compiled:
     )
 
 
-@cache
-def _rules() -> tuple[tuple[_Compiled, ...], tuple[_Compiled, ...]]:
+def _compiled_rules() -> tuple[tuple[_Compiled, ...], tuple[_Compiled, ...]]:
     law, platforms = load_rules()
     return tuple(map(_compile, law)), tuple(map(_compile, platforms))
+
+
+# Read at import, as the platform table is (`agentkit.platforms.PLATFORMS`): a run must not
+# read a file on the event loop (LangGraph's dev server refuses blocking calls there).
+_RULES = _compiled_rules()
+
+
+def _rules() -> tuple[tuple[_Compiled, ...], tuple[_Compiled, ...]]:
+    return _RULES
 
 
 def law_rules() -> tuple[WordRule, ...]:
