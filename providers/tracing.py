@@ -160,6 +160,8 @@ class GenAISpans(BaseCallbackHandler):
         self._spans: dict[UUID, Span] = {}
         #: The span each LangChain run's children nest in (its own, or an ancestor's).
         self._parents: dict[UUID, Span] = {}
+        #: The node (name, checkpoint namespace) each node span stands for.
+        self._nodes: dict[UUID, tuple[str, Any]] = {}
 
     # -- nesting ---------------------------------------------------------------------
 
@@ -187,6 +189,7 @@ class GenAISpans(BaseCallbackHandler):
 
     def _end(self, run_id: UUID, error: BaseException | None = None) -> Span | None:
         self._parents.pop(run_id, None)
+        self._nodes.pop(run_id, None)
         span = self._spans.pop(run_id, None)
         if span is None:
             return None
@@ -215,7 +218,16 @@ class GenAISpans(BaseCallbackHandler):
         if parent is None:
             return
         node = (metadata or {}).get("langgraph_node")
-        if isinstance(node, str) and kwargs.get("name") == node and not node.startswith("__"):
+        key = (node, (metadata or {}).get("langgraph_checkpoint_ns"))
+        # A subgraph run as a node starts its own chain under the node's, with the same
+        # name and the node's metadata: one node execution, so one span.
+        if (
+            isinstance(node, str)
+            and kwargs.get("name") == node
+            and not node.startswith("__")
+            and self._nodes.get(parent_run_id) != key  # type: ignore[arg-type]
+        ):
+            _remember(self._nodes, run_id, key)
             attributes: dict[str, Any] = {"atelier.node": node, "langgraph.node": node}
             step = (metadata or {}).get("langgraph_step")
             if isinstance(step, int):
