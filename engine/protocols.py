@@ -11,8 +11,9 @@
                       strategy, command) before anything is recorded
                       (`engine.preparation`, next to the request it checks)
 
-`engine.manager.RunManager` composes them; routes talk to it, and a stream
-response follows a run through it (`RunFrames`). An executor is built
+The engine's opener (`engine.opener.open_engine`) composes them into the services
+adapters talk to (`engine.services`); a stream response follows a run through the
+runs service (`RunFrames`). An executor is built
 from the backend's parts and one `ExecutorSetup` (the graphs, their context, the
 limits), the only list of what executing a run needs. Storage is three parts, each
 with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
@@ -68,7 +69,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from agentkit.context import AtelierContext
 from engine.assistants import Assistant, AssistantRecord
 from engine.crons import CronRecord
 from engine.feedback import FeedbackRepository
@@ -83,8 +83,6 @@ from engine.records import (
 )
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
-from knowledge.repository import NoteRepository
-from providers.assets import AssetStore
 
 #: Called with a run id and every committed batch of its frames, in id order.
 Publish = Callable[[str, list[Frame]], None]
@@ -338,8 +336,8 @@ class ExecutorSetup:
 
     #: The graphs served, by assistant id.
     assistants: dict[str, Assistant]
-    #: What graph runs get as `context=`.
-    context: AtelierContext
+    #: What graph runs get as `context=` (the product's runtime context; opaque here).
+    context: Any
     #: RUN_TIMEOUT: seconds a run's graph may take.
     run_timeout: float
     metrics: RunMetrics | None = None
@@ -349,6 +347,8 @@ class ExecutorSetup:
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     #: OpenTelemetry tracing of runs (`engine.tracing`); None: runs are not traced.
     tracing: RunTracing | None = None
+    #: Errors whose messages a failed run's `error` frame shows (`engine.frames.public_error`).
+    public_errors: tuple[type[BaseException], ...] = ()
 
 
 class RunExecutor(Protocol):
@@ -597,6 +597,20 @@ class AssistantRepository(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class DatabasePools:
+    """The scale-out backend's connection pools, shared with the product's own stores.
+
+    The product's stores (its knowledge notes, its assets) live in the same database
+    (their tables are in `engine.postgres.migrations`); its opener builds them on these.
+    """
+
+    #: The process's async psycopg pool.
+    pool: Any
+    #: A psycopg pool for blocking callers (worker threads).
+    sync_pool: Any
+
+
 class RunBackend(Protocol):
     """One deployment's run engine parts, opened and closed together.
 
@@ -631,13 +645,8 @@ class RunBackend(Protocol):
         ...
 
     @property
-    def notes(self) -> NoteRepository | None:
-        """The knowledge vault the backend keeps (None: the studio's default)."""
-        ...
-
-    @property
-    def assets(self) -> AssetStore | None:
-        """The asset store the backend keeps (None: the studio's default)."""
+    def pools(self) -> DatabasePools | None:
+        """The database pools the product's own stores may share (None: embedded)."""
         ...
 
     @property
@@ -671,13 +680,20 @@ class RunBackend(Protocol):
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:
-        """Return the executor the run manager hands its runs to."""
+        """Return the executor the engine hands its runs to."""
         ...
 
-    def workers(self, setup: ExecutorSetup) -> AbstractAsyncContextManager[Sequence[object]]:
-        """Run the workers this process runs besides its API for the block; yield them.
+    def workers(
+        self, setup: ExecutorSetup, *, count: int | None = None, concurrency: int | None = None
+    ) -> AbstractAsyncContextManager[Sequence[object]]:
+        """Run this process's workers and webhook deliverer for the block; yield the workers.
 
-        It yields none where the run manager's executor runs every run itself.
+        It yields none where the executor runs every run itself (embedded).
+
+        Args:
+            setup: What they execute runs with.
+            count: How many workers (default RUN_WORKERS; ignored where there are none).
+            concurrency: Runs each executes at once at most (default RUN_WORKER_CONCURRENCY).
         """
         ...
 
@@ -688,8 +704,8 @@ class RunBackend(Protocol):
 class RunFrames(Protocol):
     """What a stream response follows: a run's committed frames, from its log and live.
 
-    `engine.manager.RunManager` offers it over its event log and live fan-out, so
-    `app.sse.follow_run` reaches neither.
+    The runs service (`engine.services.runs.RunsService`) offers it over its event log
+    and live fan-out, so `engine.follow.follow_frames` reaches neither.
     """
 
     async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:

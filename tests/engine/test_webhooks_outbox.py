@@ -7,6 +7,7 @@ two storages on their own pools, as two worker processes would be.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -100,7 +101,7 @@ async def test_postgres_the_sweep_reports_a_run_it_abandons(
     a, b = stores
     await a.threads.insert(thread("tw"))
     record = run("rw", "tw")
-    record.kwargs["webhook"] = URL
+    record.options = dataclasses.replace(record.options, webhook=URL)
     await a.runs.insert(record, exclusive=True)
     claim = await a.runs.claim("w1", 0.1)
     assert claim is not None
@@ -123,7 +124,7 @@ async def test_sqlite_a_delivery_is_queued_with_the_runs_end_and_resumed_after_a
     async with SqliteRunStorage(path) as storage:
         await storage.threads.insert(thread())
         record = run("r1")
-        record.kwargs["webhook"] = URL
+        record.options = dataclasses.replace(record.options, webhook=URL)
         await storage.runs.insert(record, exclusive=True)
         storage.events.record(RunStatusChange("r1", "success"), run_id="r1")
         assert enqueue_delivery(storage.events, record, status="success", result={"a": 1})
