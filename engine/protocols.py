@@ -7,15 +7,12 @@
     RunExecutor       executes runs, or has them executed, and answers for them
                       (`engine.executor.InProcessExecutor`: tasks of this process;
                       `engine.postgres.queue.QueueExecutor`: the workers of the queue)
-    RunPreparation    checks a run request (ownership, idempotency, multitask
-                      strategy, command) before anything is recorded
-                      (`engine.preparation`, next to the request it checks)
 
 The engine's opener (`engine.opener.open_engine`) composes them into the services
 adapters talk to (`engine.services`); a stream response follows a run through the
-runs service (`RunFrames`). An executor is built
-from the backend's parts and one `ExecutorSetup` (the graphs, their context, the
-limits), the only list of what executing a run needs. Storage is three parts, each
+runs service (`RunFrames`). An executor is built from the backend's parts and one
+`ExecutorSetup` (the graphs, their context, the limits), the only list of what
+executing a run needs. Storage is three parts, each
 with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 
     ThreadRepository  threads: get, search, count, insert, merge metadata, delete
@@ -28,9 +25,8 @@ with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
-the saver's own API, one per backend. `CronRepository` keeps the crons
-(`engine.crons`) and claims their due ticks, one per backend. `AssistantRepository`
-keeps the assistants clients create, with their versions, one per backend.
+the saver's own API, one per backend. The other resources' repositories (crons,
+created assistants) are in `engine.repositories`.
 
 Invariants every implementation keeps:
 
@@ -69,8 +65,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from engine.assistants import Assistant, AssistantRecord
-from engine.crons import CronRecord
+from engine.assistants import Assistant
 from engine.feedback import FeedbackRepository
 from engine.records import (
     CancelAction,
@@ -81,6 +76,7 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
+from engine.repositories import AssistantRepository, CronRepository
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 
@@ -417,183 +413,6 @@ class CheckpointHousekeeping(Protocol):
 
     async def copy_thread(self, source: str, target: str) -> None:
         """Copy every checkpoint (subgraphs' too) and pending write of a thread to another."""
-        ...
-
-
-# -- crons (engine.crons) -------------------------------------------------------------
-
-
-class CronTick(Protocol):
-    """A due cron claimed for firing: nobody else fires it until `fire` commits or fails."""
-
-    #: The cron as claimed; its `next_run_at` is the tick being fired.
-    cron: CronRecord
-
-    async def fire(
-        self,
-        next_run_at: str | None,
-        run: RunRecord | None,
-        *,
-        new_thread: ThreadRecord | None = None,
-        exclusive: bool = True,
-    ) -> bool:
-        """Record the tick's run (if any) and move `next_run_at` on, in one transaction.
-
-        Args:
-            next_run_at: The cron's next tick (None: it is over).
-            run: The run to store as `RunRepository.insert` stores it, or None to
-                skip the tick (its request was refused).
-            new_thread: A thread to create with the run.
-            exclusive: Store the run only if its thread has no pending or running run.
-
-        Returns:
-            Whether the run was stored (False: skipped, or its thread was busy; the
-            tick is spent either way).
-        """
-        ...
-
-
-class CronRepository(Protocol):
-    """Crons, each owned by one API key, and the claiming of their due ticks."""
-
-    async def insert(self, cron: CronRecord) -> None:
-        """Store a new cron."""
-        ...
-
-    async def get(self, owner: str, cron_id: str) -> CronRecord | None:
-        """Return the owner's cron, or None (also when another owner has it)."""
-        ...
-
-    async def replace(self, cron: CronRecord, *, previous_next_run_at: str | None) -> bool:
-        """Write a cron's schedule, payload, state and next tick, if its tick did not move.
-
-        Returns:
-            False when its `next_run_at` is no longer `previous_next_run_at` (a tick
-            fired since it was read; read it again), or it is gone.
-        """
-        ...
-
-    async def delete(self, owner: str, cron_id: str) -> bool:
-        """Delete the owner's cron; False when the owner has none by that id."""
-        ...
-
-    async def search(
-        self,
-        owner: str,
-        *,
-        assistant_id: str | None = None,
-        thread_id: str | None = None,
-        enabled: bool | None = None,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-    ) -> list[CronRecord]:
-        """Return the owner's crons matching every given filter."""
-        ...
-
-    async def count(
-        self,
-        owner: str,
-        *,
-        assistant_id: str | None = None,
-        thread_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        """Return how many of the owner's crons match every given filter."""
-        ...
-
-    def claim_due(self, now: str) -> AbstractAsyncContextManager[CronTick | None]:
-        """Claim one enabled cron whose `next_run_at` is at or before `now` (None: none is).
-
-        The claim holds until the block ends; a cron another process holds is skipped.
-        """
-        ...
-
-
-class AssistantExists(RuntimeError):
-    """An assistant id is taken (by any owner)."""
-
-
-class AssistantRepository(Protocol):
-    """Assistants clients created, each owned by one API key, with their versions.
-
-    A version is never changed once written; `update` adds one and makes it the
-    latest, `set_latest` points the assistant at another. Every read answers the
-    owner's assistant only (None or False for another owner's, as for none).
-    """
-
-    async def insert(self, record: AssistantRecord) -> None:
-        """Store a new assistant with its first version (`record`).
-
-        Raises:
-            AssistantExists: The id is taken, by any owner.
-        """
-        ...
-
-    async def get(
-        self, owner: str, assistant_id: str, version: int | None = None
-    ) -> AssistantRecord | None:
-        """Return the owner's assistant at its latest version (or at `version`), or None."""
-        ...
-
-    async def update(
-        self, owner: str, assistant_id: str, changes: dict[str, Any], stamp: str
-    ) -> AssistantRecord | None:
-        """Write a new version: the latest one with `changes` (its fields), made the latest.
-
-        Returns:
-            The new version, or None when the owner has no such assistant.
-        """
-        ...
-
-    async def set_latest(
-        self, owner: str, assistant_id: str, version: int
-    ) -> AssistantRecord | None:
-        """Make `version` the one runs use; return it (None: no such assistant or version)."""
-        ...
-
-    async def versions(
-        self,
-        owner: str,
-        assistant_id: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-    ) -> list[AssistantRecord]:
-        """Return the assistant's versions matching `metadata`, newest first."""
-        ...
-
-    async def delete(self, owner: str, assistant_id: str) -> bool:
-        """Delete the owner's assistant with every version; False when there is none."""
-        ...
-
-    async def search(
-        self,
-        owner: str,
-        *,
-        graph_id: str | None = None,
-        name: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-    ) -> list[AssistantRecord]:
-        """Return the owner's assistants (at their latest versions) matching every filter."""
-        ...
-
-    async def count(
-        self,
-        owner: str,
-        *,
-        graph_id: str | None = None,
-        name: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        """Return how many of the owner's assistants match every given filter."""
         ...
 
 

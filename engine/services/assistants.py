@@ -14,8 +14,8 @@ from typing import Any
 from engine.assistants import Assistant, AssistantRecord, IfExists
 from engine.errors import Conflict, InvalidFields, NotFound
 from engine.preparation import check_context
-from engine.protocols import AssistantExists
 from engine.records import now
+from engine.repositories import AssistantExists
 from engine.services.core import EngineCore
 
 

@@ -30,8 +30,8 @@ from engine.crons import (
     utc_now,
 )
 from engine.errors import Invalid, NotFound, RunsError
-from engine.protocols import CronRepository, CronTick
 from engine.records import RunRecord
+from engine.repositories import CronRepository, CronTick
 from engine.services.core import EngineCore
 from engine.spec import RunOptions, RunSpec, stored_multitask_strategy
 from engine.webhooks import check_webhook

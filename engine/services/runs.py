@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import reads
 from engine.errors import Conflict, NotFound, Unavailable
 from engine.protocols import StorageUnavailable, Subscription
+from engine.reads import run_result
 from engine.records import CancelAction, Frame, RunRecord, RunStatus
 from engine.services.core import EngineCore
 from engine.spec import RunSpec
@@ -150,7 +150,7 @@ class RunsService:
         one carries its pending interrupts under `__interrupt__`.
         """
         ended = self._core.executor.ended(run.run_id)
-        return await reads.run_result(run, self._core.threads.get, ended[1] if ended else None)
+        return await run_result(run, self._core.threads.get, ended[1] if ended else None)
 
     async def join(self, run_id: str) -> dict[str, Any]:
         """Wait until the run ended; return its result (`{}` when it is gone)."""

@@ -13,10 +13,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from engine import reads
 from engine.errors import Conflict, Invalid, NotFound
 from engine.frames import public_error
 from engine.protocols import ThreadExists
+from engine.reads import history, state, state_at, thread_values
 from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, now
 from engine.services.core import EngineCore
 
@@ -141,7 +141,7 @@ class ThreadsService:
     async def state(self, owner: str, thread_id: str, *, subgraphs: bool = False) -> dict[str, Any]:
         """Return a thread's latest checkpointed state (empty before its first run)."""
         thread = await self._core.thread(owner, thread_id)
-        return await reads.state(
+        return await state(
             self._graph_of(thread), thread_id, subgraphs=subgraphs, safe=self._safe
         )
 
@@ -150,7 +150,7 @@ class ThreadsService:
     ) -> dict[str, Any]:
         """Return a thread's state at a checkpoint (see `engine.reads.state_at`)."""
         thread = await self._core.thread(owner, thread_id)
-        return await reads.state_at(
+        return await state_at(
             self._graph_of(thread), thread_id, checkpoint, subgraphs=subgraphs, safe=self._safe
         )
 
@@ -166,7 +166,7 @@ class ThreadsService:
     ) -> list[dict[str, Any]]:
         """Return a thread's past states, newest first (see `engine.reads.history`)."""
         thread = await self._core.thread(owner, thread_id)
-        return await reads.history(
+        return await history(
             self._graph_of(thread),
             thread_id,
             limit=limit,
@@ -224,7 +224,7 @@ class ThreadsService:
             except (ValueError, KeyError, TypeError) as exc:
                 message = public_error(exc, self._safe)["message"]
                 raise Invalid(f"values: {message}", field="values") from None
-            values_now, interrupts = await reads.thread_values(assistant, thread_id)
+            values_now, interrupts = await thread_values(assistant, thread_id)
             status: ThreadStatus = "interrupted" if interrupts else "idle"
             core.events.record(ThreadStateChange(thread_id, status, values_now, interrupts))
             await core.events.flush()
