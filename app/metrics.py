@@ -5,7 +5,7 @@ Each app owns an `AtelierMetrics` with its own `CollectorRegistry` (kept as
 as in tests, never share counters. `GET /metrics` (app/routes/ops.py) serves it in
 the Prometheus text format.
 
-What the run manager calls (every method is cheap and never raises on a
+What the engine calls (every method is cheap and never raises on a
 well-formed call):
 
     metrics.run_started()                      a run was accepted (active runs +1)
@@ -277,7 +277,7 @@ class AtelierMetrics:
     # --- runs -----------------------------------------------------------------
 
     def run_started(self) -> None:
-        """Count a run accepted by the run manager; it is active until `run_finished`."""
+        """Count a run accepted by the engine; it is active until `run_finished`."""
         self.runs_started.inc()
         self.active_runs.inc()
 

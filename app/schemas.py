@@ -397,7 +397,7 @@ class RunCreate(RunPlatformOptions, _Strict):
             self.input = None  # what LangChain's chat UIs send with a resume: no input
         if self.input is not None and self.command is not None:
             raise ValueError("input and command are mutually exclusive")
-        # Neither: continue a thread paused at a breakpoint (checked by the run manager).
+        # Neither: continue a thread paused at a breakpoint (checked by the engine).
         return self
 
     @property

@@ -22,7 +22,7 @@ what the run's record says:
     rollback    the checkpoints this run wrote deleted, then the run itself (as on
                 the Platform; its stream still ends with `end`)
     shutdown    nothing recorded: the run stays pending/running, and the next
-                start-up resumes it from its last checkpoint (`RunManager.recover`)
+                start-up resumes it from its last checkpoint (`EngineCore.recover`)
     storage     the event log gave the run's writes up: it ends with `StorageError`
     lease       another worker holds the run now (its lease expired): nothing is
                 written, the holder continues it (scale-out deployment)

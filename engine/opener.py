@@ -25,7 +25,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
 from engine.crons import CRON_POLL, utc_now
+from engine.feedback import FeedbackRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
+from engine.repositories import AssistantRepository, CronRepository
 from engine.services import (
     AssistantsService,
     CronsService,
@@ -132,15 +134,17 @@ async def open_engine(
             tracing=tracing,
             public_errors=public_errors,
         )
+        repositories = _repositories(parts)
         core = EngineCore(
             backend=parts,
             setup=setup,
+            created=repositories.assistants,
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours if role != "worker" else 0,
             recovery_interval=recovery_interval,
         )
         runs = RunsService(core)
-        crons = CronsService(core, parts.crons, interval=CRON_POLL, clock=clock)
+        crons = CronsService(core, repositories.crons, interval=CRON_POLL, clock=clock)
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -158,7 +162,7 @@ async def open_engine(
             threads=ThreadsService(core),
             assistants=AssistantsService(core),
             crons=crons,
-            feedback=FeedbackService(core, parts.feedback, runs),
+            feedback=FeedbackService(core, repositories.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
             store=store,
             context=opened,
@@ -168,6 +172,41 @@ async def open_engine(
             workers=workers,
             core=core,
         )
+
+
+@dataclass(frozen=True)
+class _Repositories:
+    """The repositories of the resources beside threads and runs, on one backend."""
+
+    crons: CronRepository
+    feedback: FeedbackRepository
+    assistants: AssistantRepository
+
+
+def _repositories(parts: RunBackend) -> _Repositories:
+    """Build each resource's repository, the implementation of the backend's kind.
+
+    A new resource adds its two implementations here (and its service above).
+    """
+    if parts.kind == "sqlite":
+        from engine.sqlite.assistants import SqliteAssistantRepository
+        from engine.sqlite.crons import SqliteCronRepository
+        from engine.sqlite.feedback import SqliteFeedbackRepository
+
+        return _Repositories(
+            crons=SqliteCronRepository(parts.database),
+            feedback=SqliteFeedbackRepository(parts.database),
+            assistants=SqliteAssistantRepository(parts.database),
+        )
+    from engine.postgres.assistants import PostgresAssistantRepository  # the scale-out extra
+    from engine.postgres.crons import PostgresCronRepository
+    from engine.postgres.feedback import PostgresFeedbackRepository
+
+    return _Repositories(
+        crons=PostgresCronRepository(parts.database),
+        feedback=PostgresFeedbackRepository(parts.database),
+        assistants=PostgresAssistantRepository(parts.database),
+    )
 
 
 def _backend(

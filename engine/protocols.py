@@ -26,7 +26,7 @@ and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
 the saver's own API, one per backend. The other resources' repositories (crons,
-created assistants) are in `engine.repositories`.
+created assistants, feedback) are built by the opener on the backend's `database`.
 
 Invariants every implementation keeps:
 
@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -66,7 +66,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from engine.assistants import Assistant
-from engine.feedback import FeedbackRepository
 from engine.records import (
     CancelAction,
     Frame,
@@ -76,7 +75,6 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
-from engine.repositories import AssistantRepository, CronRepository
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 
@@ -484,18 +482,14 @@ class RunBackend(Protocol):
         ...
 
     @property
-    def crons(self) -> CronRepository:
-        """The crons, and the claiming of their ticks."""
+    def kind(self) -> Literal["sqlite", "postgres"]:
+        """Which backend this is: what the resources' repositories are built for."""
         ...
 
     @property
-    def feedback(self) -> FeedbackRepository:
-        """Feedback on runs (`engine.feedback`)."""
-        ...
-
-    @property
-    def assistants(self) -> AssistantRepository:
-        """The assistants clients created, with their versions."""
+    def database(self) -> Any:
+        """What the resources' repositories are built on (`engine.opener`): the SQLite
+        database (`engine.sqlite.database.SqliteDatabase`), or the async pool."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:
@@ -517,7 +511,7 @@ class RunBackend(Protocol):
         ...
 
 
-# -- what the run manager offers routes ----------------------------------------------
+# -- what the runs service offers a stream response -----------------------------------
 
 
 class RunFrames(Protocol):

@@ -1,7 +1,7 @@
 """The run engine's read side: a run's result, a thread's state, its snapshots and history.
 
 Everything here reads what runs left behind — the thread record and the graph's
-checkpoints — and writes nothing. The run manager answers routes with it, and the
+checkpoints — and writes nothing. The runs and threads services answer with it, and the
 executor reads a thread's values and interrupts with it when a run ends.
 
     run_result      what `/wait` and `/join` answer: the thread's values after a run

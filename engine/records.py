@@ -141,7 +141,7 @@ class RunRecord:
 def out_of_attempts(attempt: int, max_attempts: int) -> bool:
     """Whether a run executed `attempt` times is given up rather than executed again.
 
-    The rule of every recovery: the restart sweep (`RunManager.recover`), a worker's
+    The rule of every recovery: the restart sweep (`EngineCore.recover`), a worker's
     claim and the lease sweep (`engine.postgres`) end such a run with `RunAbandoned`.
 
     Args:

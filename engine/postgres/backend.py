@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
@@ -26,11 +26,9 @@ from core.settings import Settings
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
-from engine.postgres.assistants import PostgresAssistantRepository
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
-from engine.postgres.crons import PostgresCronRepository
-from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
+from engine.postgres.pool import AsyncPool
 from engine.postgres.queue import QueueExecutor
 from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
@@ -55,17 +53,17 @@ class PostgresRunBackend:
     fence: CheckpointFence
     checkpoints: PostgresCheckpoints
     signals: RunSignals
-    #: The crons; every process's scheduler fires their ticks, each once.
-    crons: PostgresCronRepository
-    #: Feedback on runs.
-    feedback: PostgresFeedbackRepository
     #: LangGraph's store, in the service's database (`engine.postgres.store`).
     store: AsyncPostgresStore
-    #: The assistants clients created, with their versions.
-    assistants: PostgresAssistantRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
+    kind: Literal["postgres"] = "postgres"
+
+    @property
+    def database(self) -> AsyncPool:
+        """The pool the resources' repositories (crons, assistants, feedback) use."""
+        return self.resources.pool
 
     @property
     def pools(self) -> DatabasePools:
@@ -188,9 +186,6 @@ async def open_postgres_backend(
             fence=fence,
             checkpoints=PostgresCheckpoints(checkpointer),
             signals=RunSignals(storage.runs, resources.redis),
-            crons=PostgresCronRepository(resources.pool),
-            feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
-            assistants=PostgresAssistantRepository(resources.pool),
             metrics=metrics,
         )

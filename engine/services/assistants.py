@@ -25,7 +25,7 @@ class AssistantsService:
     def __init__(self, core: EngineCore) -> None:
         """Serve assistants from the engine's shared parts."""
         self._core = core
-        self._created = core.backend.assistants
+        self._created = core.created
 
     # -- built-in ----------------------------------------------------------------------
 

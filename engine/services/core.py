@@ -23,6 +23,7 @@ from engine.errors import NotFound
 from engine.preparation import RunPreparer
 from engine.protocols import ExecutorSetup, RunBackend, RunExecutor, StoreError
 from engine.records import ThreadRecord, out_of_attempts
+from engine.repositories import AssistantRepository
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class EngineCore:
         *,
         backend: RunBackend,
         setup: ExecutorSetup,
+        created: AssistantRepository,
         max_attempts: int,
         event_retention_hours: float = 0,
         recovery_interval: float = RECOVERY_INTERVAL,
@@ -47,6 +49,7 @@ class EngineCore:
         Args:
             backend: Storage, live frames and checkpoints, and the executor runs get.
             setup: The graphs served, their context and the limits runs execute with.
+            created: The assistants callers created (a run may name one).
             max_attempts: RUN_MAX_ATTEMPTS.
             event_retention_hours: EVENT_RETENTION_HOURS (0: event logs are kept).
             recovery_interval: Seconds between recovery sweeps, where the backend
@@ -61,8 +64,9 @@ class EngineCore:
         self.checkpointer = backend.checkpointer
         self.checkpoints = backend.checkpoints
         self.setup = setup
-        #: The built-in assistants, by id.
+        #: The built-in assistants, by id, and those callers created.
         self.builtins: Mapping[str, Assistant] = setup.assistants
+        self.created = created
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
         self.recovery_interval = recovery_interval if backend.recovers_runs else 0
@@ -101,7 +105,7 @@ class EngineCore:
         builtin = self.builtins.get(assistant_id)
         if builtin is not None:
             return builtin
-        record = await self.backend.assistants.get(owner, assistant_id)
+        record = await self.created.get(owner, assistant_id)
         if record is None:
             known = ", ".join(sorted(self.builtins)) or "none"
             raise NotFound(

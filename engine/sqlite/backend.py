@@ -7,7 +7,8 @@ in-memory fan-out of their frames (`engine.hub.Hub`), and LangGraph's store in
 `DATA_DIR/store.db` (`engine.sqlite.store`). The product's own tables (its knowledge
 notes) live in the same file, opened by the product. Runs execute in this process
 (`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
-and the crons' ticks fire here too (`engine.sqlite.crons`).
+and the crons' ticks fire here too. The other resources' repositories (crons,
+assistants, feedback) live in the same file, built on `database` by the opener.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -25,11 +27,9 @@ from engine.executor import InProcessExecutor
 from engine.hub import Hub
 from engine.protocols import DatabasePools, ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
-from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
-from engine.sqlite.crons import SqliteCronRepository
+from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.event_log import RETRY_FOR
-from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
@@ -43,19 +43,19 @@ class SqliteRunBackend:
     live: Hub
     checkpointer: AsyncSqliteSaver
     checkpoints: SqliteCheckpoints
-    #: The crons, in the same file; this process's run manager fires them.
-    crons: SqliteCronRepository
-    #: Feedback on runs, in the same file.
-    feedback: SqliteFeedbackRepository
     #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
     store: AsyncSqliteStore
-    #: The assistants clients created, with their versions.
-    assistants: SqliteAssistantRepository
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
+    kind: Literal["sqlite"] = "sqlite"
     ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     queue_depth: Callable[[], Awaitable[int]] | None = None
+
+    @property
+    def database(self) -> SqliteDatabase:
+        """The database the resources' repositories (crons, assistants, feedback) use."""
+        return self.storage.database
 
     def executor(self, setup: ExecutorSetup) -> InProcessExecutor:
         """Return an executor running the runs in this process."""
@@ -137,9 +137,6 @@ async def open_sqlite_backend(
                     live=hub,
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
-                    crons=SqliteCronRepository(storage.database),
-                    feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
-                    assistants=SqliteAssistantRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )
