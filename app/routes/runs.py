@@ -459,7 +459,6 @@ def _header_error(name: str, message: str) -> RequestValidationError:
     responses=STREAM_RESPONSES,
 )
 async def join_stream(
-    request: Request,
     thread_id: ThreadId,
     run_id: RunId,
     manager: RunsDep,
