@@ -473,3 +473,33 @@ async def test_threads_through_the_services(tmp_path: Path, llm: Any) -> None:
         await engine.threads.delete(OWNER, "t1")
         with pytest.raises(NotFound):
             await engine.threads.state(OWNER, "t1")
+
+
+async def test_a_worker_needs_the_shared_queue(tmp_path: Path) -> None:
+    settings = service_settings(tmp_path, "http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match="DATABASE_URL"):
+        async with open_engine(
+            settings,
+            role="worker",
+            assistants=sample_assistants,
+            context=lambda _pools: fixed_context(None),
+            ranker=KeywordRanker(),
+        ):
+            pass
+    assert not (tmp_path / "atelier.lock").exists(), "nothing was opened"
+
+
+async def test_atelier_run_fires_no_cron_and_serve_does(tmp_path: Path, llm: Any) -> None:
+    async with open_parts(tmp_path / "run", llm.base_url) as parts:
+        assert parts.engine.crons.scheduler._task is None  # `atelier run` fires none
+    settings = service_settings(tmp_path / "serve", llm.base_url)
+    context = build_context(settings, models=OpenAIModelFactory(settings))
+    async with open_engine(
+        settings,
+        role="serve",
+        assistants=sample_assistants,
+        context=lambda _pools: fixed_context(context),
+        ranker=KeywordRanker(),
+    ) as engine:
+        assert engine.crons.scheduler._task is not None  # CRON_SCHEDULER is on by default
+    assert engine.crons.scheduler._task is None  # stopped as the engine closed
