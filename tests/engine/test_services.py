@@ -503,3 +503,30 @@ async def test_atelier_run_fires_no_cron_and_serve_does(tmp_path: Path, llm: Any
     ) as engine:
         assert engine.crons.scheduler._task is not None  # CRON_SCHEDULER is on by default
     assert engine.crons.scheduler._task is None  # stopped as the engine closed
+
+
+async def test_a_run_a_previous_version_recorded_loads_and_runs(tmp_path: Path, llm: Any) -> None:
+    # A pending run whose row holds the `kwargs` an older version wrote (an MCP call's:
+    # no command, no stream options): the next start recovers it and runs it as it was.
+    old_kwargs = '{"input": {"steps": 1, "delay": 0.01}, "stream_mode": ["custom"], "config": {}}'
+    async with open_parts(tmp_path, llm.base_url) as parts:
+        thread = await parts.engine.threads.create(OWNER, None, {"graph_id": "slow"})
+        stamp = thread.created_at
+        await parts.storage.database.execute(
+            [
+                (
+                    "INSERT INTO runs (run_id, thread_id, owner, assistant_id, status, "
+                    "created_at, updated_at, kwargs, multitask_strategy) "
+                    "VALUES ('old-run', ?, ?, 'slow', 'pending', ?, ?, ?, 'reject')",
+                    (thread.thread_id, OWNER, stamp, stamp, old_kwargs),
+                )
+            ]
+        )
+        await parts.engine.core.shutdown()
+    async with open_test_engine(tmp_path, llm.base_url) as engine:  # recovers it
+        ended = await asyncio.wait_for(engine.runs.wait("old-run"), 20)
+        assert ended is not None and ended.status == "success", ended
+        assert ended.options.stream_mode == ("custom",) and ended.options.command is None
+        assert (await engine.runs.result(ended))["done"] == [1]
+        events = [event for _id, event, _data in await frames_of(engine, "old-run")]
+        assert events[0] == "metadata" and "custom" in events and events[-1] == "end"
