@@ -19,7 +19,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime, get_runtime
 
-from agentkit.context import AtelierContext, bind_loop_services, has_services
+from agentkit.context import AtelierContext, bind_services, has_services
 from agentkit.limits import limits_from_settings
 from core.settings import Settings
 from knowledge.repository import InMemoryNoteRepository, NoteRepository, SqliteNoteRepository
@@ -165,7 +165,7 @@ async def _keep_default_services(opened: asyncio.Future[None]) -> None:
     try:
         settings = await asyncio.to_thread(Settings)  # reads `.env`
         async with open_services(settings) as context:
-            with bind_loop_services(context):
+            with bind_services(context, loop=loop):
                 opened.set_result(None)
                 await asyncio.Event().wait()  # until cancelled
     except Exception as exc:
