@@ -1,9 +1,10 @@
 """The repositories of the resources beside threads and runs: crons and created assistants.
 
-Each has one implementation per backend (`engine/sqlite/`, `engine/postgres/`), owned
-by one API key per row (another key reads None, as for none); the engine's services
-use them (`engine.services.crons`, `engine.services.assistants`). A new resource's
-storage protocol goes here too (docs/architecture.md).
+Each has one implementation per backend (`engine/sqlite/`, `engine/postgres/`, built by
+`engine.opener` for the backend's kind), owned by one API key per row (another key
+reads None, as for none); the engine's services use them (`engine.services.crons`,
+`engine.services.assistants`). A new resource keeps its protocol beside its service
+(docs/architecture.md, "Adding a resource").
 """
 
 from __future__ import annotations
