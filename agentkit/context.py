@@ -15,7 +15,7 @@ run, and the services are bound once at the server's start-up
 
 A run given no context anywhere else (`build_pipeline()` in a notebook) gets the
 services `agentkit.services.ensure_services` opened from `Settings()` for its event
-loop and bound to it (`bind_loop_services`).
+loop and bound to it (`bind_services(..., loop=...)`).
 """
 
 from __future__ import annotations
@@ -98,56 +98,45 @@ class RunOptions(BaseModel):
     )
 
 
-# The services of LangGraph's own server, bound at its start-up (graphs.served).
-_bound: AtelierContext | None = None
-# The services opened for runs given none, by the event loop they serve
-# (agentkit.services.ensure_services).
-_loop_bound: dict[asyncio.AbstractEventLoop, AtelierContext] = {}
+# The services bound for runs given none: by the event loop they serve (the services
+# `agentkit.services.ensure_services` opens), or for the whole process (None: LangGraph's
+# own server, `graphs.served`).
+_bound: dict[asyncio.AbstractEventLoop | None, AtelierContext] = {}
 
 
 @contextmanager
-def bind_services(context: AtelierContext) -> Iterator[AtelierContext]:
+def bind_services(
+    context: AtelierContext, *, loop: asyncio.AbstractEventLoop | None = None
+) -> Iterator[AtelierContext]:
     """Serve runs that get no `AtelierContext` of their own with `context` inside the block.
 
-    LangGraph's own server passes each run a `RunOptions` (or nothing); for those
-    runs `context_of` applies the options to the context bound here.
+    For the whole process by default (LangGraph's own server passes each run a
+    `RunOptions`, or nothing, which `context_of` applies to the context bound here), or
+    for the runs of one event loop only (`loop`: a context whose clients are tied to
+    it); the process's take precedence.
+
+    Raises:
+        RuntimeError: Services are bound for the process (or that loop) already.
     """
-    global _bound
-    if _bound is not None:
-        raise RuntimeError("services are already bound in this process")
-    _bound = context
+    if loop in _bound:
+        where = "to this event loop" if loop is not None else "in this process"
+        raise RuntimeError(f"services are already bound {where}")
+    _bound[loop] = context
     try:
         yield context
     finally:
-        _bound = None
-
-
-@contextmanager
-def bind_loop_services(context: AtelierContext) -> Iterator[AtelierContext]:
-    """Serve runs on the running event loop that get no services with `context` inside the block.
-
-    Services bound for the process (`bind_services`) take precedence. The context
-    holds clients tied to this loop, so runs on another loop never see it.
-    """
-    loop = asyncio.get_running_loop()
-    if loop in _loop_bound:
-        raise RuntimeError("services are already bound to this event loop")
-    _loop_bound[loop] = context
-    try:
-        yield context
-    finally:
-        del _loop_bound[loop]
+        del _bound[loop]
 
 
 def bound_services() -> AtelierContext | None:
     """Return the services bound for runs without their own: the process's, else this loop's."""
-    if _bound is not None:
-        return _bound
+    if None in _bound:
+        return _bound[None]
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # called outside any event loop
         return None
-    return _loop_bound.get(loop)
+    return _bound.get(loop)
 
 
 def has_services(runtime: Runtime[Any] | Any) -> bool:
@@ -163,8 +152,7 @@ def context_of(runtime: Runtime[Any] | Any) -> AtelierContext:
     An `AtelierContext` passed with the run (the service, the CLI, tests) is used
     as it is. Otherwise the run's options, a `RunOptions` or a mapping of its
     fields (LangGraph's own server), are applied to the bound services: the
-    process's (`bind_services`), else those opened for the running event loop
-    (`bind_loop_services`).
+    process's, else those bound for the running event loop (`bind_services`).
 
     Raises:
         RuntimeError: The run has no `AtelierContext` and no services are bound.

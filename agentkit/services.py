@@ -1,34 +1,12 @@
-"""The one composition root of the studio's services: models, notes, assets, images.
+"""The studio's services a run needs (models, notes, assets, images), opened in one place.
 
-Every entry point opens the services a run needs here and nowhere else: `atelier
-serve` (embedded and scale-out), `atelier worker`, `atelier run`, `langgraph dev`
-(`graphs.served`) and a notebook that compiles `build_pipeline()` without a context
-(`ensure_services`). What differs between them is passed in, not rebuilt: the
-scale-out deployment hands over its PostgreSQL notes and shared asset store, a
-server its metrics observer.
-
-Everything blocking (reading `.env`, the embedded model's file lookup, the CJK font,
-jieba's dictionary, building the chat models and their HTTP clients) runs in worker
-threads, so no run pays for it on the event loop.
-
-Runs given no services (`build_pipeline()` or `build_team()` used as a library)
-get the services of `Settings()` (the environment and `.env`), opened by the first
-such run on an event loop and then shared by every run on that loop:
-
-- They live as long as the event loop: a notebook's kernel keeps one loop, so
-  there they are opened once and live for the process; `asyncio.run()` closes
-  them as it finishes (it cancels the task that keeps them open), and the next
-  `asyncio.run()` opens its own. They hold clients tied to their loop (the
-  models' async HTTP connections, the vault's lock, the embedded model's
-  process watcher), so no two loops share them. A loop driven by hand should
-  cancel its remaining tasks before it closes, as `asyncio.run()` does: the
-  vault's SQLite thread otherwise keeps the process from exiting.
-- Concurrent first runs on a loop wait for the same opening, so the services are
-  opened once; if opening fails, every waiting run fails with its reason and the
-  next run tries again.
-- Without `LLM_BASE_URL` they serve the embedded model, as `atelier serve` does;
-  if it cannot start (no model file, no llama-cpp-python) the run fails with the
-  one-line reason, which says to set `LLM_BASE_URL`.
+`open_services` opens them for every entry point — the product's composition
+(`app.composition`, for `atelier serve`, `worker` and `run`), `langgraph dev`
+(`graphs.served`) — with what differs passed in (scale-out's notes and assets, a
+server's metrics observer). A graph run given no services (a notebook's
+`build_pipeline().ainvoke(...)`) gets those of `Settings()` from `ensure_services`:
+opened by the first such run on an event loop, shared by the loop's runs, closed as
+`asyncio.run()` ends. See docs/python-api.md and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -41,7 +19,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime, get_runtime
 
-from agentkit.context import AtelierContext, bind_loop_services, has_services
+from agentkit.context import AtelierContext, bind_services, has_services
 from agentkit.limits import limits_from_settings
 from core.settings import Settings
 from knowledge.repository import InMemoryNoteRepository, NoteRepository, SqliteNoteRepository
@@ -149,8 +127,12 @@ async def ensure_services(runtime: Runtime[Any] | None = None) -> None:
 
     A no-op for a run given an `AtelierContext` or served with bound services
     (`graphs.served`). Otherwise the first such run on the loop opens the default
-    services (see the module docstring for their lifetime); later and concurrent
-    runs wait for that opening. The pipeline's nodes and the team's entry call it.
+    services; later and concurrent runs wait for that opening, and a failed opening
+    is tried again by the next run. They live as long as the loop (their clients
+    are tied to it): `asyncio.run()` closes them as it cancels its tasks; a loop
+    driven by hand should cancel its tasks before it closes, as `asyncio.run()`
+    does. Without `LLM_BASE_URL` they serve the embedded model. The pipeline's nodes
+    and the team's entry call it.
 
     Args:
         runtime: The run's runtime; by default the current run's.
@@ -183,7 +165,7 @@ async def _keep_default_services(opened: asyncio.Future[None]) -> None:
     try:
         settings = await asyncio.to_thread(Settings)  # reads `.env`
         async with open_services(settings) as context:
-            with bind_loop_services(context):
+            with bind_services(context, loop=loop):
                 opened.set_result(None)
                 await asyncio.Event().wait()  # until cancelled
     except Exception as exc:

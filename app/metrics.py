@@ -5,7 +5,7 @@ Each app owns an `AtelierMetrics` with its own `CollectorRegistry` (kept as
 as in tests, never share counters. `GET /metrics` (app/routes/ops.py) serves it in
 the Prometheus text format.
 
-What the run manager calls (every method is cheap and never raises on a
+What the engine calls (every method is cheap and never raises on a
 well-formed call):
 
     metrics.run_started()                      a run was accepted (active runs +1)
@@ -77,8 +77,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summ
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
-from engine.records import RUN_STATUSES
-from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
+from engine import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, RUN_STATUSES, OutboxTotals
 from providers.usage import UNKNOWN_ROLE, PriceTable, call_model, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")
@@ -278,7 +277,7 @@ class AtelierMetrics:
     # --- runs -----------------------------------------------------------------
 
     def run_started(self) -> None:
-        """Count a run accepted by the run manager; it is active until `run_finished`."""
+        """Count a run accepted by the engine; it is active until `run_finished`."""
         self.runs_started.inc()
         self.active_runs.inc()
 

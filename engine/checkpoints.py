@@ -1,6 +1,6 @@
 """Checkpoint housekeeping through LangGraph's saver API, which every saver has.
 
-Deleting and copying a thread go through the saver's own methods; the run manager
+Deleting and copying a thread go through the saver's own methods; the engine
 and both backends' `engine.protocols.CheckpointHousekeeping` call these. What the
 saver's API lacks, each backend writes in its own tables: `engine.sqlite.checkpoints`
 (settling a cancelled write, deleting a run's checkpoints) and

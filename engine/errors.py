@@ -12,7 +12,7 @@ from typing import Any
 
 
 class RunsError(Exception):
-    """A request the run manager refuses; `status` is the HTTP status to answer."""
+    """A request the engine refuses; `status` is the HTTP status to answer."""
 
     status = 400
 

@@ -4,7 +4,7 @@
 graph streamed, every chunk appended to the run's event log as a frame, the outcome
 recorded. SSE responses only follow the log (`app.sse`). So a client that
 disconnects leaves no zombie node behind, and the same run can be followed by any
-number of clients. The embedded deployment's run manager executes its runs with
+number of clients. The embedded deployment's engine executes its runs with
 it; a scale-out worker (`engine.postgres.worker`) executes the runs it claims with
 one of its own.
 

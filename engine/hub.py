@@ -6,7 +6,7 @@ falls too far behind (a slow client) is marked `lagged` and its buffer dropped: 
 then catches up from the durable log, so memory stays bounded and nothing is lost.
 
 The hub also knows which runs this process is executing (`run_live` / `run_gone`,
-told by the run manager), so a follower can tell a quiet run from a dead one: when
+told by the executor), so a follower can tell a quiet run from a dead one: when
 a run stops being executed, its followers are woken at once to re-read the log
 (its `end` is there) or to learn that the run stalled.
 """

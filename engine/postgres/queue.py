@@ -1,7 +1,7 @@
-"""The run manager's executor in the scale-out deployment: the queue, not this process.
+"""The engine's executor in the scale-out deployment: the queue, not this process.
 
-`QueueExecutor` is what an API replica's `RunManager` executes runs with when
-`DATABASE_URL` is set. The run manager records a new run as pending, as always; its
+`QueueExecutor` is what an API replica's engine executes runs with when
+`DATABASE_URL` is set. The runs service records a new run as pending, as always; its
 `start` only wakes the workers (`RunSignals.wake`), and whichever worker claims the
 run executes it (`engine.postgres.worker`). Cancels are recorded in the run's row
 and signalled (`RunSignals.cancel`); waiting for a run follows its record and its

@@ -4,11 +4,11 @@
 that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
 (`AsyncSqliteSaver`) and the run store's threads, runs and event logs, with the
 in-memory fan-out of their frames (`engine.hub.Hub`), and LangGraph's store in
-`DATA_DIR/store.db` (`engine.sqlite.store`). The knowledge notes live in
-the same file but belong to the studio's services (`agentkit.services.open_services`
-opens them when the backend keeps none). Runs execute in this process
+`DATA_DIR/store.db` (`engine.sqlite.store`). The product's own tables (its knowledge
+notes) live in the same file, opened by the product. Runs execute in this process
 (`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
-and the crons' ticks fire here too (`engine.sqlite.crons`).
+and the crons' ticks fire here too. The other resources' repositories (crons,
+assistants, feedback) live in the same file, built on `database` by the opener.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -24,18 +25,14 @@ from core.settings import Settings
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.hub import Hub
-from engine.protocols import ExecutorSetup
+from engine.protocols import DatabasePools, ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
-from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
-from engine.sqlite.crons import SqliteCronRepository
+from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.event_log import RETRY_FOR
-from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
-from knowledge.repository import NoteRepository
-from providers.assets import AssetStore
 
 
 @dataclass
@@ -46,20 +43,19 @@ class SqliteRunBackend:
     live: Hub
     checkpointer: AsyncSqliteSaver
     checkpoints: SqliteCheckpoints
-    #: The crons, in the same file; this process's run manager fires them.
-    crons: SqliteCronRepository
-    #: Feedback on runs, in the same file.
-    feedback: SqliteFeedbackRepository
     #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
     store: AsyncSqliteStore
-    #: The assistants clients created, with their versions.
-    assistants: SqliteAssistantRepository
-    #: The studio opens its SQLite vault and file asset store itself.
-    notes: NoteRepository | None = None
-    assets: AssetStore | None = None
+    #: No pools: the product opens its own stores in DATA_DIR.
+    pools: DatabasePools | None = None
     recovers_runs: bool = True
+    kind: Literal["sqlite"] = "sqlite"
     ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     queue_depth: Callable[[], Awaitable[int]] | None = None
+
+    @property
+    def database(self) -> SqliteDatabase:
+        """The database the resources' repositories (crons, assistants, feedback) use."""
+        return self.storage.database
 
     def executor(self, setup: ExecutorSetup) -> InProcessExecutor:
         """Return an executor running the runs in this process."""
@@ -72,8 +68,10 @@ class SqliteRunBackend:
         return InProcessExecutor(runner, self.live)
 
     @contextlib.asynccontextmanager
-    async def workers(self, setup: ExecutorSetup) -> AsyncIterator[list[object]]:
-        """Start no worker (the run manager's executor runs every run here); deliver webhooks.
+    async def workers(
+        self, setup: ExecutorSetup, *, count: int | None = None, concurrency: int | None = None
+    ) -> AsyncIterator[list[object]]:
+        """Start no worker (the executor runs every run here); deliver webhooks.
 
         The webhook deliverer runs for the block; the leases a stopped process left are
         freed first, so its deliveries resume at once.
@@ -139,9 +137,6 @@ async def open_sqlite_backend(
                     live=hub,
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
-                    crons=SqliteCronRepository(storage.database),
-                    feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
-                    assistants=SqliteAssistantRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )

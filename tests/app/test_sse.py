@@ -15,6 +15,7 @@ from app.sse import HEARTBEAT, follow_run, parse_cursor
 from engine.hub import Hub, Subscription
 from engine.protocols import EventLog
 from engine.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from engine.spec import RunOptions
 from engine.sqlite import SqliteRunStorage
 from tests.app.harness import read_sse
 
@@ -25,15 +26,15 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[SqliteRunStorage, Hub]]:
     async with SqliteRunStorage(str(tmp_path / "atelier.db"), publish=hub.publish) as store:
         stamp = now()
         await store.threads.insert(ThreadRecord("t", "o", stamp, stamp))
-        run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, {}, "reject")
+        run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, RunOptions(), "reject")
         await store.runs.insert(run, exclusive=True)
-        hub.run_live("r")  # as the run manager does while it executes the run
+        hub.run_live("r")  # as the executor does while it executes the run
         yield store, hub
 
 
 @dataclass
 class Frames:
-    """`RunFrames` over an event log and a hub, as the run manager offers it."""
+    """`RunFrames` over an event log and a hub, as the runs service offers it."""
 
     events: EventLog
     hub: Hub
@@ -57,7 +58,7 @@ class Frames:
 def follow(
     events: Any, hub: Hub, run_id: str, thread_id: str, **options: Any
 ) -> AsyncIterator[bytes]:
-    """Follow a run through a log and a hub, as a stream response follows the run manager."""
+    """Follow a run through a log and a hub, as a stream response follows the runs service."""
     return follow_run(Frames(events, hub), run_id, thread_id, **options)
 
 
@@ -203,7 +204,7 @@ async def test_a_stream_of_a_run_no_longer_executed_is_told_it_stalled_and_close
     stream = follow(runs, hub, "r", "t", heartbeat=0.05)
     assert (await asyncio.wait_for(stream.__anext__(), 2)).startswith(b"id: 1\n")
     assert await asyncio.wait_for(stream.__anext__(), 2) == HEARTBEAT  # alive, quiet
-    hub.run_gone("r")  # the run manager stopped executing it without an end
+    hub.run_gone("r")  # the executor stopped executing it without an end
     rest = b"".join([chunk async for chunk in stream])
     notice = rest.split(HEARTBEAT)[-1].decode()
     assert notice.startswith("event: error\n") and "id:" not in notice

@@ -369,7 +369,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
             result = await execute(
                 manager, run, on_event=events.append, clarify=asked.append, on_run=started.append
             )
-            record = await manager.find_run(run.run_id)
+            record = await manager.runs.find(run.run_id)
         calls = llm.call_count
     assert result["outcome"] == "completed" and not asked
     assert len(result["images"]) == 2 and result["post"]["title"]
@@ -380,7 +380,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
     # An engine run like any other: recorded, its thread the anonymous owner's.
     assert [r.run_id for r in started] == [run.run_id]
     assert record is not None and record.status == "success" and record.attempt == 1
-    assert record.owner == "anonymous" and record.kwargs["stream_mode"] == ["custom", "values"]
+    assert record.owner == "anonymous" and record.options.stream_mode == ("custom", "values")
 
 
 async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: Path) -> None:
@@ -402,14 +402,14 @@ async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: P
             result = await execute(
                 manager, run, on_event=lambda _e: None, clarify=clarify, on_run=started.append
             )
-            first = await manager.find_run(run.run_id)
+            first = await manager.runs.find(run.run_id)
     assert [a["type"] for a in asked] == ["clarification"]
     assert asked[0]["question"] and asked[0]["options"]
     assert result["outcome"] == "completed"
     # The question ended the first run; a resume run on the same thread answered it.
     assert first is not None and first.status == "interrupted"
     assert [r.thread_id for r in started] == [run.thread_id] * 2
-    assert started[1].kwargs["command"] == {
+    assert started[1].options.command == {
         "resume": {"action": "details", "details": "写给大学生，讲清楚烟酰胺"}
     }
 
@@ -438,7 +438,7 @@ async def test_a_cancelled_execute_cancels_its_run(tmp_path: Path) -> None:
             following.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await following
-            record = await manager.find_run(run.run_id)
+            record = await manager.runs.find(run.run_id)
     assert record is not None and record.status == "interrupted"
     assert record.cancel_reason == "interrupt"
 
@@ -530,6 +530,85 @@ def test_run_failure_is_one_readable_line(data_dir: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 1
     assert "运行失败" in result.output and "LOCAL_MODEL_PATH" in result.output
     assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------- tracing, webhooks
+# `atelier run` opens the engine as `atelier serve` does (`app.composition.open_product`),
+# so its run is traced and reports its end like a served run.
+
+
+def test_run_exports_its_trace_to_the_otlp_endpoint(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.support.otlp import OtlpReceiver
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with OtlpReceiver() as receiver, ScriptedOpenAIServer(atelier_responder(images=1)) as llm:
+        _scripted_env(monkeypatch, llm.base_url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "atelier-cli-test")
+        result = runner.invoke(
+            cli, ["run", REQUEST, "--auto-confirm", "--json", "--image-count", "1"]
+        )
+        assert result.exit_code == 0, result.output
+        # Flushed as the command closed its engine: everything is in already.
+        spans = receiver.received()
+    (created,) = [s for s in spans if s.name == "create_run"]
+    (executed,) = [s for s in spans if s.name == "run atelier"]
+    trace = [s for s in spans if s.trace_id == created.trace_id]
+    assert executed.trace_id == created.trace_id and executed.parent_span_id == created.span_id
+    assert executed.attributes["atelier.outcome"] == "success"
+    assert executed.attributes["atelier.run_id"] == created.attributes["atelier.run_id"]
+    chats = [s for s in trace if s.name.startswith("chat ")]
+    assert len(chats) == llm.call_count > 5  # every LLM call of the run, in its trace
+    assert {s.resource.get("service.name") for s in trace} == {"atelier-cli-test"}
+
+
+def test_run_delivers_its_signed_webhook_like_a_served_run(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app.atelier_llm import atelier_responder
+    from tests.app.test_webhooks import SECRET, Receiver, signed
+    from tests.support.scripted_openai import ScriptedOpenAIServer
+
+    with Receiver() as hook, ScriptedOpenAIServer(atelier_responder(images=1)) as llm:
+        _scripted_env(monkeypatch, llm.base_url)
+        monkeypatch.setenv("WEBHOOK_SECRET", SECRET)
+        monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE", "true")  # the receiver is on loopback
+        result = runner.invoke(
+            cli,
+            [
+                "run",
+                REQUEST,
+                "--auto-confirm",
+                "--json",
+                "--image-count",
+                "1",
+                "--webhook",
+                hook.url,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        received = list(hook.received)  # delivered before the command returned
+    payload = json.loads(result.stdout)
+    ((headers, body),) = received
+    assert signed(headers, body) and headers["X-Atelier-Delivery"]
+    report = json.loads(body)
+    assert report["status"] == "success" and report["assistant_id"] == "atelier"
+    assert report["result"]["result"]["post"] == payload["post"]
+    assert report["error"] is None and report["run_id"] and report["thread_id"]
+
+
+def test_run_refuses_a_webhook_url_the_rules_refuse(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scripted_env(monkeypatch, "http://127.0.0.1:9/v1")  # refused before any model call
+    result = runner.invoke(
+        cli, ["run", REQUEST, "--auto-confirm", "--webhook", "http://127.0.0.1:9/hook"]
+    )
+    assert result.exit_code == 2
+    assert "webhook: webhook is refused" in result.output and "Traceback" not in result.output
 
 
 # --------------------------------------------------------------------------- one driver
