@@ -1,11 +1,9 @@
 """Whose run this is and which vault namespaces it reads: the scope of a run's knowledge.
 
 The run engine puts the owner id of the API key that started a run into the run's
-config (`configurable[OWNER_KEY]`, after the client's own `configurable`, so no
-client can set it; its name starts with `__`, so LangGraph copies it into no
-checkpoint's metadata). The agents read it with `run_owner()`: `nodes.rag` and the
-`search_knowledge` tool retrieve that key's notes and the notes no key wrote, and
-`engine.store.ScopedStore` scopes the run's `runtime.store` to it.
+config (`core.run_config.OWNER_KEY`); the agents read it with `run_owner()`:
+`nodes.rag` and the `search_knowledge` tool retrieve that key's notes and the notes
+no key wrote.
 
 A run reads the notes of two namespaces: its brand's `knowledge_namespace`
 (`state["brand"]`, when the run was started with a preset naming one) and the
@@ -21,29 +19,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_config
 
+from core.run_config import OWNER_KEY, run_owner
 from knowledge.notes import SHARED_NAMESPACE
 
-#: The run config's `configurable` key holding the owner id of the run's API key.
-OWNER_KEY = "__atelier_owner"
+__all__ = ["NO_OWNER", "OWNER_KEY", "knowledge_namespaces", "note_principal", "run_owner"]
+
 #: What `principal=` gets for a run without an owner: no key's id, so only owner-less notes.
 NO_OWNER = ""
-
-
-def run_owner(config: RunnableConfig | None = None) -> str | None:
-    """Return the owner id of the current run's API key, or None outside the service.
-
-    Args:
-        config: The run's config; by default the current one (`langgraph.config.get_config`).
-    """
-    if config is None:
-        try:
-            config = get_config()
-        except RuntimeError:  # not inside a runnable
-            return None
-    owner = (config.get("configurable") or {}).get(OWNER_KEY)
-    return owner if isinstance(owner, str) and owner else None
 
 
 def note_principal(config: RunnableConfig | None = None) -> str:

@@ -46,8 +46,8 @@ The mapping:
   ["JSONRPC"])` and asks for it. The extended card of a built-in assistant is its
   public card, which therefore does not announce one (`extendedAgentCard` false).
 
-The engine calls sit in the few functions right below, so a change of the run
-engine's door is made here in one place.
+The engine calls sit in the few functions right below (`run_spec` builds the
+engine's run request), so a change of the run engine's door is made here in one place.
 """
 
 from __future__ import annotations
@@ -112,16 +112,31 @@ from google.protobuf.struct_pb2 import Value
 from starlette.requests import Request as StarletteRequest
 
 from agentkit.chat import image_link
-from app.deps import PrincipalDep, RunsDep
+from app.deps import (
+    AssetLinksDep,
+    AssistantsDep,
+    PrincipalDep,
+    RunsDep,
+    SettingsDep,
+    ThreadsDep,
+)
 from app.described import assistant_description, assistant_name
 from app.routes.exports import post_markdown
-from engine.assistants import Assistant
-from engine.errors import Conflict, Invalid, NotFound, RunsError
-from engine.follow import Stopped, follow_frames
-from engine.manager import RunManager
-from engine.preparation import RunRequest
-from engine.records import Frame, RunRecord
-from engine.serde import loads
+from engine import (
+    Assistant,
+    Conflict,
+    Frame,
+    Invalid,
+    NotFound,
+    RunRecord,
+    RunsError,
+    RunSpec,
+    RunsService,
+    Stopped,
+    ThreadsService,
+    follow_frames,
+    loads,
+)
 from providers.asset_links import AssetLinks
 
 #: Where the JSON-RPC endpoint and the agent card are served.
@@ -141,70 +156,66 @@ ANSWER_HINT = 'Reply with the missing details, or "defaults" to go on with sensi
 # --------------------------------------------------------------------------- engine calls
 
 
-async def start_run(
-    manager: RunManager,
+def run_spec(
     owner: str,
     assistant: Assistant,
     context_id: str,
     *,
     graph_input: dict[str, Any] | None = None,
     resume_on: tuple[str, str] | None = None,
-) -> RunRecord:
-    """Record and start a run of `assistant`; return it.
+) -> RunSpec:
+    """Return the engine's run request of a message: a new task, or an answer to one.
 
     Args:
-        manager: The run engine.
         owner: The caller's owner id.
         assistant: What to run.
         context_id: The task's context id (kept in the run's metadata).
         graph_input: The input of a run on a new thread.
         resume_on: (thread id, answer): resume the thread's pending interrupt instead.
+    """
+    thread_id, answer = resume_on if resume_on else (None, None)
+    return RunSpec(
+        assistant_id=assistant.assistant_id,
+        owner=owner,
+        thread_id=thread_id,
+        input=graph_input,
+        command={"resume": answer} if resume_on else None,
+        stream_mode=("custom",),
+        stream_subgraphs=True,  # the team's events come from the executor subgraph
+        stream_resumable=True,
+        metadata={CONTEXT_KEY: context_id} if context_id else {},
+    )
+
+
+async def start_run(runs: RunsService, spec: RunSpec) -> RunRecord:
+    """Record and start a run; return it.
 
     Raises:
         RunsError: The engine refused it (nothing to resume, an invalid answer, an
             unavailable database, shutting down).
     """
-    thread_id, answer = resume_on if resume_on else (None, None)
-    run, _ = await manager.create(
-        RunRequest(
-            owner=owner,
-            thread_id=thread_id,
-            assistant=assistant,
-            kwargs={
-                "input": graph_input,
-                "command": {"resume": answer} if resume_on else None,
-                "stream_mode": ["custom"],
-                "stream_subgraphs": True,  # the team's events come from the executor subgraph
-                "stream_resumable": True,
-                "on_disconnect": "continue",
-                "config": {},
-            },
-            metadata={CONTEXT_KEY: context_id} if context_id else {},
-        )
-    )
+    run, _ = await runs.create(spec)
     return run
 
 
-async def task_runs(
-    manager: RunManager, owner: str, assistant_id: str, thread_id: str
-) -> list[RunRecord]:
-    """Return the runs of an owner's thread served by `assistant_id`, oldest first."""
+async def task_runs(call: Call, thread_id: str) -> list[RunRecord]:
+    """Return the runs of the caller's thread served by the call's assistant, oldest first."""
     try:
-        thread = await manager.get_thread(owner, thread_id)
+        thread = await call.threads.get(call.owner, thread_id)
     except NotFound:
         return []
-    if thread.metadata.get("assistant_id") != assistant_id:
+    if thread.metadata.get("assistant_id") != call.assistant.assistant_id:
         return []
-    return list(reversed(await manager.list_runs(owner, thread_id, limit=MAX_RUNS)))
+    return list(reversed(await call.runs.for_thread(call.owner, thread_id, limit=MAX_RUNS)))
 
 
-async def run_frames(manager: RunManager, run: RunRecord) -> AsyncIterator[Frame]:
-    """Yield a run's frames from the first until its `end` frame (`engine.follow`).
+async def run_frames(runs: RunsService, run: RunRecord) -> AsyncIterator[Frame]:
+    """Yield a run's frames from the first until its `end` frame (`engine.follow_frames`).
 
     A run that stops without `end` (it stalled: its storage failed and it waits for
     recovery) ends the iteration too; the task's state is then read again.
     """
-    followed = follow_frames(manager, run.run_id, run.thread_id, idle=FRAME_WAIT)
+    followed = follow_frames(runs, run.run_id, run.thread_id, idle=FRAME_WAIT)
     async with contextlib.aclosing(followed):
         async for item in followed:
             if isinstance(item, Stopped):
@@ -216,23 +227,23 @@ async def run_frames(manager: RunManager, run: RunRecord) -> AsyncIterator[Frame
 
 
 async def run_outcome(
-    manager: RunManager, owner: str, thread_id: str, run_id: str
+    runs: RunsService, owner: str, thread_id: str, run_id: str
 ) -> tuple[RunRecord, dict[str, Any]] | None:
     """Return a run's record and what it left (the thread's values), or None when gone."""
     try:
-        run = await manager.get_run(owner, thread_id, run_id)
+        run = await runs.get(owner, thread_id, run_id)
     except NotFound:
         return None
-    return run, await manager.result(run)
+    return run, await runs.result(run)
 
 
-async def cancel_run(manager: RunManager, run: RunRecord) -> RunRecord:
+async def cancel_run(runs: RunsService, run: RunRecord) -> RunRecord:
     """Cancel an active run (its checkpoints kept) and wait for it to stop; return it.
 
     Raises:
         Conflict: The run is no longer active.
     """
-    return await manager.cancel(run, "interrupt", wait=True)
+    return await runs.cancel(run, "interrupt", wait=True)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -240,9 +251,10 @@ async def cancel_run(manager: RunManager, run: RunRecord) -> RunRecord:
 
 @dataclass(frozen=True)
 class Call:
-    """What one A2A request is about: the engine, the caller, the assistant, the base URL."""
+    """What one A2A request is about: the engine's services, the caller, the assistant, …"""
 
-    manager: RunManager
+    runs: RunsService
+    threads: ThreadsService
     owner: str
     assistant: Assistant
     base_url: str  # e.g. http://127.0.0.1:8000, for absolute links to assets
@@ -338,10 +350,11 @@ def _question(interrupts: list[Any]) -> str:
 
 def _said(run: RunRecord) -> str:
     """Return what the client said to start a run: its request, or its answer."""
-    request = (run.kwargs.get("input") or {}).get("request")
+    graph_input = run.options.input
+    request = graph_input.get("request") if isinstance(graph_input, dict) else None
     if request:
         return str(request)
-    answer = (run.kwargs.get("command") or {}).get("resume")
+    answer = (run.options.command or {}).get("resume")
     return answer if isinstance(answer, str) else ""
 
 
@@ -423,42 +436,41 @@ class AtelierRequestHandler(RequestHandler):
         try:
             if message.task_id:
                 return await self._answer(call, message.task_id, text)
-            return await start_run(
-                call.manager,
+            spec = run_spec(
                 call.owner,
                 call.assistant,
                 message.context_id,
                 graph_input={"request": text},  # checked by the engine's preparation
             )
+            return await start_run(call.runs, spec)
         except RunsError as exc:
             raise _engine_error(exc) from None
 
     async def _answer(self, call: Call, task_id: str, text: str) -> RunRecord:
         """Resume a task waiting at the planner's question with the client's answer."""
         run = await self._latest(call, task_id)
-        state, _ = task_state(run, await call.manager.result(run))
+        state, _ = task_state(run, await call.runs.result(run))
         if state != TaskState.TASK_STATE_INPUT_REQUIRED:
             raise InvalidParamsError(
                 message=f"task {task_id!r} is {_state_name(state)}: only a task waiting for "
                 "input takes another message; send a new message without taskId"
             )
-        return await start_run(
-            call.manager, call.owner, call.assistant, _context_id(run), resume_on=(task_id, text)
-        )
+        spec = run_spec(call.owner, call.assistant, _context_id(run), resume_on=(task_id, text))
+        return await start_run(call.runs, spec)
 
     async def _latest(self, call: Call, task_id: str) -> RunRecord:
         """Return the latest run of the caller's task, or raise TaskNotFoundError."""
-        runs = await task_runs(call.manager, call.owner, call.assistant.assistant_id, task_id)
+        runs = await task_runs(call, task_id)
         if not runs:
             raise TaskNotFoundError()
         return runs[-1]
 
     async def _task(self, call: Call, run: RunRecord) -> Task:
         """Return the task whose latest run is `run`, read from the run store."""
-        found = await run_outcome(call.manager, call.owner, run.thread_id, run.run_id)
+        found = await run_outcome(call.runs, call.owner, run.thread_id, run.run_id)
         if found is None:
             raise TaskNotFoundError()
-        runs = await task_runs(call.manager, call.owner, call.assistant.assistant_id, run.thread_id)
+        runs = await task_runs(call, run.thread_id)
         earlier = [r for r in runs if r.run_id != run.run_id]
         return build_task(call, *found, earlier)
 
@@ -466,7 +478,7 @@ class AtelierRequestHandler(RequestHandler):
         """Yield the task, its progress, then its artifact and final status."""
         context_id = _context_id(run)
         yield build_task(call, run, {})
-        async for frame in run_frames(call.manager, run):
+        async for frame in run_frames(call.runs, run):
             if frame.mode != "custom":
                 continue
             text = progress_text(loads(frame.data))
@@ -494,7 +506,7 @@ class AtelierRequestHandler(RequestHandler):
         run = await self._start(params, call)
         if params.configuration.return_immediately:
             return build_task(call, run, {})
-        async for _frame in run_frames(call.manager, run):
+        async for _frame in run_frames(call.runs, run):
             pass
         return await self._task(call, run)
 
@@ -519,9 +531,9 @@ class AtelierRequestHandler(RequestHandler):
         call = _call(context)
         run = await self._latest(call, params.id)
         try:
-            run = await cancel_run(call.manager, run)
+            run = await cancel_run(call.runs, run)
         except Conflict:
-            state, _ = task_state(run, await call.manager.result(run))
+            state, _ = task_state(run, await call.runs.result(run))
             raise TaskNotCancelableError(
                 message=f"task {params.id!r} is not working ({_state_name(state)})"
             ) from None
@@ -709,18 +721,20 @@ def _base_url(request: Request) -> str:
     summary="An assistant's A2A agent card",
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
 )
-async def get_agent_card(assistant_id: AssistantId, request: Request, manager: RunsDep) -> Response:
+async def get_agent_card(
+    assistant_id: AssistantId, request: Request, assistants: AssistantsDep, settings: SettingsDep
+) -> Response:
     """Describe the assistant to A2A clients: skills, JSON-RPC URL, streaming, auth.
 
     Public, like any A2A agent card: it is how a client learns where to call and
     which key to present; it names nothing a caller owns.
     """
-    assistant = manager.assistant(assistant_id)
+    assistant = assistants.builtin(assistant_id)
     card = agent_card(
         assistant,
         _base_url(request),
         request.app.version,
-        keyed=bool(request.app.state.settings.auth_api_keys),
+        keyed=bool(settings.auth_api_keys),
     )
     return JSONResponse(agent_card_to_dict(card))
 
@@ -742,22 +756,30 @@ async def get_agent_card(assistant_id: AssistantId, request: Request, manager: R
     },
 )
 async def a2a_rpc(
-    assistant_id: AssistantId, request: Request, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId,
+    request: Request,
+    runs: RunsDep,
+    threads: ThreadsDep,
+    assistants: AssistantsDep,
+    settings: SettingsDep,
+    links: AssetLinksDep,
+    owner: PrincipalDep,
 ) -> Response:
     """Answer one A2A JSON-RPC request (see the module docstring for the mapping).
 
     The assistant may be one the caller created (a brand preset); its card is the
     extended card this endpoint answers (`GetExtendedAgentCard`), never a public one.
     """
-    assistant = await manager.resolve_assistant(owner, assistant_id)
+    assistant = await assistants.resolve(owner, assistant_id)
     request.state.a2a_call = Call(
-        manager,
+        runs,
+        threads,
         owner,
         assistant,
         _base_url(request),
-        getattr(request.app.state, "asset_links", None),
+        links,
         version=request.app.version,
-        keyed=bool(request.app.state.settings.auth_api_keys),
+        keyed=bool(settings.auth_api_keys),
     )
     return await _dispatcher.handle_requests(request)
 

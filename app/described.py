@@ -11,7 +11,7 @@ terms or examples in full: a tool list is read by a model on every turn.
 from __future__ import annotations
 
 from agentkit.brand import preset_of
-from engine.assistants import Assistant
+from engine import Assistant
 
 #: The most characters of a preset's voice a description repeats.
 VOICE_CHARS = 160

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 # The engine's refusals, rendered here; re-exported for the routes.
-from engine.errors import (
+from engine import (
     DATABASE_UNAVAILABLE,
     Conflict,
     Invalid,

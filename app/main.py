@@ -1,14 +1,14 @@
 """The ASGI application: `create_app(settings)` and the module-level `app`.
 
-Async resources (database connections, the checkpointer, the run manager, the
-embedded model) are opened in the lifespan, never at import: importing this
-module only reads settings.
+Async resources (the engine, its databases, the embedded model) are opened in the
+lifespan (`app.composition.open_product`), never at import: importing this module
+only reads settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from agentkit.services import open_services
 from app import a2a, names
+from app.composition import open_product
 from app.errors import install_error_handlers
 from app.mcp import mcp_router
 from app.metrics import install_metrics
@@ -38,15 +38,7 @@ from app.routes import (
 from app.routes.ops import NotReadyError
 from app.security import announce_auth_mode, install_security
 from core.settings import Settings
-from engine.assistants import AssistantFactory, registry, with_store
-from engine.crons import CRON_POLL
-from engine.manager import RunManager
-from engine.protocols import ExecutorSetup, RunBackend
-from engine.sqlite.backend import open_sqlite_backend
-from engine.store import ScopedStore, query_ranker
-from engine.tracing import open_run_tracing
-from engine.webhooks import WebhookConfig
-from graphs.assistants import ASSISTANTS
+from engine import AssistantFactory
 from providers.fonts import web_cjk_font
 
 VERSION = "0.1.0"
@@ -55,69 +47,37 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Open the service's resources for the app's lifetime and close them after.
+    """Open Atelier's engine for the app's lifetime and close it after (`app.composition`).
 
-    The run backend first, then the studio's services (its notes and assets where the
-    backend keeps them), then the run manager with the executor the backend gives.
-    Embedded (no `DATABASE_URL`, `engine.sqlite.backend`): everything persistent lives
-    in `DATA_DIR/atelier.db` (WAL): the knowledge notes, LangGraph's checkpoints
-    (`AsyncSqliteSaver`), and the run store's threads, runs and event logs; runs execute
-    in this process. Scale-out (`DATABASE_URL`): see `open_scale_out`. Without
-    `LLM_BASE_URL` the embedded model is served for the app's lifetime
-    (`providers.llm.open_model_factory`); if it cannot start or fails its self-test
-    completion, start-up fails with its one-line reason, and once it crashed /ready
-    reports the model check failed with that reason. With an OTLP endpoint set
-    (README "Tracing") runs are traced (`engine.tracing`; `app.state.tracing`, None
-    when off), and the spans left are flushed as the app stops.
+    Embedded (no `DATABASE_URL`) everything persistent lives in DATA_DIR and runs
+    execute in this process; scale-out (`DATABASE_URL`) runs are recorded in the shared
+    queue and executed by RUN_WORKERS workers here and any `atelier worker`. Without
+    `LLM_BASE_URL` the embedded model is served for the app's lifetime: if it cannot
+    start, start-up fails with its one-line reason, and once it crashed /ready reports
+    the model check failed with that reason. The services are kept on `app.state` for
+    the dependency aliases of `app.deps`, the only readers.
     """
     settings: Settings = app.state.settings
     announce_auth_mode(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metrics = app.state.metrics
-    async with AsyncExitStack() as stack:
-        # First in, last out: the spans of everything closed after are flushed too.
-        app.state.tracing = tracing = stack.enter_context(open_run_tracing(settings))
-        if settings.database_url is not None:
-            backend: RunBackend = await open_scale_out(settings, stack, metrics)
-        else:
-            backend = await stack.enter_async_context(
-                open_sqlite_backend(settings, owner="atelier serve")
-            )
-        context = await stack.enter_async_context(
-            open_services(settings, notes=backend.notes, assets=backend.assets, observer=metrics)
-        )
+    async with open_product(
+        settings,
+        role="serve",
+        metrics=app.state.metrics,
+        assistant_factory=app.state.assistant_factory,
+    ) as engine:
+        context = engine.context
+        app.state.engine = engine
         app.state.notes = context.notes
         app.state.assets = context.assets
         app.state.context = context
-        # The Store, scoped per API key: the routes bind it to the caller, runs to their owner.
-        app.state.store = ScopedStore(backend.store, query_ranker(settings))
-        graphs = with_store(app.state.assistant_factory(backend.checkpointer), app.state.store)
-        app.state.graphs = sorted(graphs)
-        setup = ExecutorSetup(
-            assistants=graphs,
-            context=context,
-            run_timeout=settings.run_timeout,
-            metrics=metrics,
-            callbacks=[metrics.callback],
-            webhooks=WebhookConfig.from_settings(settings),
-            tracing=tracing,
-        )
-        manager = RunManager(
-            backend=backend,
-            setup=setup,
-            max_attempts=settings.run_max_attempts,
-            event_retention_hours=settings.event_retention_hours,
-            cron_interval=CRON_POLL if settings.cron_scheduler else 0,  # fires due ticks
-        )
-        app.state.runs = await stack.enter_async_context(manager)
-        await stack.enter_async_context(backend.workers(setup))
+        app.state.graphs = engine.graphs
         app.state.ready_checks = {
             **getattr(app.state, "ready_checks", {}),
-            **backend.ready_checks,
+            **engine.ready_checks,
             "model": model_check(context.models),
         }
-        if backend.queue_depth is not None:
-            app.state.queue_depth = backend.queue_depth
+        if engine.queue_depth is not None:
+            app.state.queue_depth = engine.queue_depth
         yield
 
 
@@ -132,21 +92,6 @@ def model_check(models: Any) -> Callable[[], Awaitable[None]]:
     return model_serves
 
 
-async def open_scale_out(settings: Settings, stack: AsyncExitStack, metrics: Any) -> RunBackend:
-    """Open the scale-out deployment's run backend on `stack` (README "Scale out").
-
-    PostgreSQL holds the notes, assets, checkpoints, threads, runs and event logs
-    (`engine.postgres.resources`); Redis (when `REDIS_URL` is set) carries live frames, wake-ups
-    and cancels. The run manager records runs in the queue and leaves their execution
-    to workers (`QueueExecutor`): RUN_WORKERS of them in this process (0: an API-only
-    replica), each claiming up to RUN_WORKER_CONCURRENCY runs, and any number in
-    `atelier worker` processes.
-    """
-    from engine.postgres.backend import open_postgres_backend  # the scale-out extra
-
-    return await stack.enter_async_context(open_postgres_backend(settings, metrics=metrics))
-
-
 def create_app(
     settings: Settings | None = None, *, assistant_factory: AssistantFactory | None = None
 ) -> FastAPI:
@@ -155,7 +100,7 @@ def create_app(
     Args:
         settings: The configuration.
         assistant_factory: Builds the assistants served, given the checkpointer
-            (default: the registry of `graphs.assistants.ASSISTANTS`); tests serve
+            (default: `graphs.assistants.ASSISTANTS`, `app.composition`); tests serve
             small graphs through it.
     """
     settings = settings or Settings()
@@ -166,7 +111,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.assistant_factory = assistant_factory or registry(ASSISTANTS)
+    app.state.assistant_factory = assistant_factory
     install_metrics(app)
     install_security(app, settings)
     install_error_handlers(app)
@@ -182,7 +127,7 @@ def create_app(
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(store.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
-    app.include_router(mcp_router(app))  # /mcp, its session manager in the lifespan
+    app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)
     mount_console(app)
     return app

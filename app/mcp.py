@@ -3,7 +3,7 @@
 MCP clients (desktop assistants, IDEs, other agents) reach Atelier over the Model
 Context Protocol's Streamable HTTP transport at `POST /mcp`, served by the official
 `mcp` SDK: its low-level `Server` with two handlers, behind its
-`StreamableHTTPSessionManager`. `mcp_router(app)` returns both as a router whose
+`StreamableHTTPSessionManager`. `mcp_router(app, settings)` returns both as a router whose
 lifespan runs the session manager inside the app's (so the manager stops taking
 calls before the run engine closes).
 
@@ -57,8 +57,8 @@ calls before the run engine closes).
   when the service runs open, one whose `Host` is neither loopback nor listed in
   MCP_ALLOWED_HOSTS.
 
-The engine calls are the functions right below, so a change of the engine's door
-changes them only.
+The engine calls are the functions right below (`run_spec` builds the engine's run
+request), so a change of the engine's door changes them only.
 """
 
 from __future__ import annotations
@@ -83,17 +83,25 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentkit.chat import image_link
+from app.deps import get_asset_links, get_engine, get_settings
 from app.described import assistant_description, assistant_name
 from app.errors import error_response, validation_message
 from app.mcp_guard import McpOriginGuard
 from app.routes.exports import post_markdown
 from app.security import PRINCIPAL_STATE_KEY, auth_mode
-from engine.assistants import Assistant
-from engine.errors import InvalidFields, NotFound, RunsError
-from engine.follow import Stopped, follow_frames
-from engine.manager import RunManager
-from engine.preparation import RunRequest
-from engine.records import Frame, RunRecord
+from core.settings import Settings
+from engine import (
+    Assistant,
+    Engine,
+    Frame,
+    InvalidFields,
+    NotFound,
+    RunRecord,
+    RunsError,
+    RunSpec,
+    Stopped,
+    follow_frames,
+)
 from providers.asset_links import AssetLinks
 
 log = logging.getLogger(__name__)
@@ -115,55 +123,58 @@ DIGEST_CHARS = 12
 # --- the run engine: every call this module makes to it --------------------------
 
 
-def builtin_assistants(manager: RunManager) -> list[Assistant]:
+def builtin_assistants(engine: Engine) -> list[Assistant]:
     """Return the built-in assistants the service serves, by id."""
-    return sorted(manager.list_assistants(), key=lambda a: a.assistant_id)
+    return engine.assistants.builtins()
 
 
 async def created_assistants(
-    manager: RunManager, owner: str, offset: int
+    engine: Engine, owner: str, offset: int
 ) -> tuple[list[Assistant], bool]:
     """Return a page of the assistants `owner` created, oldest first, and whether more follow."""
-    return await manager.created_assistants(owner, limit=TOOLS_PAGE, offset=offset)
+    return await engine.assistants.created(owner, limit=TOOLS_PAGE, offset=offset)
 
 
-async def resolve_assistant(manager: RunManager, owner: str, assistant_id: str) -> Assistant:
+async def resolve_assistant(engine: Engine, owner: str, assistant_id: str) -> Assistant:
     """Return a built-in assistant or one `owner` created.
 
     Raises:
         NotFound: Neither.
     """
-    return await manager.resolve_assistant(owner, assistant_id)
+    return await engine.assistants.resolve(owner, assistant_id)
+
+
+def run_spec(owner: str, assistant: Assistant, graph_input: dict[str, Any]) -> RunSpec:
+    """Return the engine's run request of a tool call: the assistant on a new thread."""
+    return RunSpec(
+        assistant_id=assistant.assistant_id,
+        owner=owner,
+        input=graph_input,
+        stream_mode=("custom",),
+    )
 
 
 async def start_run(
-    manager: RunManager, owner: str, assistant: Assistant, graph_input: dict[str, Any]
+    engine: Engine, owner: str, assistant: Assistant, graph_input: dict[str, Any]
 ) -> RunRecord:
     """Record a run of `assistant` on a new thread of `owner` and start it.
 
     Raises:
         RunsError: The engine refused the run (e.g. the database takes no writes).
     """
-    run, _ = await manager.create(
-        RunRequest(
-            owner=owner,
-            thread_id=None,
-            assistant=assistant,
-            kwargs={"input": graph_input, "stream_mode": ["custom"], "config": {}},
-        )
-    )
+    run, _ = await engine.runs.create(run_spec(owner, assistant, graph_input))
     return run
 
 
 async def pipeline_events(
-    manager: RunManager, run: RunRecord, heartbeat: float
+    engine: Engine, run: RunRecord, heartbeat: float
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the pipeline events (`custom` frames' data) of a run until it ends.
 
-    Follows the run as a stream response does (`engine.follow.follow_frames`: its
-    log, then its live frames); a run that stops before its end ends the events.
+    Follows the run as a stream response does (`engine.follow_frames`: its log, then
+    its live frames); a run that stops before its end ends the events.
     """
-    followed = follow_frames(manager, run.run_id, run.thread_id, idle=heartbeat)
+    followed = follow_frames(engine.runs, run.run_id, run.thread_id, idle=heartbeat)
     async with contextlib.aclosing(followed):
         async for item in followed:
             if isinstance(item, Stopped):
@@ -172,15 +183,15 @@ async def pipeline_events(
                 yield json.loads(item.data)
 
 
-async def run_result(manager: RunManager, run: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
+async def run_result(engine: Engine, run: RunRecord) -> tuple[RunRecord, dict[str, Any]]:
     """Wait for a run to end; return its record and what `/wait` answers for it."""
-    ended = await manager.wait(run.run_id) or run
-    return ended, await manager.result(ended)
+    ended = await engine.runs.wait(run.run_id) or run
+    return ended, await engine.runs.result(ended)
 
 
-def cancel_run(manager: RunManager, run: RunRecord) -> None:
+def cancel_run(engine: Engine, run: RunRecord) -> None:
     """Cancel a run if it is still executing."""
-    manager.cancel_soon(run.run_id)
+    engine.runs.cancel_soon(run.run_id)
 
 
 # --- tools ------------------------------------------------------------------------
@@ -196,7 +207,7 @@ def tool_name(assistant_id: str) -> str:
     return f"{readable}_{suffix}"
 
 
-async def find_tool(manager: RunManager, owner: str, name: str) -> Assistant | None:
+async def find_tool(engine: Engine, owner: str, name: str) -> Assistant | None:
     """Return the assistant the tool `name` runs for `owner`, or None.
 
     A plain name is the assistant's id (and so is any name without `_`: an id given
@@ -205,15 +216,15 @@ async def find_tool(manager: RunManager, owner: str, name: str) -> Assistant | N
     """
     if "_" not in name:
         try:
-            return await resolve_assistant(manager, owner, name)
+            return await resolve_assistant(engine, owner, name)
         except NotFound:
             return None
-    for builtin in builtin_assistants(manager):
+    for builtin in builtin_assistants(engine):
         if tool_name(builtin.assistant_id) == name:
             return builtin
     offset, more = 0, True
     while more:
-        page, more = await created_assistants(manager, owner, offset)
+        page, more = await created_assistants(engine, owner, offset)
         for created in page:
             if tool_name(created.assistant_id) == name:
                 return created
@@ -354,25 +365,24 @@ def caller(request: Request) -> str:
 
 
 def mcp_server(app: FastAPI) -> Server[Any]:
-    """Build the MCP server whose tools run the assistants of `app`'s run manager.
+    """Build the MCP server whose tools run the assistants of `app`'s engine.
 
     A call that fails unexpectedly is a tool error naming only the exception's type
-    (the SDK would send the exception's text); the server log has the rest.
+    (the SDK would send the exception's text); the server log has the rest. The
+    handlers reach the engine and the settings through `app.deps`, with the call's
+    HTTP request.
     """
-
-    def runs() -> RunManager:
-        manager: RunManager = app.state.runs
-        return manager
 
     async def list_tools(
         ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        manager = runs()
-        owner = caller(http_request(ctx))
+        request = http_request(ctx)
+        engine = get_engine(request)
+        owner = caller(request)
         cursor = params.cursor if params is not None else None
         offset = page_offset(cursor)
-        builtins = builtin_assistants(manager) if cursor is None else []
-        created, more = await created_assistants(manager, owner, offset)
+        builtins = builtin_assistants(engine) if cursor is None else []
+        created, more = await created_assistants(engine, owner, offset)
         return types.ListToolsResult(
             tools=[tool_of(a) for a in [*builtins, *created]],
             next_cursor=str(offset + TOOLS_PAGE) if more else None,
@@ -390,13 +400,13 @@ def mcp_server(app: FastAPI) -> Server[Any]:
             )
 
     async def run_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
-        manager = runs()
         request = http_request(ctx)
+        engine = get_engine(request)
         owner = caller(request)
         # A built-in assistant, or one the caller created (a brand preset).
-        assistant = await find_tool(manager, owner, params.name)
+        assistant = await find_tool(engine, owner, params.name)
         if assistant is None:
-            known = ", ".join(tool_name(a.assistant_id) for a in builtin_assistants(manager))
+            known = ", ".join(tool_name(a.assistant_id) for a in builtin_assistants(engine))
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"Unknown tool {params.name!r}; tools: {known}, and the assistants you created "
@@ -404,7 +414,7 @@ def mcp_server(app: FastAPI) -> Server[Any]:
             )
         graph_input = tool_input(assistant, params.arguments or {})
         try:
-            run = await start_run(manager, owner, assistant, graph_input)
+            run = await start_run(engine, owner, assistant, graph_input)
         except InvalidFields as exc:
             return error_result(validation_message(as_arguments(exc)))
         except RunsError as exc:
@@ -412,19 +422,18 @@ def mcp_server(app: FastAPI) -> Server[Any]:
         finished = False
         try:
             step = 0
-            heartbeat = app.state.settings.sse_heartbeat_interval
-            async for event in pipeline_events(manager, run, heartbeat):
+            heartbeat = get_settings(request).sse_heartbeat_interval
+            async for event in pipeline_events(engine, run, heartbeat):
                 label = progress_label(event)
                 if label is not None:
                     step += 1
                     await ctx.session.report_progress(step, None, label)
-            ended, values = await run_result(manager, run)
+            ended, values = await run_result(engine, run)
             finished = True
         finally:
             if not finished:  # the call was cancelled (or failed): so is its run
-                cancel_run(manager, run)
-        links = getattr(app.state, "asset_links", None)
-        return post_result(ended, values, str(request.base_url), links)
+                cancel_run(engine, run)
+        return post_result(ended, values, str(request.base_url), get_asset_links(request))
 
     return Server(
         "atelier",
@@ -457,7 +466,7 @@ class JsonBodiesOnly:
         await self.app(scope, receive, send)
 
 
-def mcp_router(app: FastAPI) -> APIRouter:
+def mcp_router(app: FastAPI, settings: Settings) -> APIRouter:
     """Return the router serving `/mcp` for `app`, its lifespan running the session manager.
 
     Include it once per app (`create_app`): the session manager runs once.
@@ -465,12 +474,11 @@ def mcp_router(app: FastAPI) -> APIRouter:
     sessions = StreamableHTTPSessionManager(
         mcp_server(app),
         stateless=True,
-        max_request_body_size=app.state.settings.max_body_bytes,
+        max_request_body_size=settings.max_body_bytes,
     )
     # The transport logs the end of every stateless POST as "Terminating session: None"
     # at INFO: one misleading line per call in the service's log.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
-    settings = app.state.settings
     endpoint = McpOriginGuard(
         JsonBodiesOnly(StreamableHTTPASGIApp(sessions)),
         allowed_origins=settings.cors_origins,

@@ -77,8 +77,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summ
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import LLM_ROLES
-from engine.records import RUN_STATUSES
-from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
+from engine import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, RUN_STATUSES, OutboxTotals
 from providers.usage import UNKNOWN_ROLE, PriceTable, call_model, call_role, response_tokens
 
 RETRY_KINDS: tuple[str, ...] = ("critic", "replan", "llm")

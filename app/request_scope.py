@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.request_scope import request_scope
+from engine import request_scope
 
 
 class RequestScopeMiddleware:

@@ -29,13 +29,16 @@ from pydantic import (
 )
 
 from agentkit.brand import BrandPreset
-from engine.frames import (
+from engine import (
     SCHEMA_VERSION,
     STREAM_MODES,
     UNSUPPORTED_STREAM_MODES,
+    IfNotExists,
+    MultitaskStrategy,
+    RunStatus,
     StreamModeName,
+    ThreadStatus,
 )
-from engine.records import IfNotExists, MultitaskStrategy, RunStatus, ThreadStatus
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -96,7 +99,7 @@ def _bounded_mapping(value: dict[str, Any] | None, name: str) -> dict[str, Any] 
     """Refuse mappings with too many keys, too large a JSON form or too wide an integer."""
     if value is None:
         return value
-    from engine.serde import dumps
+    from engine import dumps
 
     check_json_integers(value)
     if len(value) > MAX_MAPPING_KEYS:
@@ -683,7 +686,7 @@ class _AssistantFields(_Strict):
     @model_validator(mode="after")
     def _no_nul(self) -> _AssistantFields:
         # PostgreSQL's text and jsonb cannot hold U+0000: refused alike in every backend.
-        from engine.serde import dumps
+        from engine import dumps
 
         if "\\u0000" in dumps(self.model_dump(exclude_none=True)):
             raise ValueError("an assistant's texts may not contain U+0000 (NUL)")

@@ -31,10 +31,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from engine.follow import Idle, Stopped, follow_frames
-from engine.frames import CONTROL_EVENTS, graph_mode
-from engine.protocols import RunFrames
-from engine.serde import dumps
+from engine import CONTROL_EVENTS, Idle, RunFrames, Stopped, dumps, follow_frames, graph_mode
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.common import settings_or_exit
+from engine import upgrade_schema
 
 app = typer.Typer(help="The PostgreSQL schema of the scale-out deployment.", no_args_is_help=True)
 
@@ -24,12 +25,10 @@ def db_upgrade() -> None:
         )
         raise typer.Exit(2)
     try:
-        from engine.postgres.migrations import upgrade_url
+        version = asyncio.run(upgrade_schema(settings.database_url.get_secret_value()))
     except ImportError:
         err.print("[red]The scale-out backend is not installed[/red]: pip install 'atelier[scale]'")
         raise typer.Exit(1) from None
-    try:
-        version = asyncio.run(upgrade_url(settings.database_url.get_secret_value()))
     except Exception as exc:  # a database that cannot be reached or refuses the schema
         err.print(
             f"[red]Schema upgrade failed:[/red] {escape(type(exc).__name__)}: {escape(str(exc))}"

@@ -1,17 +1,15 @@
 """`atelier run`: a request run by the embedded run engine, its progress shown live.
 
-It drives the embedded run engine on DATA_DIR, the one `atelier serve` opens
-(the run store and checkpoints in `DATA_DIR/atelier.db`, the services of
-`agentkit.services.open_services`): it creates a thread and a run through the run
-manager, follows the run's stream as an API client would (the same frames, replayed
-from the event log, then live), shows its `custom` events as they happen and
-prints the finished post from the run's result. The planner's question is asked on
-the terminal and answered by a resume run on the same thread. A run a killed
-`atelier run` left behind is restarted by the engine's recovery and finished by
-`run --resume RUN_ID`. One process owns a DATA_DIR (`engine.sqlite.ownership`):
-while another holds it, it says who and exits with status 2. Exit status
-otherwise: 0 when the run ended with a post (outcome completed or exhausted), 1
-otherwise.
+It opens the embedded engine on DATA_DIR as `atelier serve` does
+(`app.composition.open_product`, role `run`: the same services, webhooks and
+tracing), starts a run of `atelier` (`run_spec` builds its request), follows its
+stream as an API client would, shows its `custom` events as they happen and prints
+the finished post. The planner's question is asked on the terminal and answered by
+a resume run on the same thread; `--webhook URL` reports each run's end there, as a
+served run's webhook does; `run --resume RUN_ID` finishes a run a killed `atelier
+run` left behind. Exit status: 0 when the run ended with a post (outcome completed
+or exhausted), 2 when DATA_DIR is another process's or an option is refused, 1
+otherwise. See docs/cli.md.
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from langchain_core.callbacks import BaseCallbackHandler
-from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -38,21 +35,21 @@ from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
 
-from agentkit.services import open_services
+from app.composition import open_product
 from app.security import ANONYMOUS, owner_id_for
 from app.texts import name_of, request_language, say
 from cli.common import settings_or_exit
 from core.settings import Settings
-from engine.assistants import build_assistants, with_store
-from engine.follow import Stopped, follow_frames
-from engine.manager import RunManager
-from engine.preparation import RunRequest
-from engine.protocols import ExecutorSetup
-from engine.records import Frame, RunRecord
-from engine.sqlite.backend import open_sqlite_backend
-from engine.sqlite.ownership import DataDirInUse
-from engine.store import ScopedStore, query_ranker
-from graphs.assistants import ASSISTANTS
+from engine import (
+    DataDirInUse,
+    Engine,
+    Frame,
+    InvalidFields,
+    RunRecord,
+    RunSpec,
+    Stopped,
+    follow_frames,
+)
 from providers.assets import AssetStore, is_valid_asset_id
 
 #: Answer to a clarification when nobody can be asked (no TTY) or nothing was typed.
@@ -65,7 +62,7 @@ ClarificationHandler = Callable[[Any], Any]
 #: The assistant `atelier run` runs: the content pipeline.
 ASSISTANT = "atelier"
 #: The stream modes of the runs `atelier run` starts: the pipeline's events and the values.
-RUN_STREAM_MODES = ("custom", "values")
+RUN_STREAM_MODES: tuple[str, ...] = ("custom", "values")
 
 
 class RunFailed(RuntimeError):
@@ -91,14 +88,14 @@ def cli_owner(settings: Settings) -> str:
 @asynccontextmanager
 async def open_embedded_engine(
     settings: Settings, *, callbacks: Sequence[BaseCallbackHandler] = ()
-) -> AsyncIterator[RunManager]:
-    """Own DATA_DIR and open the embedded run engine on it, as `atelier serve` does.
+) -> AsyncIterator[Engine]:
+    """Own DATA_DIR and open the embedded engine on it, as `atelier serve` does.
 
-    The embedded run backend (`engine.sqlite.backend`: the run store and LangGraph's
-    checkpoints in `DATA_DIR/atelier.db`, owned by this process), the studio's
-    services from `agentkit.services.open_services`, the served assistants. Entering
-    the manager restarts the runs a killed process left behind (`RunManager.recover`);
-    leaving it stops the runs in flight without an outcome, for the next start.
+    `app.composition.open_product` with role `run`: the run store and LangGraph's
+    checkpoints in `DATA_DIR/atelier.db` (owned by this process), the studio's
+    services, the served assistants, webhooks and tracing. Opening it restarts the
+    runs a killed process left behind; closing it stops the runs in flight without an
+    outcome, for the next start.
 
     Args:
         settings: The deployment's settings.
@@ -108,41 +105,22 @@ async def open_embedded_engine(
         DataDirInUse: Another process (`atelier serve`, another `atelier run`) owns
             DATA_DIR; nothing was opened.
     """
-    async with AsyncExitStack() as stack:
-        backend = await stack.enter_async_context(
-            open_sqlite_backend(settings, owner="atelier run")
-        )
-        context = await stack.enter_async_context(open_services(settings))
-        setup = ExecutorSetup(
-            assistants=with_store(
-                build_assistants(ASSISTANTS, backend.checkpointer),
-                ScopedStore(backend.store, query_ranker(settings)),
-            ),
-            context=context,
-            run_timeout=settings.run_timeout,
-            callbacks=callbacks,
-        )
-        manager = RunManager(
-            backend=backend,
-            setup=setup,
-            max_attempts=settings.run_max_attempts,
-            event_retention_hours=settings.event_retention_hours,
-        )
-        yield await stack.enter_async_context(manager)
+    async with open_product(settings, role="run", callbacks=callbacks) as engine:
+        yield engine
 
 
-async def follow(manager: RunManager, run: RunRecord) -> AsyncIterator[tuple[str, Any]]:
+async def follow(engine: Engine, run: RunRecord) -> AsyncIterator[tuple[str, Any]]:
     """Yield a run's frames from its first as `(event, data)`, up to its `end` frame.
 
     The frames a client of `GET /threads/{t}/runs/{r}/stream` without a cursor reads
-    (`engine.follow.follow_frames`: replayed from the run's event log, then live as
-    they are committed).
+    (`engine.follow_frames`: replayed from the run's event log, then live as they are
+    committed).
 
     Raises:
         RunFailed: The run stopped without an `end` frame (it stalled, or its log
             cannot be read now); it may be resumed later.
     """
-    followed = follow_frames(manager, run.run_id, run.thread_id)
+    followed = follow_frames(engine.runs, run.run_id, run.thread_id)
     async with contextlib.aclosing(followed):
         async for item in followed:
             if isinstance(item, Stopped):
@@ -157,46 +135,56 @@ async def follow(manager: RunManager, run: RunRecord) -> AsyncIterator[tuple[str
                     return
 
 
-async def start_run(
-    manager: RunManager,
+def run_spec(
     owner: str,
     *,
     inputs: Mapping[str, Any] | None = None,
     thread_id: str | None = None,
     command: Mapping[str, Any] | None = None,
-) -> RunRecord:
-    """Create a run of the `atelier` assistant, as `POST /runs` (or `/threads/{t}/runs`) would.
+    webhook: str | None = None,
+) -> RunSpec:
+    """Return the engine's run request of the `atelier` assistant, as `POST /runs` makes it.
 
     Args:
-        manager: The run engine.
         owner: The thread's owner (`cli_owner`).
         inputs: The pipeline input (PRODUCT.md §2.6), checked by the assistant's input model.
         thread_id: The thread to run on; None starts a new one.
         command: A command instead of input, e.g. `{"resume": answer}`.
+        webhook: The URL told about the run's end, or None.
+    """
+    return RunSpec(
+        assistant_id=ASSISTANT,
+        owner=owner,
+        thread_id=thread_id,
+        input=dict(inputs) if inputs is not None else None,
+        command=dict(command) if command is not None else None,
+        stream_mode=RUN_STREAM_MODES,
+        webhook=webhook,
+    )
+
+
+async def start_run(
+    engine: Engine,
+    owner: str,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    thread_id: str | None = None,
+    command: Mapping[str, Any] | None = None,
+    webhook: str | None = None,
+) -> RunRecord:
+    """Create a run of the `atelier` assistant (see `run_spec`); return it.
 
     Raises:
-        pydantic.ValidationError: The input is not the assistant's.
-        RunsError: The engine refused the run (a busy thread, nothing to resume, …).
+        RunsError: The engine refused the run (its input or webhook, a busy thread,
+            nothing to resume, …); an `InvalidFields` names each field at fault.
     """
-    assistant = manager.assistant(ASSISTANT)
-    kwargs: dict[str, Any] = {"stream_mode": list(RUN_STREAM_MODES), "config": {}}
-    if inputs is not None:
-        model = assistant.spec.input_model
-        kwargs["input"] = (
-            model.model_validate(dict(inputs)).model_dump(mode="json", exclude_unset=True)
-            if model is not None
-            else dict(inputs)
-        )
-    if command is not None:
-        kwargs["command"] = dict(command)
-    run, _ = await manager.create(
-        RunRequest(owner=owner, thread_id=thread_id, assistant=assistant, kwargs=kwargs)
-    )
+    spec = run_spec(owner, inputs=inputs, thread_id=thread_id, command=command, webhook=webhook)
+    run, _ = await engine.runs.create(spec)
     return run
 
 
 async def execute(
-    manager: RunManager,
+    engine: Engine,
     run: RunRecord,
     *,
     on_event: EventHandler,
@@ -207,11 +195,12 @@ async def execute(
 
     A run that ends waiting for the planner's answer (status interrupted, with an
     interrupt) has `clarify` asked, and the answer resumes the thread by a new run
-    (`command: {"resume": answer}`), followed the same way. A task cancelled while it
-    follows (Ctrl-C) cancels the run it follows (action interrupt) before it stops.
+    (`command: {"resume": answer}`, with the same webhook), followed the same way. A
+    task cancelled while it follows (Ctrl-C) cancels the run it follows (action
+    interrupt) before it stops.
 
     Args:
-        manager: The run engine executing the run.
+        engine: The engine executing the run.
         run: The run, as created or found in the store.
         on_event: Called with every `custom` frame's event, in order.
         clarify: Called with an interrupt's value (the planner's question); what it
@@ -224,27 +213,33 @@ async def execute(
     Raises:
         RunFailed: A run ended with an error, was cancelled, or its stream closed early.
     """
+    runs = engine.runs
     while True:
         if on_run is not None:
             on_run(run)
         try:
-            async for event, data in follow(manager, run):
+            async for event, data in follow(engine, run):
                 if event.split("|", 1)[0] == "custom" and isinstance(data, Mapping):
                     on_event(data)
         except asyncio.CancelledError:
-            manager.cancel_soon(run.run_id)
-            await manager.wait(run.run_id)
+            runs.cancel_soon(run.run_id)
+            await runs.wait(run.run_id)
             raise
-        ended = await manager.wait(run.run_id) or run
-        values = await manager.result(ended)
+        ended = await runs.wait(run.run_id) or run
+        values = await runs.result(ended)
         error = values.get("__error__")
         if error:
             raise RunFailed(str(error.get("error")), str(error.get("message")))
         pending = values.get("__interrupt__") or []
         if ended.status == "interrupted" and pending:
             question = pending[0].get("value") if isinstance(pending[0], Mapping) else pending[0]
-            command = {"resume": clarify(question)}
-            run = await start_run(manager, ended.owner, thread_id=ended.thread_id, command=command)
+            run = await start_run(
+                engine,
+                ended.owner,
+                thread_id=ended.thread_id,
+                command={"resume": clarify(question)},
+                webhook=ended.options.webhook,
+            )
             continue
         result = values.get("result")
         if ended.status != "success" or not isinstance(result, dict):
@@ -252,6 +247,35 @@ async def execute(
                 raise RunFailed("RunCancelled", f"run {ended.run_id} was cancelled")
             raise RunFailed("NoResult", f"run {ended.run_id} ended {ended.status} without a result")
         return result
+
+
+async def _reported(
+    engine: Engine,
+    settings: Settings,
+    run: RunRecord,
+    on_run: Callable[[RunRecord], None] | None,
+    **handlers: Any,
+) -> dict[str, Any]:
+    """Execute a run; then wait (briefly) until the webhooks of the runs followed were tried.
+
+    A process that exits at once would leave its runs' deliveries to the next one;
+    a delivery not tried within the wait stays in the outbox for it.
+    """
+    followed: list[str] = []
+
+    def each(started: RunRecord) -> None:
+        followed.append(started.run_id)
+        if on_run is not None:
+            on_run(started)
+
+    wait = settings.webhook_connect_timeout + 2 * settings.webhook_read_timeout + 2
+    try:
+        result = await execute(engine, run, on_run=each, **handlers)
+    except RunFailed:
+        await engine.webhooks.settle(followed, wait)
+        raise
+    await engine.webhooks.settle(followed, wait)
+    return result
 
 
 async def run_request(
@@ -262,11 +286,12 @@ async def run_request(
     clarify: ClarificationHandler,
     on_run: Callable[[RunRecord], None] | None = None,
     callbacks: Sequence[BaseCallbackHandler] = (),
+    webhook: str | None = None,
 ) -> dict[str, Any]:
     """Run one request on the embedded engine, on a new thread, and return its result."""
-    async with open_embedded_engine(settings, callbacks=callbacks) as manager:
-        run = await start_run(manager, cli_owner(settings), inputs=inputs)
-        return await execute(manager, run, on_event=on_event, clarify=clarify, on_run=on_run)
+    async with open_embedded_engine(settings, callbacks=callbacks) as engine:
+        run = await start_run(engine, cli_owner(settings), inputs=inputs, webhook=webhook)
+        return await _reported(engine, settings, run, on_run, on_event=on_event, clarify=clarify)
 
 
 async def resume_run(
@@ -288,19 +313,20 @@ async def resume_run(
     Raises:
         RunFailed: DATA_DIR has no such run, or it ended without a post.
     """
-    async with open_embedded_engine(settings, callbacks=callbacks) as manager:
-        run = await manager.find_run(run_id)
+    async with open_embedded_engine(settings, callbacks=callbacks) as engine:
+        run = await engine.runs.find(run_id)
         if run is None:
             raise RunFailed("NotFound", f"run {run_id} is not in {settings.database_path}")
-        on_found(await _request_of(manager, run))
-        return await execute(manager, run, on_event=on_event, clarify=clarify, on_run=on_run)
+        on_found(await _request_of(engine, run))
+        return await _reported(engine, settings, run, on_run, on_event=on_event, clarify=clarify)
 
 
-async def _request_of(manager: RunManager, run: RunRecord) -> str:
+async def _request_of(engine: Engine, run: RunRecord) -> str:
     """Return a run's request: its input's, or (a resume) its thread's."""
-    request = (run.kwargs.get("input") or {}).get("request")
+    graph_input = run.options.input
+    request = graph_input.get("request") if isinstance(graph_input, dict) else None
     if request is None:
-        thread = await manager.get_thread(run.owner, run.thread_id)
+        thread = await engine.threads.get(run.owner, run.thread_id)
         request = (thread.values or {}).get("request")
     return str(request or "")
 
@@ -576,6 +602,14 @@ def run(
         str | None, typer.Option(help="Image provider: local or openai.")
     ] = None,
     fast: Annotated[bool, typer.Option("--fast", help="Fast mode (fewer steps).")] = False,
+    webhook: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Report the run's end to this URL (signed with WEBHOOK_SECRET), as a "
+            "served run's webhook does.",
+        ),
+    ] = None,
 ) -> None:
     """Run one request on the run engine here, showing its progress, then print the post.
 
@@ -589,7 +623,11 @@ def run(
     }
     inputs: dict[str, Any] = {}
     if resume is not None:
-        if request is not None or any(v is not None for v in optional.values()):
+        if (
+            request is not None
+            or webhook is not None
+            or any(v is not None for v in optional.values())
+        ):
             raise typer.BadParameter(
                 "takes no request and no input option: the run has its own",
                 param_hint="--resume",
@@ -630,7 +668,7 @@ def run(
         }
         if resume is not None:
             return asyncio.run(resume_run(settings, resume, on_found=found, **handlers))
-        return asyncio.run(run_request(settings, inputs, **handlers))
+        return asyncio.run(run_request(settings, inputs, webhook=webhook, **handlers))
 
     def ask(value: Any) -> Any:
         return _terminal_clarifier(shown, interactive, lang)(value)
@@ -663,10 +701,8 @@ def run(
     except DataDirInUse as exc:
         err.print(f"[red]{escape(_in_use(exc, lang))}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
-    except ValidationError as exc:  # an input option the assistant's input model refuses
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+    except InvalidFields as exc:  # an input option (or the webhook) the engine refuses
+        problems = "; ".join(f"{_option_of(e['loc'])}: {e['msg']}" for e in exc.errors)
         err.print(f"[red]{say(lang, 'invalid')}[/red] {escape(problems)}")
         raise typer.Exit(2) from None
     except Exception as exc:  # one readable line, not a traceback, for a failed run
@@ -683,6 +719,12 @@ def run(
         finished = say(lang, "finished", s=elapsed, calls=counter.calls)
         out.print(f"[dim]{escape(finished)}[/dim]")
     raise typer.Exit(0 if result.get("outcome") in ("completed", "exhausted") else 1)
+
+
+def _option_of(loc: Sequence[Any]) -> str:
+    """Return what the command line calls a run request's field (`input.x` is `x`)."""
+    parts = [str(p) for p in loc]
+    return ".".join(parts[1:] if parts[:1] == ["input"] and len(parts) > 1 else parts)
 
 
 def _in_use(exc: DataDirInUse, lang: str) -> str:

@@ -1,10 +1,9 @@
 """`atelier worker`: a process that executes runs of the shared queue, and nothing else.
 
-It opens the same run backend as an API replica (PostgreSQL, Redis;
-`engine.postgres.backend.open_postgres_backend`), the same services
-(`agentkit.services.open_services`: the model factory, the notes and assets the
-backend keeps) and graphs, and runs one `RunWorker` claiming up to `concurrency`
-runs at once. SIGTERM or SIGINT stop it gracefully:
+It opens the engine as an API replica does (`app.composition.open_product`, role
+`worker`: the same PostgreSQL and Redis, services, graphs, webhooks and tracing) and
+runs one worker claiming up to `concurrency` runs at once. SIGTERM or SIGINT stop it
+gracefully:
 no more claims, the runs in flight are stopped at their last checkpoint and handed
 back to the queue, where another worker resumes them.
 
@@ -14,10 +13,9 @@ WORKER_METRICS_PORT it serves them itself, in the Prometheus text format at
 `http://WORKER_METRICS_HOST:PORT/metrics` (prometheus_client's own server, in a
 thread), for Prometheus to scrape each worker as it scrapes each replica.
 
-With CRON_SCHEDULER on (the default) a worker also runs the cron scheduler: a
-`RunManager` on the same backend whose only job here is `fire_due_crons` every
-second (it serves no request; its executor is the queue's, so a tick's run is
-recorded pending and claimed by whichever worker is free). A tick is claimed in the
+With CRON_SCHEDULER on (the default) a worker also runs the cron scheduler (its
+executor is the queue's, so a tick's run is recorded pending and claimed by
+whichever worker is free). A tick is claimed in the
 database (`FOR UPDATE SKIP LOCKED`), so it fires once whatever the number of
 replicas and workers running the scheduler: a deployment of workers only, or with
 API replicas that set CRON_SCHEDULER=off, still fires every cron.
@@ -39,18 +37,11 @@ import typer
 from prometheus_client import start_http_server
 from rich.console import Console
 
-from agentkit.services import open_services
+from app.composition import open_product
 from app.metrics import AtelierMetrics
 from cli.common import settings_or_exit
 from core.settings import Settings
-from engine.assistants import AssistantFactory, registry, with_store
-from engine.crons import CRON_POLL
-from engine.manager import RunManager
-from engine.protocols import ExecutorSetup
-from engine.store import ScopedStore, query_ranker
-from engine.tracing import open_run_tracing
-from engine.webhooks import WebhookConfig
-from graphs.assistants import ASSISTANTS
+from engine import AssistantFactory
 from providers.usage import PriceTable
 
 log = logging.getLogger(__name__)
@@ -65,23 +56,18 @@ async def serve_worker(
 ) -> None:
     """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive).
 
-    `assistant_factory` builds the assistants it executes runs of (default: the
-    registry of `graphs.assistants.ASSISTANTS`, what the API replicas serve).
+    `assistant_factory` builds the assistants it executes runs of (default: what the
+    API replicas serve, `app.composition`).
     """
     if settings.database_url is None:
         raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
-    from engine.postgres.backend import open_postgres_backend  # the scale-out extra
-
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     metrics = AtelierMetrics(prices=PriceTable.from_settings(settings))  # costs by LLM_PRICES
     async with contextlib.AsyncExitStack() as stack:
-        # First in, last out: spans of the runs stopped at shutdown are flushed too.
-        tracing = stack.enter_context(open_run_tracing(settings))
         if settings.worker_metrics_port is not None:
             server, _thread = start_http_server(
                 settings.worker_metrics_port,
@@ -95,41 +81,22 @@ async def serve_worker(
                 settings.worker_metrics_host,
                 settings.worker_metrics_port,
             )
-        backend = await stack.enter_async_context(
-            open_postgres_backend(settings, metrics=metrics, serves_streams=False)
-        )
-        context = await stack.enter_async_context(
-            open_services(settings, notes=backend.notes, assets=backend.assets, observer=metrics)
-        )
-        setup = ExecutorSetup(
-            assistants=with_store(
-                (assistant_factory or registry(ASSISTANTS))(backend.checkpointer),
-                ScopedStore(backend.store, query_ranker(settings)),
-            ),
-            context=context,
-            run_timeout=settings.run_timeout,
-            metrics=metrics,
-            callbacks=[metrics.callback],
-            webhooks=WebhookConfig.from_settings(settings),
-            tracing=tracing,
-        )
-        (worker,) = await stack.enter_async_context(
-            backend.workers(setup, count=1, concurrency=concurrency)
-        )
-        if settings.cron_scheduler:
-            # Entered after the workers, so it stops first: no tick fires while they stop.
-            await stack.enter_async_context(
-                RunManager(
-                    backend=backend,
-                    setup=setup,
-                    max_attempts=settings.run_max_attempts,
-                    cron_interval=CRON_POLL,
-                )
+        engine = await stack.enter_async_context(
+            open_product(
+                settings,
+                role="worker",
+                metrics=metrics,
+                assistant_factory=assistant_factory,
+                concurrency=concurrency,
             )
-            log.info("worker %s runs the cron scheduler", worker.owner)
-        log.info("worker %s ready", worker.owner)
+        )
+        (worker,) = engine.workers
+        owner = getattr(worker, "owner", "?")
+        if settings.cron_scheduler:
+            log.info("worker %s runs the cron scheduler", owner)
+        log.info("worker %s ready", owner)
         await stop.wait()
-        log.info("worker %s stopping", worker.owner)
+        log.info("worker %s stopping", owner)
 
 
 def worker(

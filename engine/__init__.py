@@ -1,23 +1,162 @@
-"""Runs owned by the server: the run engine, its storage and the live fan-out.
+"""The run engine: assistants run as runs on threads, with their streams, stored and recovered.
 
-records.py      threads, runs, frames and the SDK's names for their statuses
-protocols.py    the seams: the storage (ThreadRepository, RunRepository, EventLog,
-                LiveFrames), RunExecutor, CheckpointHousekeeping and RunBackend
-group_commit.py the group-committed event log both backends share
-sqlite/         the embedded backend (one file in DATA_DIR): its storage, checkpoint
-                housekeeping, and `backend.open_sqlite_backend`
-postgres/       the scale-out backend (DATABASE_URL, REDIS_URL): its pools, schema and
-                Redis client, the runs table as the queue, leases with fencing,
-                workers, live frames over Redis, and `backend.open_postgres_backend`
-hub.py          in-memory fan-out of committed frames to SSE subscribers (LiveFrames)
-frames.py       LangGraph stream chunks → SSE event names and data
-serde.py        JSON for the wire and the log
-assistants.py   the graphs served, with their input models and stream filters
-execution.py    one run's execution (graph → frames → outcome), which executors share
-executor.py     the in-process executor: a task per run
-manager.py      create, execute, cancel, join and recover runs
-checkpoints.py  checkpoint housekeeping through the saver's own API
-
-Everything here outside sqlite/ and postgres/ is backend-neutral: it imports
-no backend and no database driver.
+This module is the engine's public surface: what an adapter (`app/`, `cli/`, the
+product's assistants) may use. Open an engine with `open_engine`; start a run with a
+`RunSpec` on `Engine.runs`; read its frames with `follow_frames`. Everything else
+under `engine/` is the engine's own business (its backends in `engine/sqlite/` and
+`engine/postgres/`). It imports nothing of the product. See docs/architecture.md.
 """
+
+from engine.assistants import (
+    Assistant,
+    AssistantFactory,
+    AssistantRecord,
+    AssistantSpec,
+    IfExists,
+    build_assistants,
+    registry,
+)
+from engine.crons import CronRecord, OnRunCompleted, check_schedule, check_timezone, utc_now
+from engine.errors import (
+    DATABASE_UNAVAILABLE,
+    Conflict,
+    Invalid,
+    InvalidFields,
+    NotFound,
+    NotReadyError,
+    RunsError,
+    Unavailable,
+)
+from engine.feedback import (
+    FEEDBACK_KEY_PATTERN,
+    MAX_COMMENT_CHARS,
+    MAX_FEEDBACK_PER_RUN,
+    MAX_SCORE,
+    FeedbackRecord,
+)
+from engine.follow import IDLE, Idle, Stopped, follow_frames
+from engine.frames import (
+    CONTROL_EVENTS,
+    SCHEMA_VERSION,
+    STREAM_MODES,
+    UNSUPPORTED_STREAM_MODES,
+    StreamModeName,
+    graph_mode,
+)
+from engine.opener import ContextOpener, Engine, Role, open_engine
+from engine.protocols import DatabasePools, RunFrames
+from engine.records import (
+    RUN_STATUSES,
+    CancelAction,
+    Frame,
+    RunRecord,
+    RunStatus,
+    ThreadRecord,
+    ThreadStatus,
+)
+from engine.request_scope import request_scope
+from engine.serde import dumps, loads, to_jsonable
+from engine.services import (
+    AssistantsService,
+    CronsService,
+    FeedbackService,
+    RunsService,
+    ThreadsService,
+    WebhooksService,
+)
+from engine.spec import IfNotExists, MultitaskStrategy, RunOptions, RunSpec
+from engine.sqlite.database import query_database_file
+from engine.sqlite.ownership import DataDirInUse
+from engine.store import EmbeddingsUnavailable, QueryRanker, ScopedStore, item_text
+from engine.tracing import GraphSpans, RunTracing, trace_headers
+from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
+
+
+async def upgrade_schema(database_url: str) -> int:
+    """Apply the PostgreSQL schema migrations `database_url` lacks; return its version.
+
+    Raises:
+        ImportError: The scale-out extra (psycopg) is not installed.
+    """
+    from engine.postgres.migrations import upgrade_url  # the scale-out extra
+
+    return await upgrade_url(database_url)
+
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "CONTROL_EVENTS",
+    "DATABASE_UNAVAILABLE",
+    "DELIVERY_OUTCOMES",
+    "FEEDBACK_KEY_PATTERN",
+    "IDLE",
+    "MAX_COMMENT_CHARS",
+    "MAX_FEEDBACK_PER_RUN",
+    "MAX_SCORE",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "STREAM_MODES",
+    "UNSUPPORTED_STREAM_MODES",
+    "Assistant",
+    "AssistantFactory",
+    "AssistantRecord",
+    "AssistantSpec",
+    "AssistantsService",
+    "CancelAction",
+    "Conflict",
+    "ContextOpener",
+    "CronRecord",
+    "CronsService",
+    "DataDirInUse",
+    "DatabasePools",
+    "EmbeddingsUnavailable",
+    "Engine",
+    "FeedbackRecord",
+    "FeedbackService",
+    "Frame",
+    "GraphSpans",
+    "Idle",
+    "IfExists",
+    "IfNotExists",
+    "Invalid",
+    "InvalidFields",
+    "MultitaskStrategy",
+    "NotFound",
+    "NotReadyError",
+    "OnRunCompleted",
+    "OutboxTotals",
+    "QueryRanker",
+    "Role",
+    "RunFrames",
+    "RunOptions",
+    "RunRecord",
+    "RunSpec",
+    "RunStatus",
+    "RunTracing",
+    "RunsError",
+    "RunsService",
+    "ScopedStore",
+    "Stopped",
+    "StreamModeName",
+    "ThreadRecord",
+    "ThreadStatus",
+    "ThreadsService",
+    "Unavailable",
+    "WebhooksService",
+    "build_assistants",
+    "check_schedule",
+    "check_timezone",
+    "dumps",
+    "follow_frames",
+    "graph_mode",
+    "item_text",
+    "loads",
+    "open_engine",
+    "query_database_file",
+    "registry",
+    "request_scope",
+    "to_jsonable",
+    "trace_headers",
+    "upgrade_schema",
+    "utc_now",
+]

@@ -1,33 +1,79 @@
 """The engine's registry of assistants: compiled graphs with their API contract.
 
-An `Assistant` is an `AssistantSpec` (`graphs.spec`: the graph factory, the input
-model, the resume and update checks, the token filter) whose graph has been built
-with the service's checkpointer. Whoever opens the engine passes the specs it
-serves (`graphs.assistants.ASSISTANTS`; tests their small graphs'), and the
-registry builds them once in the app's lifespan (or a worker's start) through an
-`AssistantFactory` (`registry(specs)`).
+An `AssistantSpec` is everything the engine needs to serve a graph under an
+assistant id (the graph factory, the input model, the resume and update checks,
+the token filter, the context type and how a saved context reaches a run's input);
+the product declares its specs (`graphs.assistants.ASSISTANTS`), and the engine's
+opener builds them once on its checkpointer (`build_assistants`, or an
+`AssistantFactory` tests pass).
 
 Those are the built-in assistants, one per graph, read-only. A client creates more
 (`POST /assistants`): an `AssistantRecord`, one version of a saved configuration of a
-graph (its `config`, `context`, `metadata`, `name`, `description`) owned by the API key
-that created it. Every update is a new version; one version is the latest, the one
-runs use. A run naming such an assistant runs the built-in graph of its `graph_id`
-with the record attached (`Assistant.with_record`): the run's `assistant_id` is the
-created one, its graph the graph id's (`RunRecord.graph_id`).
+graph owned by the API key that created it; a run naming one runs the built-in graph
+of its `graph_id` with the record attached (`Assistant.with_record`). See
+docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 from langgraph.store.base import BaseStore
+from langgraph.types import Interrupt
+from pydantic import BaseModel
 
 from engine.records import now
-from graphs.spec import AssistantSpec
+
+#: Build an assistant's graph, compiled with the given checkpointer.
+GraphFactory = Callable[[BaseCheckpointSaver], Pregel[Any, Any, Any, Any]]
+#: Check a resume value against the pending interrupts; raise ValueError when wrong.
+ResumeCheck = Callable[[Any, Sequence[Interrupt]], None]
+#: Check a state update (values, the thread's values, goto nodes); raise ValueError
+#: whose text starts with the key at fault ("redraw.slot: ...") when wrong.
+UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[str]], None]
+#: Decide from a token's `messages` metadata whether it is streamed.
+TokenFilter = Callable[[Mapping[str, Any]], bool]
+#: Read what a (validated) run input says as a chat message: the text of its last
+#: human message, "" when it has none.
+ChatReader = Callable[[Mapping[str, Any]], str]
+#: Read the context fields an assistant's `config` carries (in `configurable`).
+ConfigContext = Callable[[Mapping[str, Any]], dict[str, Any]]
+#: Return a run's validated input with a created assistant's (checked) context in it.
+ContextInput = Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class AssistantSpec:
+    """One assistant: its id (also its graph id), its graph factory and its contract.
+
+    A plain value: no compiled graph, no connection, so it can be declared at import.
+    """
+
+    assistant_id: str
+    build_graph: GraphFactory
+    name: str
+    description: str
+    input_model: type[BaseModel] | None = None  # validates `input`; None accepts any object
+    check_resume: ResumeCheck | None = None  # `command.resume` values
+    check_update: UpdateCheck | None = None  # `command.update` and POST …/state values
+    keep_message: TokenFilter | None = None  # None streams every token LangGraph emits
+    # Chat input (`messages`): a message on a thread waiting at an interrupt answers it;
+    # None: the assistant takes no chat input.
+    chat_text: ChatReader | None = None
+    # What an assistant of this graph carries in its `context` (a TypedDict or model,
+    # validated and published as its context schema); None: any object.
+    context_type: Any = None
+    # The context fields an assistant's `config.configurable` may carry too, checked
+    # with its context (the context wins); None: configurable carries no context.
+    context_in_config: ConfigContext | None = None
+    # How a created assistant's context reaches its runs: put into the run's input
+    # (the run's own input wins where the hook says); None: it does not.
+    context_into_input: ContextInput | None = None
+
 
 #: What `POST /assistants` does when the id is taken by the caller.
 IfExists = Literal["raise", "do_nothing"]

@@ -9,7 +9,7 @@ ours: `check_schedule` and `check_timezone` refuse what it cannot read, and
 
 Exactly once. A cron's row carries `next_run_at`, the tick it fires next. The
 tick's run is recorded in the same transaction that moves `next_run_at` on, and
-only while `next_run_at` is still that tick (`engine.protocols.CronRepository`):
+only while `next_run_at` is still that tick (`engine.repositories.CronRepository`):
 embedded, the one process owning DATA_DIR does it under SQLite's write lock;
 scale-out, every API replica and every `atelier worker` (cli/worker.py) runs the
 scheduler — unless its CRON_SCHEDULER is off — and claims a due cron with

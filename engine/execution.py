@@ -57,7 +57,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
 
-from agentkit.run_owner import OWNER_KEY
+from core.run_config import OWNER_KEY
 from engine.frames import SCHEMA_VERSION, FrameTranslator, graph_modes, public_error
 from engine.protocols import CheckpointHousekeeping, ExecutorSetup, RunStorage, StoreError
 from engine.reads import run_result, thread_values
@@ -97,7 +97,7 @@ def graph_config(
     config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
     if run is None:
         return config  # type: ignore[return-value]
-    client = run.kwargs.get("config") or {}
+    client = run.options.config
     # The run's owner last, so no client sets it: the agents' knowledge and store scope.
     config["configurable"] = {
         **client.get("configurable", {}),
@@ -151,6 +151,7 @@ class Runner:
         self.run_timeout = setup.run_timeout
         self.metrics = setup.metrics
         self.tracing = setup.tracing
+        self.public_errors = setup.public_errors
         self.callbacks = list(setup.callbacks)
         if self.tracing is not None:
             self.callbacks.append(self.tracing.callback)
@@ -274,7 +275,7 @@ class RunExecution:
                 raise
             except Exception as exc:  # a failed rollback, a bug: still end the run loudly
                 log.exception("run %s failed outside its graph", run.run_id)
-                outcome = Outcome("error", error=public_error(exc))
+                outcome = Outcome("error", error=self._public(exc))
             if self.traced is not None:
                 self.traced.outcome, self.traced.error = outcome.status, outcome.error
             ended = await self._end(outcome)
@@ -310,8 +311,8 @@ class RunExecution:
         try:
             if after:
                 await asyncio.wait([asyncio.ensure_future(f) for f in after])
-            if run.kwargs.get("after_seconds") and run.attempt == 0:
-                await asyncio.sleep(float(run.kwargs["after_seconds"]))
+            if run.options.after_seconds and run.attempt == 0:
+                await asyncio.sleep(float(run.options.after_seconds))
             return await self._execute()
         except StoreError:
             return Outcome("error", error=dict(STORAGE_ERROR))
@@ -373,10 +374,10 @@ class RunExecution:
         # event loop for a while (CPU work before its first await), and clients should
         # learn the run is under way at once.
         await runner.events.flush(run.run_id)
-        modes = run.kwargs.get("stream_mode") or ["values"]
+        modes = list(run.options.stream_mode) or ["values"]
         translate = FrameTranslator(
             modes,
-            subgraphs=bool(run.kwargs.get("stream_subgraphs")),
+            subgraphs=run.options.stream_subgraphs,
             keep_message=assistant.spec.keep_message,
         )
         config = runner.graph_config(run.thread_id, run)
@@ -401,7 +402,7 @@ class RunExecution:
         except TimeoutError as exc:
             if not deadline.expired():
                 log.exception("run %s failed", run.run_id)
-                return Outcome("error", error=public_error(exc))
+                return Outcome("error", error=self._public(exc))
             return Outcome(
                 "timeout",
                 error={
@@ -411,7 +412,7 @@ class RunExecution:
             )
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
-            return Outcome("error", error=public_error(exc))
+            return Outcome("error", error=self._public(exc))
         snapshot = await graph.aget_state(config)
         # Pending interrupts, or nodes left to run after a breakpoint (interrupt_before/after).
         paused = bool(snapshot.interrupts) or bool(snapshot.next)
@@ -423,16 +424,24 @@ class RunExecution:
         LangGraph forks when that checkpoint is not the thread's head. An execution that
         resumes the run's own last checkpoint after a restart starts from the head.
         """
-        checkpoint = self.run.kwargs.get("checkpoint")
+        checkpoint = self.run.options.checkpoint
         if not checkpoint or (payload is None and self.run.attempt > 1):
             return config
         return {**config, "configurable": {**config["configurable"], **checkpoint}}
 
     def _graph_options(self) -> dict[str, Any]:
         """Return the run's Platform options LangGraph's `astream` takes itself."""
-        kwargs = self.run.kwargs
-        keys = ("interrupt_before", "interrupt_after", "durability")
-        return {key: kwargs[key] for key in keys if kwargs.get(key) is not None}
+        options = self.run.options
+        given = {
+            "interrupt_before": options.interrupt_before,
+            "interrupt_after": options.interrupt_after,
+            "durability": options.durability,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+    def _public(self, exc: BaseException) -> dict[str, str]:
+        """Return the `error` frame of an exception (`engine.frames.public_error`)."""
+        return public_error(exc, self.runner.public_errors)
 
     async def _payload(self) -> Any:
         """Return what the graph is invoked with: input, a Command, or None to continue."""
@@ -443,14 +452,14 @@ class RunExecution:
             latest = await self.runner.checkpointer.aget_tuple(head)
             if latest is not None and latest.metadata.get("run_id") == run.run_id:
                 return None
-        command = run.kwargs.get("command")
+        command = run.options.command
         if command:
             return Command(
                 resume=command.get("resume"),
                 update=command.get("update"),
                 goto=command.get("goto") or (),
             )
-        return run.kwargs.get("input")
+        return run.options.input
 
     async def _finish(self, outcome: Outcome) -> None:
         """Write the run's last frames (`error`, `end`) and its terminal status, durably.
@@ -511,7 +520,7 @@ class RunExecution:
         run = self.run
         runner = self.runner
         rolled_back = outcome.cancel_reason == "rollback"
-        delete_thread = run.kwargs.get("on_completion") == "delete"
+        delete_thread = run.options.on_completion == "delete"
         if not (rolled_back or delete_thread):
             return
         record = await runner.runs.get(run.run_id)

@@ -36,8 +36,6 @@ from langchain_core.messages import BaseMessage, BaseMessageChunk
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StreamMode
 
-from providers.local_llm import EmbeddedModelCrashedError
-
 #: Version of the frame format, sent in every `metadata` frame.
 SCHEMA_VERSION = 1
 
@@ -157,18 +155,23 @@ class FrameTranslator:
         return [*frames, (event, [self._messages[key]])]
 
 
-def public_error(exc: BaseException) -> dict[str, str]:
+#: Exceptions whose messages are written for users, wherever they are raised.
+SAFE_ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError)
+
+
+def public_error(exc: BaseException, safe: tuple[type[BaseException], ...] = ()) -> dict[str, str]:
     """Return the `error` frame of a failed run: the error's type and a safe message.
 
     Messages of LangGraph's own errors (recursion limit, invalid update, unknown
     interrupt) and of validation errors describe the run, not the server, and are
-    kept; any other exception may carry internals (URLs, paths, provider answers),
-    so only its type is named and the full error goes to the server log.
+    kept, as are those of `safe` (the product's errors written for users, e.g. a
+    crashed model's one line, which the engine's opener is given); any other
+    exception may carry internals (URLs, paths, provider answers), so only its type
+    is named and the full error goes to the server log.
     """
     name = type(exc).__name__
     module = type(exc).__module__
-    safe = (ValueError, KeyError, EmbeddedModelCrashedError)  # messages written for users
-    if module.startswith(("langgraph.", "pydantic")) or isinstance(exc, safe):
+    if module.startswith(("langgraph.", "pydantic")) or isinstance(exc, (*SAFE_ERRORS, *safe)):
         message = str(exc).strip() or name
     else:
         message = f"the run failed with {name}; the server log has the details"

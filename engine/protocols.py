@@ -7,14 +7,12 @@
     RunExecutor       executes runs, or has them executed, and answers for them
                       (`engine.executor.InProcessExecutor`: tasks of this process;
                       `engine.postgres.queue.QueueExecutor`: the workers of the queue)
-    RunPreparation    checks a run request (ownership, idempotency, multitask
-                      strategy, command) before anything is recorded
-                      (`engine.preparation`, next to the request it checks)
 
-`engine.manager.RunManager` composes them; routes talk to it, and a stream
-response follows a run through it (`RunFrames`). An executor is built
-from the backend's parts and one `ExecutorSetup` (the graphs, their context, the
-limits), the only list of what executing a run needs. Storage is three parts, each
+The engine's opener (`engine.opener.open_engine`) composes them into the services
+adapters talk to (`engine.services`); a stream response follows a run through the
+runs service (`RunFrames`). An executor is built from the backend's parts and one
+`ExecutorSetup` (the graphs, their context, the limits), the only list of what
+executing a run needs. Storage is three parts, each
 with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 
     ThreadRepository  threads: get, search, count, insert, merge metadata, delete
@@ -27,9 +25,8 @@ with one implementation per backend (`engine/sqlite/`, `engine/postgres/`):
 and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
-the saver's own API, one per backend. `CronRepository` keeps the crons
-(`engine.crons`) and claims their due ticks, one per backend. `AssistantRepository`
-keeps the assistants clients create, with their versions, one per backend.
+the saver's own API, one per backend. The other resources' repositories (crons,
+created assistants) are in `engine.repositories`.
 
 Invariants every implementation keeps:
 
@@ -68,9 +65,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from agentkit.context import AtelierContext
-from engine.assistants import Assistant, AssistantRecord
-from engine.crons import CronRecord
+from engine.assistants import Assistant
 from engine.feedback import FeedbackRepository
 from engine.records import (
     CancelAction,
@@ -81,10 +76,9 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
+from engine.repositories import AssistantRepository, CronRepository
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
-from knowledge.repository import NoteRepository
-from providers.assets import AssetStore
 
 #: Called with a run id and every committed batch of its frames, in id order.
 Publish = Callable[[str, list[Frame]], None]
@@ -338,8 +332,8 @@ class ExecutorSetup:
 
     #: The graphs served, by assistant id.
     assistants: dict[str, Assistant]
-    #: What graph runs get as `context=`.
-    context: AtelierContext
+    #: What graph runs get as `context=` (the product's runtime context; opaque here).
+    context: Any
     #: RUN_TIMEOUT: seconds a run's graph may take.
     run_timeout: float
     metrics: RunMetrics | None = None
@@ -349,6 +343,8 @@ class ExecutorSetup:
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     #: OpenTelemetry tracing of runs (`engine.tracing`); None: runs are not traced.
     tracing: RunTracing | None = None
+    #: Errors whose messages a failed run's `error` frame shows (`engine.frames.public_error`).
+    public_errors: tuple[type[BaseException], ...] = ()
 
 
 class RunExecutor(Protocol):
@@ -420,181 +416,18 @@ class CheckpointHousekeeping(Protocol):
         ...
 
 
-# -- crons (engine.crons) -------------------------------------------------------------
+@dataclass(frozen=True)
+class DatabasePools:
+    """The scale-out backend's connection pools, shared with the product's own stores.
 
-
-class CronTick(Protocol):
-    """A due cron claimed for firing: nobody else fires it until `fire` commits or fails."""
-
-    #: The cron as claimed; its `next_run_at` is the tick being fired.
-    cron: CronRecord
-
-    async def fire(
-        self,
-        next_run_at: str | None,
-        run: RunRecord | None,
-        *,
-        new_thread: ThreadRecord | None = None,
-        exclusive: bool = True,
-    ) -> bool:
-        """Record the tick's run (if any) and move `next_run_at` on, in one transaction.
-
-        Args:
-            next_run_at: The cron's next tick (None: it is over).
-            run: The run to store as `RunRepository.insert` stores it, or None to
-                skip the tick (its request was refused).
-            new_thread: A thread to create with the run.
-            exclusive: Store the run only if its thread has no pending or running run.
-
-        Returns:
-            Whether the run was stored (False: skipped, or its thread was busy; the
-            tick is spent either way).
-        """
-        ...
-
-
-class CronRepository(Protocol):
-    """Crons, each owned by one API key, and the claiming of their due ticks."""
-
-    async def insert(self, cron: CronRecord) -> None:
-        """Store a new cron."""
-        ...
-
-    async def get(self, owner: str, cron_id: str) -> CronRecord | None:
-        """Return the owner's cron, or None (also when another owner has it)."""
-        ...
-
-    async def replace(self, cron: CronRecord, *, previous_next_run_at: str | None) -> bool:
-        """Write a cron's schedule, payload, state and next tick, if its tick did not move.
-
-        Returns:
-            False when its `next_run_at` is no longer `previous_next_run_at` (a tick
-            fired since it was read; read it again), or it is gone.
-        """
-        ...
-
-    async def delete(self, owner: str, cron_id: str) -> bool:
-        """Delete the owner's cron; False when the owner has none by that id."""
-        ...
-
-    async def search(
-        self,
-        owner: str,
-        *,
-        assistant_id: str | None = None,
-        thread_id: str | None = None,
-        enabled: bool | None = None,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-    ) -> list[CronRecord]:
-        """Return the owner's crons matching every given filter."""
-        ...
-
-    async def count(
-        self,
-        owner: str,
-        *,
-        assistant_id: str | None = None,
-        thread_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        """Return how many of the owner's crons match every given filter."""
-        ...
-
-    def claim_due(self, now: str) -> AbstractAsyncContextManager[CronTick | None]:
-        """Claim one enabled cron whose `next_run_at` is at or before `now` (None: none is).
-
-        The claim holds until the block ends; a cron another process holds is skipped.
-        """
-        ...
-
-
-class AssistantExists(RuntimeError):
-    """An assistant id is taken (by any owner)."""
-
-
-class AssistantRepository(Protocol):
-    """Assistants clients created, each owned by one API key, with their versions.
-
-    A version is never changed once written; `update` adds one and makes it the
-    latest, `set_latest` points the assistant at another. Every read answers the
-    owner's assistant only (None or False for another owner's, as for none).
+    The product's stores (its knowledge notes, its assets) live in the same database
+    (their tables are in `engine.postgres.migrations`); its opener builds them on these.
     """
 
-    async def insert(self, record: AssistantRecord) -> None:
-        """Store a new assistant with its first version (`record`).
-
-        Raises:
-            AssistantExists: The id is taken, by any owner.
-        """
-        ...
-
-    async def get(
-        self, owner: str, assistant_id: str, version: int | None = None
-    ) -> AssistantRecord | None:
-        """Return the owner's assistant at its latest version (or at `version`), or None."""
-        ...
-
-    async def update(
-        self, owner: str, assistant_id: str, changes: dict[str, Any], stamp: str
-    ) -> AssistantRecord | None:
-        """Write a new version: the latest one with `changes` (its fields), made the latest.
-
-        Returns:
-            The new version, or None when the owner has no such assistant.
-        """
-        ...
-
-    async def set_latest(
-        self, owner: str, assistant_id: str, version: int
-    ) -> AssistantRecord | None:
-        """Make `version` the one runs use; return it (None: no such assistant or version)."""
-        ...
-
-    async def versions(
-        self,
-        owner: str,
-        assistant_id: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-    ) -> list[AssistantRecord]:
-        """Return the assistant's versions matching `metadata`, newest first."""
-        ...
-
-    async def delete(self, owner: str, assistant_id: str) -> bool:
-        """Delete the owner's assistant with every version; False when there is none."""
-        ...
-
-    async def search(
-        self,
-        owner: str,
-        *,
-        graph_id: str | None = None,
-        name: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-    ) -> list[AssistantRecord]:
-        """Return the owner's assistants (at their latest versions) matching every filter."""
-        ...
-
-    async def count(
-        self,
-        owner: str,
-        *,
-        graph_id: str | None = None,
-        name: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        """Return how many of the owner's assistants match every given filter."""
-        ...
+    #: The process's async psycopg pool.
+    pool: Any
+    #: A psycopg pool for blocking callers (worker threads).
+    sync_pool: Any
 
 
 class RunBackend(Protocol):
@@ -631,13 +464,8 @@ class RunBackend(Protocol):
         ...
 
     @property
-    def notes(self) -> NoteRepository | None:
-        """The knowledge vault the backend keeps (None: the studio's default)."""
-        ...
-
-    @property
-    def assets(self) -> AssetStore | None:
-        """The asset store the backend keeps (None: the studio's default)."""
+    def pools(self) -> DatabasePools | None:
+        """The database pools the product's own stores may share (None: embedded)."""
         ...
 
     @property
@@ -671,13 +499,20 @@ class RunBackend(Protocol):
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:
-        """Return the executor the run manager hands its runs to."""
+        """Return the executor the engine hands its runs to."""
         ...
 
-    def workers(self, setup: ExecutorSetup) -> AbstractAsyncContextManager[Sequence[object]]:
-        """Run the workers this process runs besides its API for the block; yield them.
+    def workers(
+        self, setup: ExecutorSetup, *, count: int | None = None, concurrency: int | None = None
+    ) -> AbstractAsyncContextManager[Sequence[object]]:
+        """Run this process's workers and webhook deliverer for the block; yield the workers.
 
-        It yields none where the run manager's executor runs every run itself.
+        It yields none where the executor runs every run itself (embedded).
+
+        Args:
+            setup: What they execute runs with.
+            count: How many workers (default RUN_WORKERS; ignored where there are none).
+            concurrency: Runs each executes at once at most (default RUN_WORKER_CONCURRENCY).
         """
         ...
 
@@ -688,8 +523,8 @@ class RunBackend(Protocol):
 class RunFrames(Protocol):
     """What a stream response follows: a run's committed frames, from its log and live.
 
-    `engine.manager.RunManager` offers it over its event log and live fan-out, so
-    `app.sse.follow_run` reaches neither.
+    The runs service (`engine.services.runs.RunsService`) offers it over its event log
+    and live fan-out, so `engine.follow.follow_frames` reaches neither.
     """
 
     async def read_frames(self, run_id: str, after: int, limit: int = 500) -> list[Frame]:

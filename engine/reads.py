@@ -83,7 +83,11 @@ async def thread_values(assistant: Assistant | None, thread_id: str) -> tuple[di
     return (values if isinstance(values, dict) else {"value": values}), interrupts
 
 
-def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
+#: Errors whose messages a task's `error` shows (`engine.frames.public_error`).
+Safe = tuple[type[BaseException], ...]
+
+
+def snapshot_json(snapshot: StateSnapshot, safe: Safe = ()) -> dict[str, Any]:
     """Return a checkpointed state in the LangGraph Platform shape."""
     tasks = []
     for task in snapshot.tasks:
@@ -92,10 +96,10 @@ def snapshot_json(snapshot: StateSnapshot) -> dict[str, Any]:
             {
                 "id": task.id,
                 "name": task.name,
-                "error": public_error(task.error)["message"] if task.error else None,
+                "error": public_error(task.error, safe)["message"] if task.error else None,
                 "interrupts": to_jsonable(list(task.interrupts)),
                 "checkpoint": checkpoint_ref(state) if isinstance(state, dict) else None,
-                "state": snapshot_json(state) if isinstance(state, StateSnapshot) else None,
+                "state": snapshot_json(state, safe) if isinstance(state, StateSnapshot) else None,
                 "result": to_jsonable(task.result),
             }
         )
@@ -124,21 +128,30 @@ def _empty_state() -> dict[str, Any]:
     }
 
 
-async def state(graph: Any, thread_id: str, *, subgraphs: bool = False) -> dict[str, Any]:
+async def state(
+    graph: Any, thread_id: str, *, subgraphs: bool = False, safe: Safe = ()
+) -> dict[str, Any]:
     """Return a thread's latest checkpointed state (empty before any graph ran on it).
 
     Args:
         graph: The compiled graph that ran on the thread, or None when none has yet.
         thread_id: The thread.
         subgraphs: Include the state of subgraphs paused inside a task.
+        safe: Errors whose messages a task's `error` shows.
     """
     if graph is None:
         return _empty_state()
-    return snapshot_json(await graph.aget_state(thread_config(thread_id), subgraphs=subgraphs))
+    snapshot = await graph.aget_state(thread_config(thread_id), subgraphs=subgraphs)
+    return snapshot_json(snapshot, safe)
 
 
 async def state_at(
-    graph: Any, thread_id: str, checkpoint: dict[str, Any], *, subgraphs: bool = False
+    graph: Any,
+    thread_id: str,
+    checkpoint: dict[str, Any],
+    *,
+    subgraphs: bool = False,
+    safe: Safe = (),
 ) -> dict[str, Any]:
     """Return a thread's state at a checkpoint.
 
@@ -149,6 +162,7 @@ async def state_at(
             `checkpoint_ns`, `checkpoint_map`); with only a namespace, that
             namespace's latest state.
         subgraphs: Include the state of subgraphs paused inside a task.
+        safe: Errors whose messages a task's `error` shows.
 
     Raises:
         NotFound: The thread has no such checkpoint (or namespace).
@@ -166,7 +180,7 @@ async def state_at(
         ) from None
     if snapshot.config is None or not snapshot.created_at:
         raise NotFound(f"checkpoint {wanted!r} not found")
-    return snapshot_json(snapshot)
+    return snapshot_json(snapshot, safe)
 
 
 async def history(
@@ -177,6 +191,7 @@ async def history(
     before: str | None = None,
     metadata: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
+    safe: Safe = (),
 ) -> list[dict[str, Any]]:
     """Return a thread's past states, newest first (none before any graph ran on it).
 
@@ -201,6 +216,7 @@ async def history(
         metadata: Only states whose checkpoint metadata has every given key and value.
         checkpoint: Start at this checkpoint (its namespace: a subgraph's history);
             keys whose value is None are left out.
+        safe: Errors whose messages a task's `error` shows.
     """
     if graph is None:
         return []
@@ -219,7 +235,7 @@ async def history(
     if not (before or metadata or checkpoint) and len(snapshots) == limit:
         snapshots += await _fork_siblings(graph, thread_id, snapshots, limit)
         snapshots.sort(key=lambda s: _checkpoint_id(s.config) or "", reverse=True)
-    return [snapshot_json(snapshot) for snapshot in snapshots]
+    return [snapshot_json(snapshot, safe) for snapshot in snapshots]
 
 
 async def _fork_siblings(

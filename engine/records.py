@@ -2,9 +2,10 @@
 
 The names of run statuses, thread statuses, multitask strategies and cancel
 actions are the official SDK's (`langgraph_sdk.schema`: `RunStatus`,
-`ThreadStatus`, `MultitaskStrategy`, `CancelAction`); each is declared here once,
-with the tuple of its values derived from it (tests/engine/test_records.py
-checks they agree with the SDK's).
+`ThreadStatus`, `MultitaskStrategy`, `CancelAction`); each is declared once (the
+run request's in `engine.spec`), with the tuple of its values derived from it
+(tests/engine/test_records.py checks they agree with the SDK's). A run keeps its
+options as a typed value (`engine.spec.RunOptions`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from engine.serde import loads
+from engine.spec import MultitaskStrategy, RunOptions
 
 #: Status of a run (the LangGraph Platform set).
 RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 #: Status of a thread.
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
-#: What a new run does when its thread has a pending or running run.
-MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
-#: What a run on a missing thread does: create it, or be refused.
-IfNotExists = Literal["create", "reject"]
 #: How a cancel ends a run: keep its checkpoints (interrupt) or delete them (rollback).
 CancelAction = Literal["interrupt", "rollback"]
 
@@ -101,7 +99,8 @@ class RunRecord:
     status: RunStatus
     created_at: str
     updated_at: str
-    kwargs: dict[str, Any]
+    #: How it executes (stored as the Platform's `kwargs` object).
+    options: RunOptions
     multitask_strategy: MultitaskStrategy
     metadata: dict[str, Any] = field(default_factory=dict)
     attempt: int = 0
@@ -119,7 +118,7 @@ class RunRecord:
     @property
     def graph_id(self) -> str:
         """The graph the run runs: its assistant's, recorded for a created assistant."""
-        return str(self.kwargs.get("graph_id") or self.assistant_id)
+        return self.options.graph_id or self.assistant_id
 
     def to_json(self) -> dict[str, Any]:
         """Return the run in the LangGraph Platform shape."""
@@ -131,7 +130,7 @@ class RunRecord:
             "updated_at": self.updated_at,
             "status": self.status,
             "metadata": self.metadata,
-            "kwargs": self.kwargs,
+            "kwargs": self.options.to_json(),
             "multitask_strategy": self.multitask_strategy,
             "attempt": self.attempt,
             "cancel_reason": self.cancel_reason,
@@ -179,7 +178,7 @@ def run_from_row(row: Any, stamp: Callable[[Any], str | None] = _as_text) -> Run
         updated_at=stamp(row["updated_at"]) or "",
         finished_at=stamp(row["finished_at"]),
         metadata=_decoded(row["metadata"]) or {},
-        kwargs=_decoded(row["kwargs"]) or {},
+        options=RunOptions.from_json(_decoded(row["kwargs"]) or {}),
         multitask_strategy=row["multitask_strategy"],
         attempt=row["attempt"],
         cancel_reason=row["cancel_reason"],

@@ -12,14 +12,13 @@ Each backend keeps the items in LangGraph's own store implementation
   searching match under the owner's label only, so no crafted prefix, suffix or
   wildcard reaches another key's items. The routes bind it to the caller
   (`for_owner`); the graphs get one bound to no one, which scopes each call to the
-  run's owner (`agentkit.run_owner.run_owner`, read from the run's config), and fails in
+  run's owner (`core.run_config.run_owner`, read from the run's config), and fails in
   a run that has none.
 - A search with a `query` ranks the items under the prefix (after the `filter`) by
   a `QueryRanker`: by meaning (`SemanticRanker`, cosine similarity of embeddings
   from the OpenAI-compatible `/embeddings` of `EMBEDDINGS_BASE_URL`) when one is
-  configured, else by the knowledge vault's Chinese keyword relevance
-  (`KeywordRanker`, `knowledge.retriever.text_relevance`: whole query +0.5, each
-  segmented word +0.1), where items matching nothing are left out. Either ranks
+  configured, else by the ranker the engine's opener is given (the product's:
+  keyword relevance, `app.composition.KeywordRanker`). Either ranks
   at most `MAX_CANDIDATES` items, the most recently updated first; an item's text
   is the string leaves of its value, in order. The vectors of items are computed
   on first use and kept in memory by (namespace, key, updated_at); a changed item
@@ -52,9 +51,8 @@ from langgraph.store.base import (
     TTLConfig,
 )
 
-from agentkit.run_owner import run_owner
+from core.run_config import run_owner
 from core.settings import Settings
-from knowledge.retriever import query_words, text_relevance
 
 #: Items a query ranks at most (the most recently updated under the prefix).
 MAX_CANDIDATES = 1000
@@ -96,18 +94,6 @@ class QueryRanker(Protocol):
     async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
         """Return (score, item) pairs, best first (stable for ties)."""
         ...
-
-
-class KeywordRanker:
-    """Ranks by Chinese keyword relevance (`knowledge.retriever.text_relevance`)."""
-
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return the items matching the query, best first; the others are left out."""
-        words = query_words(query)
-        scored = [(text_relevance(query, item_text(item.value), words), item) for item in items]
-        matched = [(round(score, 4), item) for score, item in scored if score > 0]
-        matched.sort(key=lambda pair: pair[0], reverse=True)
-        return matched
 
 
 class SemanticRanker:
@@ -160,10 +146,15 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / norm if norm else 0.0
 
 
-def query_ranker(settings: Settings) -> QueryRanker:
-    """Return the ranker `settings` configure: semantic with EMBEDDINGS_BASE_URL, else keywords."""
+def query_ranker(settings: Settings, fallback: QueryRanker) -> QueryRanker:
+    """Return the ranker `settings` configure: semantic with EMBEDDINGS_BASE_URL, else `fallback`.
+
+    Args:
+        settings: The deployment's settings (EMBEDDINGS_*).
+        fallback: The ranker without an embeddings endpoint (the engine's opener's).
+    """
     if settings.embeddings_base_url is None:
-        return KeywordRanker()
+        return fallback
     from langchain_openai import OpenAIEmbeddings
 
     key = settings.embeddings_api_key

@@ -1,54 +1,41 @@
 """One OpenTelemetry trace per run, across the API replica that records it and the executor.
 
-`open_run_tracing(settings)` yields a `RunTracing` when an OTLP endpoint is configured
-(`providers.tracing.tracer_provider`), else None; the composition roots (the app's
-lifespan, `atelier worker`) open it and hand it to the engine in `ExecutorSetup`.
-With None, nothing below runs: no span, no context read or stored.
+Whoever opens the engine hands it a `RunTracing` when tracing is on (the product's
+composition opens the tracer provider, `app.composition`), else None: then nothing
+below runs, no span, no context read or stored.
 
-A run's trace:
-
-    create_run                  (SERVER) where the run is recorded: its parent is the
-    │                           caller's `traceparent`/`tracestate`, if the request
-    │                           that created the run sent them (a cron's tick: none)
-    └─ run <assistant>          the execution (one per attempt), in whichever process
-       │                        executes it: atelier.run_id, thread_id,
-       │                        assistant_id, attempt, outcome
-       ├─ <node>                a LangGraph node (a subgraph's nodes nest in its node)
-       │  ├─ chat <model>       an LLM call, GenAI conventions (providers.tracing)
-       │  └─ execute_tool generate_image   an image drawn
-       └─ …
-    feedback <key>              a reader's feedback, recorded later (`record_feedback`)
-
-The trace context travels with the run record: `RunPreparer` stores the W3C headers
-of the `create_run` span in the run's kwargs (`trace_context`), and its trace id in
-the run's metadata (`trace_id`, what `GET /threads/{t}/runs/{r}` shows; it replaces
-a client's own `trace_id` metadata key). Whoever executes the run (this process, or
-a scale-out worker that claimed it) starts the run span from that context, so the
-API's span and the worker's share one trace id. The run's `metadata` stream frame
-carries the same `trace_id`.
+A run's trace: a `create_run` span where the run is recorded (a child of the
+caller's `traceparent`, if its request sent one), then one `run <assistant>` span
+per execution, in whichever process executes it, in which the graph's spans nest
+(the node, LLM and tool spans of the callback the opener's caller provides), and
+later `feedback <key>` spans. The trace context travels with the run record
+(`RunOptions.trace_context`; its trace id in the run's metadata, `trace_id`), so
+the API's span and a worker's share one trace id. See docs/tracing.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from core.settings import Settings
 from engine.records import RunRecord
-from providers.tracing import GenAISpans, tracer_provider
 
 #: The W3C Trace Context headers a run request may carry (lower case, as ASGI has them).
 TRACE_HEADERS = ("traceparent", "tracestate")
-#: Run kwargs key of the stored trace context; run metadata key of the trace id.
-CONTEXT_KEY = "trace_context"
+#: Run metadata key of the trace id.
 TRACE_ID_KEY = "trace_id"
+#: Returns the span of the run a LangChain call's metadata names (None: not traced).
+SpanOf = Callable[[Mapping[str, Any] | None], Span | None]
+#: Makes the LangChain callback that turns a traced run's graph into spans.
+GraphSpans = Callable[[Tracer, SpanOf], BaseCallbackHandler]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -92,15 +79,13 @@ class TracedRun:
 class RunTracing:
     """The spans of runs, on one tracer provider (see the module docstring)."""
 
-    def __init__(self, provider: TracerProvider, *, capture_content: bool = False) -> None:
-        """Make spans with `provider`'s tracers; `capture_content` as `GenAISpans` takes it."""
+    def __init__(self, provider: TracerProvider, graph_spans: GraphSpans) -> None:
+        """Make spans with `provider`'s tracers; the graphs' spans with `graph_spans`' callback."""
         self.provider = provider
         self.tracer = provider.get_tracer("atelier.engine")
         self._runs: dict[str, Span] = {}
         #: The LangChain callback making the node, LLM and tool spans of traced runs.
-        self.callback = GenAISpans(
-            provider.get_tracer("atelier.graph"), self.run_span, capture_content=capture_content
-        )
+        self.callback = graph_spans(provider.get_tracer("atelier.graph"), self.run_span)
 
     def run_span(self, metadata: Mapping[str, Any] | None) -> Span | None:
         """Return the span of the run a LangChain call's metadata (`run_id`) names.
@@ -126,7 +111,7 @@ class RunTracing:
         span.end()
         return dataclasses.replace(
             run,
-            kwargs={**run.kwargs, CONTEXT_KEY: _carrier(span)},
+            options=dataclasses.replace(run.options, trace_context=_carrier(span)),
             metadata={**run.metadata, TRACE_ID_KEY: _trace_id(span)},
         )
 
@@ -138,8 +123,8 @@ class RunTracing:
         off starts a trace of its own) and is the current span in the block, so the
         graph's spans, and those of any OpenTelemetry-instrumented library, nest in it.
         """
-        stored = run.kwargs.get(CONTEXT_KEY)
-        parent = _PROPAGATOR.extract(stored) if isinstance(stored, dict) else None
+        stored = run.options.trace_context
+        parent = _PROPAGATOR.extract(dict(stored)) if stored else None
         span = self.tracer.start_span(
             f"run {run.assistant_id}", context=parent, attributes=_run_attributes(run)
         )
@@ -178,8 +163,8 @@ class RunTracing:
             The trace id the feedback went to; None for a run recorded with tracing off
             (it has no trace, and nothing is exported).
         """
-        stored = run.kwargs.get(CONTEXT_KEY)
-        if not isinstance(stored, dict):
+        stored = run.options.trace_context
+        if not stored:
             return None
         event: dict[str, Any] = {"atelier.feedback.key": key}
         if score is not None:
@@ -188,25 +173,9 @@ class RunTracing:
             event["atelier.feedback.comment"] = comment
         span = self.tracer.start_span(
             f"feedback {key}",
-            context=_PROPAGATOR.extract(stored),
+            context=_PROPAGATOR.extract(dict(stored)),
             attributes={**_run_attributes(run), **event},
         )
         span.add_event("feedback", event)
         span.end()
         return _trace_id(span)
-
-
-@contextmanager
-def open_run_tracing(settings: Settings) -> Iterator[RunTracing | None]:
-    """Open the run tracing `settings` configure for the block (None: tracing is off).
-
-    The block's end flushes the spans not yet exported.
-    """
-    with tracer_provider(settings) as provider:
-        if provider is None:
-            yield None
-        else:
-            yield RunTracing(
-                provider,
-                capture_content=settings.otel_instrumentation_genai_capture_message_content,
-            )

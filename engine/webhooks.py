@@ -193,7 +193,7 @@ def queued_delivery(
 
     None when there is no URL.
     """
-    url = url or run.kwargs.get("webhook")
+    url = url or run.options.webhook
     if not url:
         return None
     return WebhookQueued(

@@ -2,7 +2,9 @@
 
     atelier   the content pipeline (`graphs.pipeline.build_pipeline`): its input is
               `agentkit.state.AtelierInput`, an assistant of it carries a brand
-              preset in its context (`agentkit.brand.BrandPreset`); a resume answers the planner's
+              preset in its context (`agentkit.brand.BrandPreset`, also read from its
+              `config.configurable`), which becomes its runs' input `brand`
+              (`brand_into_input`); a resume answers the planner's
               clarification question (`check_clarification_answer`); a state update
               may ask for a card to be redrawn (`check_pipeline_update`); only the
               writing roles' tokens are streamed (`writer_tokens_only`).
@@ -12,9 +14,8 @@
 Both take LangChain chat input (`messages`; `chat_text` reads the request of a
 chat message) and keep the conversation in their state (PRODUCT.md §7).
 
-Whoever opens the run engine (the app, `atelier worker`) hands `ASSISTANTS` to its
-registry (`engine.assistants.build_assistants`), which compiles each graph on the
-service's checkpointer.
+The product's composition (`app.composition`) hands `ASSISTANTS` to the engine's
+opener, whose registry compiles each graph on the service's checkpointer.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from pydantic import (
     model_validator,
 )
 
-from agentkit.brand import BrandPreset
+from agentkit.brand import BrandPreset, preset_of, preset_with
 from agentkit.chat import chat_request
 from agentkit.post import card_to_redraw
 from agentkit.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
+from engine import AssistantSpec
 from graphs.pipeline import build_pipeline
-from graphs.spec import AssistantSpec
 from graphs.team import build_team
 from providers.llm import streams_to_users
 
@@ -170,6 +171,20 @@ def chat_text(graph_input: Mapping[str, Any]) -> str:
     return chat_request(graph_input.get("messages"))
 
 
+def brand_in_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the brand preset fields an assistant's `config.configurable` carries."""
+    return preset_of(None, config)
+
+
+def brand_into_input(graph_input: Mapping[str, Any], preset: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a run's input with its assistant's preset as its `brand`.
+
+    The fields of a `brand` the input sends itself win (`agentkit.brand.preset_with`);
+    the graph fills the input's unset fields from it when the run starts.
+    """
+    return {**graph_input, "brand": preset_with(preset, graph_input.get("brand"))}
+
+
 class TeamRunInput(ChatInputRules):
     """The `input` of a run of the `team` assistant: `agentkit.state.TeamInput`.
 
@@ -195,6 +210,8 @@ ATELIER = AssistantSpec(
     keep_message=writer_tokens_only,
     chat_text=chat_text,
     context_type=BrandPreset,
+    context_in_config=brand_in_config,
+    context_into_input=brand_into_input,
 )
 
 TEAM = AssistantSpec(

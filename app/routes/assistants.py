@@ -26,7 +26,7 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
-from app.deps import PrincipalDep, RunsDep
+from app.deps import AssistantsDep, PrincipalDep
 from app.schemas import (
     AssistantCount,
     AssistantCreate,
@@ -36,9 +36,7 @@ from app.schemas import (
     AssistantSearch,
     AssistantVersionSearch,
 )
-from engine.assistants import Assistant
-from engine.manager import RunManager
-from engine.serde import to_jsonable
+from engine import Assistant, AssistantsService, to_jsonable
 
 router = APIRouter(tags=["assistants"])
 
@@ -46,16 +44,16 @@ AssistantId = Annotated[str, Path(min_length=1, max_length=128, description="Ass
 MAX_XRAY_DEPTH = 10
 
 
-async def _assistant(manager: RunManager, owner: str, assistant_id: str) -> Assistant:
-    return await manager.resolve_assistant(owner, assistant_id)
+async def _assistant(assistants: AssistantsService, owner: str, assistant_id: str) -> Assistant:
+    return await assistants.resolve(owner, assistant_id)
 
 
 @router.post("/assistants", response_model=AssistantOut, summary="Create an assistant")
 async def create_assistant(
-    body: AssistantCreate, manager: RunsDep, owner: PrincipalDep
+    body: AssistantCreate, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Save a configuration of a graph as an assistant (version 1), owned by the caller."""
-    assistant = await manager.create_assistant(
+    assistant = await assistants.create(
         owner,
         graph_id=body.graph_id,
         assistant_id=body.assistant_id,
@@ -71,10 +69,10 @@ async def create_assistant(
 
 @router.post("/assistants/search", response_model=list[AssistantOut], summary="Search assistants")
 async def search_assistants(
-    body: AssistantSearch, manager: RunsDep, owner: PrincipalDep
+    body: AssistantSearch, assistants: AssistantsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """List the assistants matching every given filter: the built-in ones and the caller's."""
-    return await manager.search_assistants(
+    return await assistants.search(
         owner,
         graph_id=body.graph_id,
         name=body.name,
@@ -87,26 +85,28 @@ async def search_assistants(
 
 
 @router.post("/assistants/count", response_model=int, summary="Count assistants")
-async def count_assistants(body: AssistantCount, manager: RunsDep, owner: PrincipalDep) -> int:
+async def count_assistants(
+    body: AssistantCount, assistants: AssistantsDep, owner: PrincipalDep
+) -> int:
     """Return how many assistants match every given filter."""
-    return await manager.count_assistants(
+    return await assistants.count(
         owner, graph_id=body.graph_id, name=body.name, metadata=body.metadata
     )
 
 
 @router.get("/assistants/{assistant_id}", response_model=AssistantOut, summary="Get an assistant")
 async def get_assistant(
-    assistant_id: AssistantId, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Return one assistant (a created one at its latest version)."""
-    return (await _assistant(manager, owner, assistant_id)).to_json()
+    return (await _assistant(assistants, owner, assistant_id)).to_json()
 
 
 @router.patch(
     "/assistants/{assistant_id}", response_model=AssistantOut, summary="Update an assistant"
 )
 async def patch_assistant(
-    assistant_id: AssistantId, body: AssistantPatch, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId, body: AssistantPatch, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Write a new version (the fields sent replace the latest's; metadata is merged).
 
@@ -117,14 +117,14 @@ async def patch_assistant(
         changes["config"] = body.config.model_dump(exclude_none=True)
     if body.context is not None:
         changes["context"] = dict(body.context)
-    assistant = await manager.update_assistant(owner, assistant_id, changes)
+    assistant = await assistants.update(owner, assistant_id, changes)
     return assistant.to_json()
 
 
 @router.delete("/assistants/{assistant_id}", status_code=204, summary="Delete an assistant")
 async def delete_assistant(
     assistant_id: AssistantId,
-    manager: RunsDep,
+    assistants: AssistantsDep,
     owner: PrincipalDep,
     delete_threads: Annotated[
         bool, Query(description="Delete its threads too: not supported (false only).")
@@ -142,7 +142,7 @@ async def delete_assistant(
                 }
             ]
         )
-    await manager.delete_assistant(owner, assistant_id)
+    await assistants.delete(owner, assistant_id)
     return Response(status_code=204)
 
 
@@ -152,10 +152,13 @@ async def delete_assistant(
     summary="List an assistant's versions",
 )
 async def list_versions(
-    assistant_id: AssistantId, body: AssistantVersionSearch, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId,
+    body: AssistantVersionSearch,
+    assistants: AssistantsDep,
+    owner: PrincipalDep,
 ) -> list[dict[str, Any]]:
     """Return the assistant's versions matching `metadata`, newest first."""
-    return await manager.assistant_versions(
+    return await assistants.versions(
         owner, assistant_id, metadata=body.metadata, limit=body.limit, offset=body.offset
     )
 
@@ -166,10 +169,10 @@ async def list_versions(
     summary="Set an assistant's latest version",
 )
 async def set_latest_version(
-    assistant_id: AssistantId, body: AssistantLatest, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId, body: AssistantLatest, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Make one version the latest: the one the assistant's runs use from now on."""
-    return (await manager.set_latest_version(owner, assistant_id, body.version)).to_json()
+    return (await assistants.set_latest(owner, assistant_id, body.version)).to_json()
 
 
 def _xray(value: str) -> bool | int:
@@ -192,14 +195,14 @@ def _xray(value: str) -> bool | int:
 @router.get("/assistants/{assistant_id}/graph", summary="Draw an assistant's graph")
 async def get_graph(
     assistant_id: AssistantId,
-    manager: RunsDep,
+    assistants: AssistantsDep,
     owner: PrincipalDep,
     xray: Annotated[
         str, Query(max_length=5, description="Open subgraphs: true, false or a depth.")
     ] = "false",
 ) -> dict[str, Any]:
     """Return the graph as `{nodes, edges}` (what LangGraph Studio draws)."""
-    graph = (await _assistant(manager, owner, assistant_id)).graph
+    graph = (await _assistant(assistants, owner, assistant_id)).graph
     drawable = await graph.aget_graph(xray=_xray(xray))
     return to_jsonable(drawable.to_json())
 
@@ -213,14 +216,14 @@ def _state_schema(graph: Any) -> dict[str, Any]:
 
 @router.get("/assistants/{assistant_id}/schemas", summary="An assistant's JSON schemas")
 async def get_schemas(
-    assistant_id: AssistantId, manager: RunsDep, owner: PrincipalDep
+    assistant_id: AssistantId, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Return the JSON schemas of the assistant's input, output, state and context.
 
     The context schema is the graph's context type's (an atelier assistant's: a brand
     preset, `agentkit.brand.BrandPreset`); None where the graph takes any object.
     """
-    assistant = await _assistant(manager, owner, assistant_id)
+    assistant = await _assistant(assistants, owner, assistant_id)
     graph = assistant.graph
 
     def schema(get: Any) -> dict[str, Any] | None:
@@ -272,9 +275,13 @@ def _graph_schemas(graph_id: str, graph: Any) -> dict[str, Any]:
 
 
 async def _subgraphs(
-    manager: RunManager, owner: str, assistant_id: str, namespace: str | None, recurse: bool
+    assistants: AssistantsService,
+    owner: str,
+    assistant_id: str,
+    namespace: str | None,
+    recurse: bool,
 ) -> dict[str, Any]:
-    assistant = await _assistant(manager, owner, assistant_id)
+    assistant = await _assistant(assistants, owner, assistant_id)
     found = {
         ns: _graph_schemas(assistant.graph_id, subgraph)
         async for ns, subgraph in assistant.graph.aget_subgraphs(
@@ -287,21 +294,21 @@ async def _subgraphs(
 @router.get("/assistants/{assistant_id}/subgraphs", summary="An assistant's subgraphs")
 async def get_subgraphs(
     assistant_id: AssistantId,
-    manager: RunsDep,
+    assistants: AssistantsDep,
     owner: PrincipalDep,
     recurse: bool = False,
 ) -> dict[str, Any]:
     """Return the schemas of the graph's subgraphs by namespace (`recurse`: nested too)."""
-    return await _subgraphs(manager, owner, assistant_id, None, recurse)
+    return await _subgraphs(assistants, owner, assistant_id, None, recurse)
 
 
 @router.get("/assistants/{assistant_id}/subgraphs/{namespace}", summary="One subgraph's schemas")
 async def get_subgraphs_at(
     assistant_id: AssistantId,
     namespace: Annotated[str, Path(min_length=1, max_length=512, description="Namespace.")],
-    manager: RunsDep,
+    assistants: AssistantsDep,
     owner: PrincipalDep,
     recurse: bool = False,
 ) -> dict[str, Any]:
     """Return the schemas of the subgraphs under one namespace (e.g. `executor`)."""
-    return await _subgraphs(manager, owner, assistant_id, namespace, recurse)
+    return await _subgraphs(assistants, owner, assistant_id, namespace, recurse)

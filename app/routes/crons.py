@@ -10,8 +10,8 @@
 
 A cron belongs to the API key that made it; another key gets 404. The schedule is
 five cron fields, read in `timezone` (UTC when unset). Each tick starts an ordinary
-run through the run manager (engine/manager.py, `fire_due_crons`), exactly once
-whatever the number of processes (engine/crons.py).
+run through the crons service's scheduler (`engine.services.crons`), exactly once
+whatever the number of processes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from app.deps import PrincipalDep, RunsDep
+from app.deps import CronsDep, PrincipalDep
 from app.schemas import (
     ID_PATTERN,
     MAX_OFFSET,
@@ -39,10 +39,15 @@ from app.schemas import (
     RunConfigIn,
     check_json_integers,
 )
-from engine.crons import CronRecord, check_schedule, check_timezone
-from engine.frames import StreamModeName
-from engine.records import MultitaskStrategy
-from engine.serde import dumps
+from engine import (
+    CronRecord,
+    CronsService,
+    MultitaskStrategy,
+    StreamModeName,
+    check_schedule,
+    check_timezone,
+    dumps,
+)
 
 router = APIRouter(tags=["crons"])
 
@@ -307,13 +312,13 @@ def cron_out(cron: CronRecord) -> dict[str, Any]:
 
 
 async def _create(
-    manager: RunsDep, owner: str, thread_id: str | None, body: ThreadCronCreate
+    crons: CronsService, owner: str, thread_id: str | None, body: ThreadCronCreate
 ) -> dict[str, Any]:
     options = body.run_options()
     on_run_completed = body.on_run_completed if isinstance(body, CronCreate) else None
-    cron = await manager.create_cron(
+    cron = await crons.create(
         owner,
-        assistant_id=(await manager.resolve_assistant(owner, body.assistant_id)).assistant_id,
+        assistant_id=body.assistant_id,
         thread_id=thread_id,
         schedule=body.schedule,
         timezone=body.timezone,
@@ -332,27 +337,27 @@ async def _create(
     summary="Create a cron (a new thread per run)",
     responses=UNKNOWN_ASSISTANT,
 )
-async def create_cron(body: CronCreate, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
+async def create_cron(body: CronCreate, crons: CronsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Schedule runs of an assistant, each on a new thread."""
-    return await _create(manager, owner, None, body)
+    return await _create(crons, owner, None, body)
 
 
 @router.post(
     "/threads/{thread_id}/runs/crons", response_model=CronOut, summary="Create a cron on a thread"
 )
 async def create_thread_cron(
-    thread_id: ThreadId, body: ThreadCronCreate, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: ThreadCronCreate, crons: CronsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Schedule runs of an assistant on one of the caller's threads."""
-    return await _create(manager, owner, thread_id, body)
+    return await _create(crons, owner, thread_id, body)
 
 
 @router.post("/runs/crons/search", response_model=list[CronOut], summary="Search crons")
 async def search_crons(
-    body: CronSearch, manager: RunsDep, owner: PrincipalDep
+    body: CronSearch, crons: CronsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the caller's crons matching every given filter."""
-    crons = await manager.search_crons(
+    found = await crons.search(
         owner,
         assistant_id=body.assistant_id,
         thread_id=body.thread_id,
@@ -363,7 +368,7 @@ async def search_crons(
         sort_by=body.sort_by,
         sort_order=body.sort_order,
     )
-    answers = [cron_out(cron) for cron in crons]
+    answers = [cron_out(cron) for cron in found]
     if body.select:
         keep = set(body.select)
         answers = [{k: v for k, v in answer.items() if k in keep} for answer in answers]
@@ -371,22 +376,22 @@ async def search_crons(
 
 
 @router.post("/runs/crons/count", response_model=int, summary="Count crons")
-async def count_crons(body: CronCount, manager: RunsDep, owner: PrincipalDep) -> int:
+async def count_crons(body: CronCount, crons: CronsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's crons match every given filter."""
-    return await manager.count_crons(
+    return await crons.count(
         owner, assistant_id=body.assistant_id, thread_id=body.thread_id, metadata=body.metadata
     )
 
 
 @router.get("/runs/crons/{cron_id}", response_model=CronOut, summary="Get a cron")
-async def get_cron(cron_id: CronId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
+async def get_cron(cron_id: CronId, crons: CronsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Return one of the caller's crons."""
-    return cron_out(await manager.get_cron(owner, cron_id))
+    return cron_out(await crons.get(owner, cron_id))
 
 
 @router.patch("/runs/crons/{cron_id}", response_model=CronOut, summary="Update a cron")
 async def patch_cron(
-    cron_id: CronId, body: CronUpdate, manager: RunsDep, owner: PrincipalDep
+    cron_id: CronId, body: CronUpdate, crons: CronsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Change a cron; a new schedule, time zone, end time or state recomputes its next run."""
     given = body.model_fields_set
@@ -396,11 +401,11 @@ async def patch_cron(
             changes[name] = getattr(body, name)
     if "end_time" in given:
         changes["end_time"] = body.end_time
-    return cron_out(await manager.update_cron(owner, cron_id, changes))
+    return cron_out(await crons.update(owner, cron_id, changes))
 
 
 @router.delete("/runs/crons/{cron_id}", status_code=204, summary="Delete a cron")
-async def delete_cron(cron_id: CronId, manager: RunsDep, owner: PrincipalDep) -> Response:
+async def delete_cron(cron_id: CronId, crons: CronsDep, owner: PrincipalDep) -> Response:
     """Stop and delete a cron (the runs it started stay)."""
-    await manager.delete_cron(owner, cron_id)
+    await crons.delete(owner, cron_id)
     return Response(status_code=204)

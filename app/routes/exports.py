@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import AssetsDep, PrincipalDep, RunsDep
+from app.deps import AssetsDep, PrincipalDep, ThreadsDep
 from app.errors import Conflict
 from app.schemas import ID_PATTERN
 from providers.assets import AssetStore, is_valid_asset_id
@@ -65,10 +65,10 @@ def _zip(result: Mapping[str, Any], assets: AssetStore) -> bytes:
     responses={200: {"content": {"application/zip": {}}}},
 )
 async def export_thread(
-    thread_id: ThreadId, manager: RunsDep, assets: AssetsDep, owner: PrincipalDep
+    thread_id: ThreadId, threads: ThreadsDep, assets: AssetsDep, owner: PrincipalDep
 ) -> Response:
     """Answer a zip of `post.md` and the post's cards (see the module docstring)."""
-    thread = await manager.get_thread(owner, thread_id)
+    thread = await threads.get(owner, thread_id)
     result = (thread.values or {}).get("result") or {}
     post = result.get("post") or {}
     if not (post.get("title") or post.get("blocks")):

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
-from app.deps import PrincipalDep, RunsDep
+from app.deps import FeedbackDep, PrincipalDep
 from app.metrics import AtelierMetrics, MetricsDep
 from app.schemas import ID_PATTERN
-from engine.feedback import (
+from engine import (
     FEEDBACK_KEY_PATTERN,
     MAX_COMMENT_CHARS,
     MAX_FEEDBACK_PER_RUN,
@@ -76,7 +76,7 @@ def report_feedback(metrics: AtelierMetrics, feedback: FeedbackRecord) -> None:
     """Report a stored feedback entry: counted in `/metrics`.
 
     The one call site of a stored entry in this process's metrics; the entry goes on
-    the run's trace in `RunManager.add_feedback`, whichever door stored it.
+    the run's trace in the engine's feedback service, whichever door stored it.
     """
     metrics.feedback_recorded(feedback.key, feedback.score)
 
@@ -90,12 +90,12 @@ def report_feedback(metrics: AtelierMetrics, feedback: FeedbackRecord) -> None:
 async def add_feedback(
     run_id: RunId,
     body: FeedbackCreate,
-    manager: RunsDep,
+    feedback_service: FeedbackDep,
     owner: PrincipalDep,
     metrics: MetricsDep,
 ) -> dict[str, Any]:
     """Record what the caller thought of one of their runs."""
-    feedback = await manager.add_feedback(
+    feedback = await feedback_service.add(
         owner,
         run_id,
         key=body.key,
@@ -110,7 +110,7 @@ async def add_feedback(
     "/runs/{run_id}/feedback", response_model=list[FeedbackOut], summary="List a run's feedback"
 )
 async def list_feedback(
-    run_id: RunId, manager: RunsDep, owner: PrincipalDep
+    run_id: RunId, feedback_service: FeedbackDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the feedback on one of the caller's runs, oldest first."""
-    return [f.as_dict() for f in await manager.list_feedback(owner, run_id)]
+    return [f.as_dict() for f in await feedback_service.list_for_run(owner, run_id)]

@@ -13,8 +13,8 @@ Readiness runs, each under `READY_TIMEOUT_S`: a count on the knowledge vault's o
 connection (the connection routes use is alive), a query on a fresh read-only
 connection to `DATA_DIR/atelier.db` (the file is still there and readable; an
 already-open connection would keep answering from a deleted file), and any checks
-other parts of the app register in `app.state.ready_checks` (name → async callable
-that raises when not ready), e.g. the run manager's store and the embedded model
+the lifespan registers (`app.deps.ReadyChecksDep`: name → async callable that raises
+when not ready), e.g. the engine's run store and the embedded model
 (`model`: not ready while it restarts after a crash, nor once it is given up). A
 check that raises `NotReadyError` has its one-line message shown in `reasons` and
 in the error message; any other failure shows only as "failed" (details in the log).
@@ -32,12 +32,20 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from app.deps import SettingsDep
+from app.deps import (
+    GraphsDep,
+    OptionalEngineDep,
+    OptionalNotesDep,
+    QueueDepthDep,
+    ReadyChecksDep,
+    SettingsDep,
+)
 from app.errors import NotReadyError, error_body
 from app.metrics import MetricsDep
 from app.security import OPEN_WARNING, auth_mode
 from core.settings import LLM_ROLES, Settings
-from engine.sqlite.database import query_database_file
+from engine import query_database_file
+from knowledge.repository import NoteRepository
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +145,14 @@ async def health() -> HealthResponse:
     summary="Readiness",
     responses={503: {"description": "A check failed; `checks` says which."}},
 )
-async def ready(request: Request, settings: SettingsDep) -> Response:
+async def ready(
+    settings: SettingsDep, notes: OptionalNotesDep, registered: ReadyChecksDep
+) -> Response:
     """Check that the database answers a real query (and any registered check passes)."""
     checks: dict[str, Callable[[], Awaitable[Any]]] = {
-        "database": lambda: _check_database(request, settings)
+        "database": lambda: _check_database(notes, settings)
     }
-    extra: Mapping[str, Callable[[], Awaitable[Any]]] = getattr(
-        request.app.state, "ready_checks", {}
-    )
+    extra: Mapping[str, Callable[[], Awaitable[Any]]] = registered
     checks.update(extra)
     outcomes: dict[str, CheckOutcome] = {}
     reasons: dict[str, str] = {}
@@ -181,9 +189,8 @@ async def _run_check(
     return "ok", None
 
 
-async def _check_database(request: Request, settings: Settings) -> None:
+async def _check_database(notes: NoteRepository | None, settings: Settings) -> None:
     """Query the vault's connection and a fresh read-only connection to the database file."""
-    notes = getattr(request.app.state, "notes", None)
     if notes is None:
         raise RuntimeError("the knowledge vault is not open (lifespan has not run)")
     await notes.count()
@@ -192,14 +199,13 @@ async def _check_database(request: Request, settings: Settings) -> None:
 
 
 @router.get("/info", response_model=InfoResponse, summary="Service description")
-async def info(request: Request, settings: SettingsDep) -> InfoResponse:
+async def info(request: Request, settings: SettingsDep, graphs: GraphsDep) -> InfoResponse:
     """Describe the service: version, graphs, model per role, auth mode; never a secret."""
     warnings: list[str] = []
     mode = auth_mode(settings)
     if mode == "open":
         warnings.append(OPEN_WARNING)
     llm, models = _models(settings, warnings)
-    graphs = getattr(request.app.state, "graphs", None) or ()
     return InfoResponse(
         name=request.app.title,
         version=request.app.version,
@@ -252,23 +258,23 @@ def _origin(url: str) -> str:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
 )
-async def metrics(request: Request, metrics: MetricsDep) -> Response:
+async def metrics(
+    metrics: MetricsDep, queue_depth: QueueDepthDep, engine: OptionalEngineDep
+) -> Response:
     """Serve the app's metrics in the Prometheus text exposition format.
 
-    The scale-out deployment registers `app.state.queue_depth` (an async callable):
-    the shared queue's depth is read from the database at each scrape, as are the
-    webhook outbox's totals (every process's deliveries, whoever sent them).
+    In scale-out the shared queue's depth is read from the database at each scrape,
+    as are the webhook outbox's totals (every process's deliveries, whoever sent them).
     """
-    queue_depth = getattr(request.app.state, "queue_depth", None)
     if queue_depth is not None:
         try:
             metrics.queue_depth.set(await asyncio.wait_for(queue_depth(), READY_TIMEOUT_S))
         except Exception:  # the database is away: the gauge keeps its last value
             log.warning("could not read the queue depth", exc_info=True)
-    runs = getattr(request.app.state, "runs", None)
-    if runs is not None:
+    if engine is not None:
         try:
-            metrics.read_outbox(await asyncio.wait_for(runs.webhook_totals(), READY_TIMEOUT_S))
+            totals = await asyncio.wait_for(engine.webhooks.totals(), READY_TIMEOUT_S)
+            metrics.read_outbox(totals)
         except Exception:  # the database is away: the gauges keep their last values
             log.warning("could not read the webhook outbox", exc_info=True)
     content, content_type = metrics.render()

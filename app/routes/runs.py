@@ -12,13 +12,12 @@
     POST /threads/{t}/runs/{r}/cancel cancel: action=interrupt|rollback, wait=0|1
     GET  /threads/{t}/runs/{r}/webhooks the run's webhook deliveries and their attempts
 
-Handlers only parse, record and subscribe: the run executes in the run
-manager's task (engine/manager.py) and every stream response follows its event
-log (app/sse.py). A handler reads the body in the Platform dialect and hands the
-run manager a `RunRequest`; the manager's preparation (engine/preparation.py)
-checks it completely — input, command, options against the assistant's graph and
-contract, Idempotency-Key — before anything is written, so a refused request
-leaves no thread or run behind.
+Handlers only parse, record and subscribe: the run executes in the engine's
+task and every stream response follows its event log (app/sse.py). A handler
+reads the body in the Platform dialect and turns it into the engine's `RunSpec`
+(`run_spec`, the one place); the runs service checks it completely — input,
+command, options against the assistant's graph and contract, Idempotency-Key —
+before anything is written, so a refused request leaves no thread or run behind.
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, StringConstraints
 
-from app.deps import PrincipalDep, RunsDep, SettingsDep
+from app.deps import PrincipalDep, RunsDep, SettingsDep, WebhooksDep
+from app.metrics import AtelierMetrics, MetricsDep
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -43,12 +43,16 @@ from app.schemas import (
     RunOut,
 )
 from app.sse import SSE_HEADERS, DisconnectAwareResponse, follow_run, parse_cursor
-from engine.frames import STREAM_MODES
-from engine.manager import RunManager
-from engine.preparation import RunRequest, request_fingerprint
-from engine.records import CancelAction, RunRecord, RunStatus
-from engine.serde import dumps
-from engine.tracing import trace_headers
+from engine import (
+    STREAM_MODES,
+    CancelAction,
+    RunRecord,
+    RunSpec,
+    RunsService,
+    RunStatus,
+    dumps,
+    trace_headers,
+)
 
 router = APIRouter(tags=["runs"])
 
@@ -112,75 +116,67 @@ WAIT_RESPONSES: dict[int | str, dict[str, Any]] = {
 _CHECKPOINT_KEYS = ("checkpoint_id", "checkpoint_ns", "checkpoint_map")
 
 
-def _platform_options(body: RunCreate, config: dict[str, Any]) -> dict[str, Any]:
-    """Return the run kwargs the Platform run options add.
+def run_spec(
+    request: Request,
+    owner: str,
+    thread_id: str | None,
+    body: RunCreate,
+    idempotency_key: str | None,
+) -> RunSpec:
+    """Return the engine's run request for a body of the run-creating endpoints.
 
     The start checkpoint (`checkpoint`, `checkpoint_id` or `config.configurable`'s
-    `checkpoint_id`) leaves `configurable`, so only the run's start uses it.
+    `checkpoint_id`) leaves `configurable`, so only the run's start uses it. The
+    request's base URL goes with it: a run links its images with it (behind a proxy,
+    the Host header the proxy forwards). So do its W3C `traceparent` and `tracestate`
+    headers: with tracing on, the run's trace continues the caller's.
     """
+    config = body.config.model_dump(exclude_defaults=True) if body.config else {}
     configurable = config.get("configurable") or {}
     start = body.start_checkpoint(configurable)
     for key in _CHECKPOINT_KEYS:
         configurable.pop(key, None)
-    options: dict[str, Any] = {
-        "checkpoint": start,
-        "interrupt_before": body.interrupt_before,
-        "interrupt_after": body.interrupt_after,
-        "durability": body.graph_durability(),
-        "on_completion": body.on_completion,
-        "after_seconds": body.after_seconds,
-        "webhook": body.webhook or None,
-    }
-    return {key: value for key, value in options.items() if value is not None}
+    return RunSpec(
+        assistant_id=body.assistant_id,
+        owner=owner,
+        thread_id=thread_id,
+        input=body.input,
+        command=body.command.model_dump(exclude_none=True) if body.command else None,
+        stream_mode=tuple(body.modes),
+        stream_subgraphs=body.stream_subgraphs,
+        stream_resumable=body.stream_resumable,
+        on_disconnect=body.on_disconnect,
+        config=config,
+        checkpoint=start,
+        interrupt_before=body.interrupt_before,
+        interrupt_after=body.interrupt_after,
+        durability=body.graph_durability(),
+        on_completion=body.on_completion,
+        after_seconds=body.after_seconds,
+        webhook=body.webhook or None,
+        metadata=body.metadata or {},
+        multitask_strategy=body.multitask_strategy,
+        if_not_exists=body.if_not_exists,
+        idempotency_key=idempotency_key,
+        base_url=str(request.base_url),
+        trace_headers=trace_headers(request.headers),
+    )
 
 
 async def _create(
     request: Request,
-    manager: RunManager,
+    runs: RunsService,
     owner: str,
     thread_id: str | None,
     body: RunCreate,
     idempotency_key: str | None,
 ) -> tuple[RunRecord, bool]:
-    """Hand a run request to the run manager, which checks, records and starts it.
-
-    The request's base URL goes with it: a run links its images with it (behind a
-    proxy, the Host header the proxy forwards). So do its W3C `traceparent` and
-    `tracestate` headers: with tracing on, the run's trace continues the caller's.
-    """
+    """Hand the run request to the runs service, which checks, records and starts it."""
     if idempotency_key is not None and not IDEMPOTENCY_KEY_RE.match(idempotency_key):
         raise _header_error(
             "Idempotency-Key", "Idempotency-Key must be 1-255 printable ASCII characters"
         )
-    assistant = await manager.resolve_assistant(owner, body.assistant_id)
-    kwargs: dict[str, Any] = {
-        "input": body.input,
-        "command": body.command.model_dump(exclude_none=True) if body.command else None,
-        "stream_mode": body.modes,
-        "stream_subgraphs": body.stream_subgraphs,
-        "stream_resumable": body.stream_resumable,
-        "on_disconnect": body.on_disconnect,
-        "config": body.config.model_dump(exclude_defaults=True) if body.config else {},
-    }
-    kwargs.update(_platform_options(body, kwargs["config"]))
-    fingerprint = None
-    if idempotency_key is not None:
-        fingerprint = request_fingerprint(thread_id, body.model_dump(mode="json"))
-    return await manager.create(
-        RunRequest(
-            owner=owner,
-            thread_id=thread_id,
-            assistant=assistant,
-            kwargs=kwargs,
-            metadata=body.metadata or {},
-            multitask_strategy=body.multitask_strategy,
-            if_not_exists=body.if_not_exists,
-            idempotency_key=idempotency_key,
-            request_hash=fingerprint,
-            base_url=str(request.base_url),
-            trace_headers=trace_headers(request.headers),
-        )
-    )
+    return await runs.create(run_spec(request, owner, thread_id, body, idempotency_key))
 
 
 def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:
@@ -192,8 +188,8 @@ def _run_headers(run: RunRecord, *, resumable: bool) -> dict[str, str]:
 
 
 def _stream_response(
-    request: Request,
-    manager: RunManager,
+    metrics: AtelierMetrics | None,
+    manager: RunsService,
     run: RunRecord,
     *,
     after: int,
@@ -201,7 +197,6 @@ def _stream_response(
     heartbeat: float,
     cancel_on_disconnect: bool,
 ) -> DisconnectAwareResponse:
-    metrics = getattr(request.app.state, "metrics", None)
     body = follow_run(
         manager,
         run.run_id,
@@ -218,13 +213,13 @@ def _stream_response(
         media_type="text/event-stream",
         headers={
             **SSE_HEADERS,
-            **_run_headers(run, resumable=bool(run.kwargs.get("stream_resumable"))),
+            **_run_headers(run, resumable=run.options.stream_resumable),
         },
         on_disconnect=(lambda: manager.cancel_soon(run_id)) if cancel_on_disconnect else None,
     )
 
 
-async def _result_body(manager: RunManager, run_id: str, heartbeat: float) -> AsyncIterator[bytes]:
+async def _result_body(manager: RunsService, run_id: str, heartbeat: float) -> AsyncIterator[bytes]:
     """Yield blank lines while the run goes on, then its result as JSON."""
     joining = asyncio.ensure_future(manager.join(run_id))
     try:
@@ -239,7 +234,7 @@ async def _result_body(manager: RunManager, run_id: str, heartbeat: float) -> As
 
 
 def _wait_response(
-    manager: RunManager, run: RunRecord, heartbeat: float, *, cancel_on_disconnect: bool
+    manager: RunsService, run: RunRecord, heartbeat: float, *, cancel_on_disconnect: bool
 ) -> DisconnectAwareResponse:
     run_id = run.run_id
     return DisconnectAwareResponse(
@@ -286,7 +281,8 @@ async def create_threadless_run(
 
 async def _stream_new_run(
     request: Request,
-    manager: RunManager,
+    manager: RunsService,
+    metrics: AtelierMetrics,
     settings: Any,
     owner: str,
     thread_id: str | None,
@@ -300,13 +296,13 @@ async def _stream_new_run(
         raise _header_error("Last-Event-ID", str(exc)) from None
     run, _ = await _create(request, manager, owner, thread_id, body, idempotency_key)
     return _stream_response(
-        request,
+        metrics,
         manager,
         run,
         after=after,
         modes=None,
         heartbeat=settings.sse_heartbeat_interval,
-        cancel_on_disconnect=run.kwargs.get("on_disconnect") == "cancel",
+        cancel_on_disconnect=run.options.on_disconnect == "cancel",
     )
 
 
@@ -321,6 +317,7 @@ async def stream_run(
     thread_id: ThreadId,
     body: RunCreate,
     manager: RunsDep,
+    metrics: MetricsDep,
     settings: SettingsDep,
     owner: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
@@ -328,7 +325,7 @@ async def stream_run(
 ) -> DisconnectAwareResponse:
     """Start a run on a thread and stream its frames (the main call)."""
     return await _stream_new_run(
-        request, manager, settings, owner, thread_id, body, idempotency_key, last_event_id
+        request, manager, metrics, settings, owner, thread_id, body, idempotency_key, last_event_id
     )
 
 
@@ -342,6 +339,7 @@ async def stream_threadless_run(
     request: Request,
     body: RunCreate,
     manager: RunsDep,
+    metrics: MetricsDep,
     settings: SettingsDep,
     owner: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
@@ -349,7 +347,7 @@ async def stream_threadless_run(
 ) -> DisconnectAwareResponse:
     """Start a run on a new thread and stream its frames."""
     return await _stream_new_run(
-        request, manager, settings, owner, None, body, idempotency_key, last_event_id
+        request, manager, metrics, settings, owner, None, body, idempotency_key, last_event_id
     )
 
 
@@ -415,7 +413,7 @@ async def list_runs(
     status: RunStatus | None = None,
 ) -> list[dict[str, Any]]:
     """List a thread's runs, newest first."""
-    runs = await manager.list_runs(owner, thread_id, limit=limit, offset=offset, status=status)
+    runs = await manager.for_thread(owner, thread_id, limit=limit, offset=offset, status=status)
     return [run.to_json() for run in runs]
 
 
@@ -424,7 +422,7 @@ async def get_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Return one run record."""
-    return (await manager.get_run(owner, thread_id, run_id)).to_json()
+    return (await manager.get(owner, thread_id, run_id)).to_json()
 
 
 @router.get(
@@ -433,10 +431,10 @@ async def get_run(
     responses={200: {"content": {"application/json": {"schema": {"type": "array"}}}}},
 )
 async def run_webhooks(
-    thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, run_id: RunId, webhooks: WebhooksDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
-    """Return the run's webhook deliveries, each with every attempt (README "Webhooks")."""
-    return await manager.deliveries(owner, thread_id, run_id)
+    """Return the run's webhook deliveries, each with every attempt (docs "Webhooks")."""
+    return await webhooks.for_run(owner, thread_id, run_id)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")
@@ -444,7 +442,7 @@ async def delete_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> Response:
     """Delete a finished run and its event log (cancel an active one first)."""
-    await manager.delete_run(owner, thread_id, run_id)
+    await manager.delete(owner, thread_id, run_id)
     return Response(status_code=204)
 
 
@@ -465,6 +463,7 @@ async def join_stream(
     thread_id: ThreadId,
     run_id: RunId,
     manager: RunsDep,
+    metrics: MetricsDep,
     settings: SettingsDep,
     owner: PrincipalDep,
     last_event_id_header: LastEventId = None,
@@ -485,9 +484,9 @@ async def join_stream(
         after = parse_cursor(last_event_id_header, last_event_id)
     except ValueError as exc:
         raise _header_error("Last-Event-ID", str(exc)) from None
-    run = await manager.get_run(owner, thread_id, run_id)
+    run = await manager.get(owner, thread_id, run_id)
     modes = [m for m in (stream_mode or []) if m]
-    run_modes = run.kwargs.get("stream_mode") or []
+    run_modes = list(run.options.stream_mode)
     for mode in modes:
         if mode not in STREAM_MODES or mode not in run_modes:
             raise RequestValidationError(
@@ -500,7 +499,7 @@ async def join_stream(
                 ]
             )
     return _stream_response(
-        request,
+        metrics,
         manager,
         run,
         after=after,
@@ -524,7 +523,7 @@ async def join_run(
     owner: PrincipalDep,
 ) -> DisconnectAwareResponse:
     """Wait until the run ends and answer the thread's values (or its error)."""
-    run = await manager.get_run(owner, thread_id, run_id)
+    run = await manager.get(owner, thread_id, run_id)
     return _wait_response(manager, run, settings.sse_heartbeat_interval, cancel_on_disconnect=False)
 
 
@@ -549,7 +548,7 @@ async def cancel_run(
     also deletes the checkpoints it wrote. With `wait=1` the answer comes once the
     run has stopped.
     """
-    run = await manager.get_run(owner, thread_id, run_id)
+    run = await manager.get(owner, thread_id, run_id)
     run = await manager.cancel(run, action, wait=wait)
     response.status_code = 200 if wait else 202
     return run.to_json()

@@ -7,7 +7,7 @@
     POST   /store/namespaces      namespaces: prefix, suffix, max_depth, limit, offset
 
 Each API key has a store of its own: the key's owner id is a hidden first label of
-every namespace (`engine.store.ScopedStore`), so no namespace a client writes
+every namespace (`engine.ScopedStore`), so no namespace a client writes
 reaches another key's items. Runs read the same store as `runtime.store`, scoped to
 the key that started them.
 
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
 import orjson
-from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -37,9 +37,9 @@ from pydantic import (
     StringConstraints,
 )
 
-from app.deps import PrincipalDep
+from app.deps import PrincipalDep, StoreDep
 from app.schemas import QueryBool
-from engine.store import EmbeddingsUnavailable, ScopedStore
+from engine import EmbeddingsUnavailable, ScopedStore
 
 router = APIRouter(prefix="/store", tags=["store"])
 
@@ -249,10 +249,12 @@ class StoreNamespacesResponse(BaseModel):
     namespaces: list[list[str]]
 
 
-def _store(request: Request, owner: PrincipalDep) -> ScopedStore:
+def _caller_store(store: StoreDep, owner: PrincipalDep) -> ScopedStore:
     """Return the store of the caller's API key."""
-    scoped: ScopedStore = request.app.state.store
-    return scoped.for_owner(owner)
+    return store.for_owner(owner)
+
+
+CallerStore = Annotated[ScopedStore, Depends(_caller_store)]
 
 
 def _item(item: Any) -> dict[str, Any]:
@@ -271,9 +273,9 @@ def _utc(moment: datetime) -> datetime:
 
 
 @router.put("/items", status_code=status.HTTP_204_NO_CONTENT, summary="Put an item")
-async def put_item(body: StorePut, request: Request, owner: PrincipalDep) -> Response:
+async def put_item(body: StorePut, store: CallerStore) -> Response:
     """Store the value under (namespace, key), replacing what was there."""
-    await _store(request, owner).aput(
+    await store.aput(
         tuple(body.namespace),
         body.key,
         body.value,
@@ -284,8 +286,7 @@ async def put_item(body: StorePut, request: Request, owner: PrincipalDep) -> Res
 
 @router.get("/items", response_model=StoreItem | None, summary="Get an item")
 async def get_item(
-    request: Request,
-    owner: PrincipalDep,
+    store: CallerStore,
     namespace: Annotated[
         str,
         Query(
@@ -312,14 +313,14 @@ async def get_item(
 ) -> dict[str, Any] | None:
     """Return the item, or null when there is none."""
     labels = tuple(namespace.split("."))
-    item = await _store(request, owner).aget(labels, key, refresh_ttl=refresh_ttl)
+    item = await store.aget(labels, key, refresh_ttl=refresh_ttl)
     return _item(item) if item is not None else None
 
 
 @router.delete("/items", status_code=status.HTTP_204_NO_CONTENT, summary="Delete an item")
-async def delete_item(body: StoreDelete, request: Request, owner: PrincipalDep) -> Response:
+async def delete_item(body: StoreDelete, store: CallerStore) -> Response:
     """Delete the item (nothing happens when there is none)."""
-    await _store(request, owner).adelete(tuple(body.namespace), body.key)
+    await store.adelete(tuple(body.namespace), body.key)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -329,12 +330,10 @@ async def delete_item(body: StoreDelete, request: Request, owner: PrincipalDep) 
     summary="Search items",
     responses={503: {"description": "The embeddings endpoint did not answer; retry later."}},
 )
-async def search_items(
-    body: StoreSearch, request: Request, owner: PrincipalDep
-) -> StoreSearchResponse:
+async def search_items(body: StoreSearch, store: CallerStore) -> StoreSearchResponse:
     """Return the items under the prefix that match the filter, ranked for the query if any."""
     try:
-        found = await _store(request, owner).asearch(
+        found = await store.asearch(
             tuple(body.namespace_prefix),
             query=body.query,
             filter=body.filter,
@@ -353,11 +352,9 @@ async def search_items(
 
 
 @router.post("/namespaces", response_model=StoreNamespacesResponse, summary="List namespaces")
-async def list_namespaces(
-    body: StoreNamespaces, request: Request, owner: PrincipalDep
-) -> StoreNamespacesResponse:
+async def list_namespaces(body: StoreNamespaces, store: CallerStore) -> StoreNamespacesResponse:
     """Return the namespaces that have items, matching the prefix and suffix, sorted."""
-    found = await _store(request, owner).alist_namespaces(
+    found = await store.alist_namespaces(
         prefix=tuple(body.prefix) if body.prefix else None,
         suffix=tuple(body.suffix) if body.suffix else None,
         max_depth=body.max_depth,

@@ -15,7 +15,7 @@
     POST   /threads/{t}/copy                a new thread with the same checkpoints
 
 A thread belongs to the API key that created it; another key gets 404. Every handler
-asks the run manager (`engine.manager.RunManager`); the states are read by `engine.reads`.
+asks the threads service (`app.deps.ThreadsDep`); the states are read from the checkpoints.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 
-from app.deps import PrincipalDep, RunsDep
+from app.deps import PrincipalDep, ThreadsDep
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -50,10 +50,10 @@ ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
 
 @router.post("/threads", response_model=ThreadOut, summary="Create a thread")
 async def create_thread(
-    body: ThreadCreate, manager: RunsDep, owner: PrincipalDep
+    body: ThreadCreate, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Create a thread (a UUID unless `thread_id` is given)."""
-    thread = await manager.create_thread(
+    thread = await threads.create(
         owner, body.thread_id, body.metadata or {}, if_exists=body.if_exists
     )
     return thread.to_json()
@@ -61,10 +61,10 @@ async def create_thread(
 
 @router.post("/threads/search", response_model=list[ThreadOut], summary="Search threads")
 async def search_threads(
-    body: ThreadSearch, manager: RunsDep, owner: PrincipalDep
+    body: ThreadSearch, threads: ThreadsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the caller's threads matching every given filter."""
-    threads = await manager.search_threads(
+    found = await threads.search(
         owner,
         metadata=body.metadata,
         status=body.status,
@@ -74,33 +74,35 @@ async def search_threads(
         sort_by=body.sort_by,
         sort_order=body.sort_order,
     )
-    return [thread.to_json() for thread in threads]
+    return [thread.to_json() for thread in found]
 
 
 @router.post("/threads/count", response_model=int, summary="Count threads")
-async def count_threads(body: ThreadCount, manager: RunsDep, owner: PrincipalDep) -> int:
+async def count_threads(body: ThreadCount, threads: ThreadsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's threads match every given filter."""
-    return await manager.count_threads(owner, metadata=body.metadata, status=body.status)
+    return await threads.count(owner, metadata=body.metadata, status=body.status)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")
-async def get_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
+async def get_thread(
+    thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep
+) -> dict[str, Any]:
     """Return one thread."""
-    return (await manager.get_thread(owner, thread_id)).to_json()
+    return (await threads.get(owner, thread_id)).to_json()
 
 
 @router.patch("/threads/{thread_id}", response_model=ThreadOut, summary="Update a thread")
 async def patch_thread(
-    thread_id: ThreadId, body: ThreadPatch, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: ThreadPatch, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Merge metadata into the thread's."""
-    return (await manager.patch_thread(owner, thread_id, body.metadata)).to_json()
+    return (await threads.patch(owner, thread_id, body.metadata)).to_json()
 
 
 @router.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
-async def delete_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> Response:
+async def delete_thread(thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep) -> Response:
     """Cancel the thread's runs, then delete it with its runs, logs and checkpoints."""
-    await manager.delete_thread(owner, thread_id)
+    await threads.delete(owner, thread_id)
     return Response(status_code=204)
 
 
@@ -109,10 +111,10 @@ async def delete_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalD
 
 @router.get("/threads/{thread_id}/state", response_model=ThreadStateOut, summary="Thread state")
 async def get_state(
-    thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep, subgraphs: QueryBool = False
+    thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep, subgraphs: QueryBool = False
 ) -> dict[str, Any]:
     """Return the thread's latest checkpointed state."""
-    return await manager.thread_state(owner, thread_id, subgraphs=subgraphs)
+    return await threads.state(owner, thread_id, subgraphs=subgraphs)
 
 
 @router.get(
@@ -123,12 +125,12 @@ async def get_state(
 async def get_state_at(
     thread_id: ThreadId,
     checkpoint_id: Annotated[str, Path(max_length=64)],
-    manager: RunsDep,
+    threads: ThreadsDep,
     owner: PrincipalDep,
     subgraphs: QueryBool = False,
 ) -> dict[str, Any]:
     """Return the thread's state at one checkpoint."""
-    return await manager.thread_state_at(
+    return await threads.state_at(
         owner, thread_id, {"checkpoint_id": checkpoint_id}, subgraphs=subgraphs
     )
 
@@ -138,20 +140,20 @@ async def get_state_at(
 )
 async def get_history(
     thread_id: ThreadId,
-    manager: RunsDep,
+    threads: ThreadsDep,
     owner: PrincipalDep,
     limit: Annotated[int, Field(ge=1, le=1000), DIGITS_ONLY, Query()] = 10,
     before: Annotated[str | None, Query(max_length=64, description="A checkpoint id.")] = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first."""
-    return await manager.thread_history(owner, thread_id, limit=limit, before=before)
+    return await threads.history(owner, thread_id, limit=limit, before=before)
 
 
 @router.post(
     "/threads/{thread_id}/history", response_model=list[ThreadStateOut], summary="Thread history"
 )
 async def post_history(
-    thread_id: ThreadId, body: HistoryQuery, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: HistoryQuery, threads: ThreadsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
     """Return the thread's past states, newest first (the SDK's `get_history`).
 
@@ -166,7 +168,7 @@ async def post_history(
             [{"type": "value_error", "loc": ("body", "before"), "msg": str(exc)}]
         ) from None
     checkpoint = body.checkpoint.model_dump(exclude={"thread_id"}) if body.checkpoint else None
-    return await manager.thread_history(
+    return await threads.history(
         owner,
         thread_id,
         limit=body.limit,
@@ -188,13 +190,13 @@ def _checkpoint_config(checkpoint: Any) -> dict[str, Any]:
     summary="Thread state at a checkpoint (SDK form)",
 )
 async def get_state_at_checkpoint(
-    thread_id: ThreadId, body: StateCheckpointRequest, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: StateCheckpointRequest, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Return the thread's state at the checkpoint in the body (`get_state(checkpoint=...)`).
 
     With only `checkpoint_ns` (no id) it is the latest state of that namespace.
     """
-    return await manager.thread_state_at(
+    return await threads.state_at(
         owner, thread_id, _checkpoint_config(body.checkpoint), subgraphs=body.subgraphs
     )
 
@@ -203,7 +205,7 @@ async def get_state_at_checkpoint(
     "/threads/{thread_id}/state", response_model=StateUpdateOut, summary="Update thread state"
 )
 async def update_state(
-    thread_id: ThreadId, body: StateUpdate, manager: RunsDep, owner: PrincipalDep
+    thread_id: ThreadId, body: StateUpdate, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
     """Update the state as node `as_node` would, through the graph's own `aupdate_state`.
 
@@ -216,13 +218,15 @@ async def update_state(
         checkpoint["checkpoint_id"] = body.checkpoint_id
     if checkpoint and "checkpoint_id" not in checkpoint:
         checkpoint = {}
-    written = await manager.update_state(
+    written = await threads.update_state(
         owner, thread_id, body.values, as_node=body.as_node, checkpoint=checkpoint or None
     )
     return {"checkpoint": written}
 
 
 @router.post("/threads/{thread_id}/copy", response_model=ThreadOut, summary="Copy a thread")
-async def copy_thread(thread_id: ThreadId, manager: RunsDep, owner: PrincipalDep) -> dict[str, Any]:
+async def copy_thread(
+    thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep
+) -> dict[str, Any]:
     """Copy the thread with its whole checkpoint history under a new id (runs stay)."""
-    return (await manager.copy_thread(owner, thread_id)).to_json()
+    return (await threads.copy(owner, thread_id)).to_json()

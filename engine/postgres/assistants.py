@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from engine.assistants import AssistantRecord
 from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import stamp
-from engine.protocols import AssistantExists
+from engine.repositories import AssistantExists
 
 _SELECT = (
     "SELECT a.assistant_id, a.owner, a.created_at, v.version, v.graph_id, v.name, "
@@ -89,7 +89,7 @@ def _filters(
 
 
 class PostgresAssistantRepository:
-    """Assistants and their versions in PostgreSQL (see `engine.protocols.AssistantRepository`)."""
+    """Assistants and their versions in PostgreSQL (`engine.repositories.AssistantRepository`)."""
 
     def __init__(self, pool: AsyncPool) -> None:
         """Borrow connections from the process's pool."""

@@ -2,7 +2,7 @@
 
 `open_postgres_backend(settings)` opens, for the block, what every process of the
 scale-out deployment runs its engine with: the PostgreSQL resources
-(`engine.postgres.resources`: pools, schema upgrade, notes, assets, Redis client), LangGraph's
+(`engine.postgres.resources`: pools, schema upgrade, Redis client), LangGraph's
 saver with its writes fenced by the leases of this process's workers, the live
 frames over Redis, the run storage and the signals that wake and cancel workers.
 
@@ -10,7 +10,7 @@ Its executor (`engine.postgres.queue.QueueExecutor`) records and signals: worker
 any process execute the runs, and their lease sweep recovers them. `workers`
 starts this process's own (RUN_WORKERS of them, each claiming up to
 RUN_WORKER_CONCURRENCY runs), each with a storage and an executor of its own.
-`atelier serve` (`app.main`) and `atelier worker` (`cli.worker`) both open it.
+The engine's opener (`engine.opener.open_engine`) opens it in every process.
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
 from engine.postgres.store import open_postgres_store
 from engine.postgres.worker import RunWorker
-from engine.protocols import ExecutorSetup
+from engine.protocols import DatabasePools, ExecutorSetup
 from engine.webhooks import Deliverer, webhook_metrics
-from knowledge.postgres import PostgresNoteRepository
-from providers.pg_assets import PostgresAssetStore
 
 
 @dataclass
@@ -47,7 +45,7 @@ class PostgresRunBackend:
     """The scale-out run backend of one process (an `engine.protocols.RunBackend`)."""
 
     settings: Settings
-    #: Pools, notes, assets, the Redis client and their readiness checks.
+    #: Pools, the Redis client and their readiness checks.
     resources: PostgresBackend
     #: The API's run storage (each worker has its own on the same pool).
     storage: PostgresRunStorage
@@ -57,7 +55,7 @@ class PostgresRunBackend:
     fence: CheckpointFence
     checkpoints: PostgresCheckpoints
     signals: RunSignals
-    #: The crons; every API replica's run manager fires their ticks, each once.
+    #: The crons; every process's scheduler fires their ticks, each once.
     crons: PostgresCronRepository
     #: Feedback on runs.
     feedback: PostgresFeedbackRepository
@@ -70,14 +68,9 @@ class PostgresRunBackend:
     recovers_runs: bool = False
 
     @property
-    def notes(self) -> PostgresNoteRepository:
-        """Every replica's knowledge vault."""
-        return self.resources.notes
-
-    @property
-    def assets(self) -> PostgresAssetStore:
-        """Every replica's asset store."""
-        return self.resources.assets
+    def pools(self) -> DatabasePools:
+        """The pools the product's stores (its notes, its assets) share."""
+        return DatabasePools(pool=self.resources.pool, sync_pool=self.resources.asset_pool)
 
     @property
     def ready_checks(self) -> dict[str, Callable[[], Awaitable[None]]]:

@@ -77,7 +77,7 @@ def _filters(
 
 
 class PostgresCronTick:
-    """A due cron locked by this transaction (an `engine.protocols.CronTick`)."""
+    """A due cron locked by this transaction (an `engine.repositories.CronTick`)."""
 
     def __init__(self, conn: AsyncConnection[DictRow], cron: CronRecord) -> None:
         """Fire `cron` (its row locked) on `conn`, inside the claim's transaction."""
@@ -104,7 +104,7 @@ class PostgresCronTick:
 
 
 class PostgresCronRepository:
-    """Crons in PostgreSQL (see `engine.protocols.CronRepository` and the module docstring)."""
+    """Crons in PostgreSQL (see `engine.repositories.CronRepository` and the module docstring)."""
 
     def __init__(self, pool: AsyncPool) -> None:
         """Borrow connections from the process's pool."""

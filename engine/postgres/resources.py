@@ -1,9 +1,9 @@
 """Open the scale-out backend's shared resources for one process's lifetime.
 
-`open_backend(settings)` is what the application's lifespan (and a worker process) enters
-when `DATABASE_URL` is set: it opens the pools, brings the schema up to date (`upgrade`,
-safe when replicas start together), and builds the PostgreSQL parts that do not depend
-on the run engine — the notes repository, the asset store and LangGraph's checkpointer —
+`open_backend(settings)` is what the engine's opener enters (in every process) when
+`DATABASE_URL` is set: it opens the pools (an async one, and a small one for blocking
+callers, which the product's asset store uses), brings the schema up to date
+(`upgrade`, safe when replicas start together) and builds LangGraph's checkpointer,
 plus the Redis client when `REDIS_URL` is set, and the readiness checks of both servers.
 """
 
@@ -24,13 +24,12 @@ from engine.errors import NotReadyError
 from engine.postgres import redis_pubsub as redis_signals
 from engine.postgres.migrations import upgrade
 from engine.postgres.pool import AsyncPool, SyncPool, checkpointer, open_pool, open_sync_pool, ping
-from knowledge.postgres import PostgresNoteRepository
-from providers.pg_assets import PostgresAssetStore
 
-#: Connections of a process's async pool: its runs' checkpoints and frames, its notes and
-#: its HTTP reads share them; a caller waits (up to CHECKOUT_TIMEOUT) when all are busy.
+#: Connections of a process's async pool: its runs' checkpoints and frames, the product's
+#: notes and its HTTP reads share them; a caller waits (up to CHECKOUT_TIMEOUT) when all
+#: are busy.
 POOL_SIZE = 10
-#: Connections of the asset store's pool (worker threads serving or storing images).
+#: Connections of the pool for blocking callers (worker threads serving or storing images).
 ASSET_POOL_SIZE = 4
 
 
@@ -41,8 +40,6 @@ class PostgresBackend:
     pool: AsyncPool
     asset_pool: SyncPool
     schema_version: int
-    notes: PostgresNoteRepository
-    assets: PostgresAssetStore
     checkpointer: AsyncPostgresSaver
     redis: Redis | None = None
     #: Readiness checks by name ("postgres", "redis"): each raises when its server fails.
@@ -82,8 +79,6 @@ async def open_backend(settings: Settings) -> AsyncIterator[PostgresBackend]:
             pool=pool,
             asset_pool=asset_pool,
             schema_version=version,
-            notes=PostgresNoteRepository(pool),
-            assets=PostgresAssetStore(asset_pool, settings.assets_dir),
             checkpointer=checkpointer(pool),
         )
         backend.ready_checks["postgres"] = lambda: postgres_ready(pool)

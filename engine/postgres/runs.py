@@ -155,7 +155,7 @@ def _run_params(run: RunRecord) -> tuple[Any, ...]:
         run.created_at,
         run.updated_at,
         Jsonb(run.metadata),
-        dumps(run.kwargs),
+        dumps(run.options.to_json()),
         run.multitask_strategy,
         run.attempt,
         run.idempotency_key,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.assistants import AssistantRecord
-from engine.protocols import AssistantExists
+from engine.repositories import AssistantExists
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
 
@@ -88,7 +88,7 @@ def _filters(
 
 
 class SqliteAssistantRepository:
-    """Assistants and their versions in SQLite (see `engine.protocols.AssistantRepository`)."""
+    """Assistants and their versions in SQLite (see `engine.repositories.AssistantRepository`)."""
 
     def __init__(self, db: SqliteDatabase) -> None:
         """Use the engine's database."""

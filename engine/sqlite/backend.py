@@ -4,9 +4,8 @@
 that lives in `DATA_DIR/atelier.db` (WAL): LangGraph's checkpoints
 (`AsyncSqliteSaver`) and the run store's threads, runs and event logs, with the
 in-memory fan-out of their frames (`engine.hub.Hub`), and LangGraph's store in
-`DATA_DIR/store.db` (`engine.sqlite.store`). The knowledge notes live in
-the same file but belong to the studio's services (`agentkit.services.open_services`
-opens them when the backend keeps none). Runs execute in this process
+`DATA_DIR/store.db` (`engine.sqlite.store`). The product's own tables (its knowledge
+notes) live in the same file, opened by the product. Runs execute in this process
 (`engine.executor.InProcessExecutor`), which recovers the runs a previous one left,
 and the crons' ticks fire here too (`engine.sqlite.crons`).
 """
@@ -24,7 +23,7 @@ from core.settings import Settings
 from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.hub import Hub
-from engine.protocols import ExecutorSetup
+from engine.protocols import DatabasePools, ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
@@ -34,8 +33,6 @@ from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
-from knowledge.repository import NoteRepository
-from providers.assets import AssetStore
 
 
 @dataclass
@@ -54,9 +51,8 @@ class SqliteRunBackend:
     store: AsyncSqliteStore
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
-    #: The studio opens its SQLite vault and file asset store itself.
-    notes: NoteRepository | None = None
-    assets: AssetStore | None = None
+    #: No pools: the product opens its own stores in DATA_DIR.
+    pools: DatabasePools | None = None
     recovers_runs: bool = True
     ready_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     queue_depth: Callable[[], Awaitable[int]] | None = None
@@ -72,8 +68,10 @@ class SqliteRunBackend:
         return InProcessExecutor(runner, self.live)
 
     @contextlib.asynccontextmanager
-    async def workers(self, setup: ExecutorSetup) -> AsyncIterator[list[object]]:
-        """Start no worker (the run manager's executor runs every run here); deliver webhooks.
+    async def workers(
+        self, setup: ExecutorSetup, *, count: int | None = None, concurrency: int | None = None
+    ) -> AsyncIterator[list[object]]:
+        """Start no worker (the executor runs every run here); deliver webhooks.
 
         The webhook deliverer runs for the block; the leases a stopped process left are
         freed first, so its deliveries resume at once.

@@ -72,7 +72,7 @@ def _filters(
 
 
 class SqliteCronTick:
-    """A due cron, fired in one write transaction (an `engine.protocols.CronTick`)."""
+    """A due cron, fired in one write transaction (an `engine.repositories.CronTick`)."""
 
     def __init__(self, db: SqliteDatabase, cron: CronRecord) -> None:
         """Fire `cron` (as read) in `db`."""
@@ -101,7 +101,7 @@ class SqliteCronTick:
 
 
 class SqliteCronRepository:
-    """Crons in SQLite (see `engine.protocols.CronRepository`)."""
+    """Crons in SQLite (see `engine.repositories.CronRepository`)."""
 
     def __init__(self, db: SqliteDatabase) -> None:
         """Use the engine's database."""

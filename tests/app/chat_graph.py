@@ -24,8 +24,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agentkit.context import AtelierContext, context_of
+from engine import AssistantSpec
 from engine.assistants import registry
-from graphs.spec import AssistantSpec
 from tests.app.sample_graphs import SAMPLE_ASSISTANTS, scripted_reply
 from tests.support.scripted_openai import ChatRequest, Reply
 

@@ -27,9 +27,9 @@ from langgraph.types import interrupt
 from agentkit.context import AtelierContext, context_of
 from agentkit.state import AtelierInput
 from core.events import AttemptStarted, StageCompleted, StageStarted, SupervisorRoute, emit
+from engine import AssistantSpec
 from engine.assistants import registry
 from graphs.assistants import check_clarification_answer, writer_tokens_only
-from graphs.spec import AssistantSpec
 from tests.support.scripted_openai import ChatRequest, Reply
 
 WRITER_TEXT = "Hello from the writer"

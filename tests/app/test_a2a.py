@@ -46,6 +46,7 @@ from langgraph_sdk import get_client
 from app.a2a import task_state
 from core.settings import Settings
 from engine.records import RunRecord
+from engine.spec import RunOptions
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import (
     DEPLOYMENTS,
@@ -178,7 +179,7 @@ def run_record(status: str, cancel_reason: str | None = None) -> RunRecord:
         status=status,  # type: ignore[arg-type]
         created_at="",
         updated_at="",
-        kwargs={},
+        options=RunOptions(),
         multitask_strategy="reject",
         cancel_reason=cancel_reason,
     )

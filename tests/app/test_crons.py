@@ -1,6 +1,6 @@
 """Crons over HTTP with the official `langgraph-sdk` client, real uvicorn.
 
-The scheduler's clock is the test's (`RunManager.cron_scheduler.clock`): moving it
+The scheduler's clock is the test's (`CronsService.scheduler.clock`): moving it
 past a tick makes the next pass (every second) fire it, so no test waits for the
 minute. Embedded (SQLite) and scale-out in one process (PostgreSQL + Redis, the API
 and a worker): the processes deployment's exactly-once test is in
@@ -74,7 +74,7 @@ def server(
 @pytest.fixture
 def clock(server: LiveServer) -> Clock:
     clock = Clock(START)
-    server.app.state.runs.cron_scheduler.clock = clock
+    server.app.state.engine.crons.scheduler.clock = clock
     return clock
 
 
@@ -283,14 +283,14 @@ def test_a_process_with_the_scheduler_off_fires_nothing(
 ) -> None:
     settings = service_settings(tmp_path / "data", llm.base_url, cron_scheduler=False)
     with LiveServer(settings, sample_assistants) as live:
-        live.app.state.runs.cron_scheduler.clock = Clock(START)
+        live.app.state.engine.crons.scheduler.clock = Clock(START)
         answer = httpx.post(
             f"{live.url}/runs/crons",
             json={"assistant_id": "studio", "input": studio_input(), "schedule": "* * * * *"},
             timeout=30,
         )
         assert answer.status_code == 200, answer.text
-        live.app.state.runs.cron_scheduler.clock = Clock(START + timedelta(minutes=5))
+        live.app.state.engine.crons.scheduler.clock = Clock(START + timedelta(minutes=5))
         passes()
         assert cron_threads(live, answer.json()["cron_id"]) == []  # stored, never fired
         assert answer.json()["next_run_date"].startswith("2026-03-02T09:01:00")
@@ -325,7 +325,7 @@ async def test_the_readme_cron_example_runs_as_written(
     ):
         real = utc_now()
         ahead = real.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=-2) - real
-        live.app.state.runs.cron_scheduler.clock = lambda: utc_now() + ahead
+        live.app.state.engine.crons.scheduler.clock = lambda: utc_now() + ahead
         code = compile(
             source.replace(url, live.url), "README", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         )

@@ -1,7 +1,14 @@
 """The layers import one way, over the project's real import graph.
 
-    cli → app (HTTP) → engine (runs) → graphs (wiring) → nodes (agents)
-        → studio (what agents share) → knowledge, providers, prompts → core
+    cli → app (HTTP, the product's composition) → graphs (wiring) → nodes (agents)
+        → agentkit (what agents share) → knowledge, providers, prompts
+        → engine (runs, generic) → core
+
+The engine is below the product: it imports none of it (the product declares its
+assistants with the engine's `AssistantSpec` and hands them to its opener). `app/`
+and `cli/` reach it through its public surface (`engine/__init__.py`) only, and the
+route modules reach the app's services through `app.deps`, never `app.state`. No
+module of the engine is over `MAX_MODULE_LINES` lines, no class over `MAX_CLASS_LINES`.
 
 Every import counts: at module level, inside functions and under `TYPE_CHECKING`
 (a type-only import still ties the layers together for a reader and a type checker).
@@ -22,13 +29,13 @@ APP = ROOT / "app"
 RANK = {
     "cli": 7,
     "app": 6,
-    "engine": 5,
-    "graphs": 4,
-    "nodes": 3,
-    "agentkit": 2,
-    "knowledge": 1,
-    "providers": 1,
-    "prompts": 1,
+    "graphs": 5,
+    "nodes": 4,
+    "agentkit": 3,
+    "knowledge": 2,
+    "providers": 2,
+    "prompts": 2,
+    "engine": 1,
     "core": 0,
 }
 PACKAGES = tuple(RANK)
@@ -37,6 +44,23 @@ HTTP = ("fastapi", "starlette", "sse_starlette", "uvicorn", "app")
 #: The engine's backends; the rest of the engine ("neutral") names none of them.
 BACKENDS = ("engine.postgres", "engine.sqlite")
 HTTP_MODULES = [*sorted((APP / "routes").glob("*.py")), APP / "sse.py", APP / "deps.py"]
+#: Where the engine is composed, the one place that names its backends: the opener,
+#: and the public surface (which names what an adapter may catch or call of a backend).
+COMPOSERS = ("engine", "engine.opener")
+#: The product: what the engine never imports.
+PRODUCT = ("agentkit", "providers", "knowledge", "graphs", "nodes", "prompts")
+#: The engine's adapters, which import its public surface (`engine`) only.
+ADAPTERS = ("app", "cli")
+#: Modules that serve requests: they reach services through `app.deps`, not `app.state`.
+ROUTE_MODULES = [
+    *sorted((APP / "routes").glob("*.py")),
+    APP / "mcp.py",
+    APP / "a2a.py",
+    APP / "sse.py",
+]
+#: The most lines a module of the engine has, and a class of it.
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -171,9 +195,112 @@ def test_the_neutral_engine_imports_no_backend() -> None:
         for name, path in _modules().items()
         if _top(name) == "engine"
         and not name.startswith(BACKENDS)
+        and name not in COMPOSERS
         and (found := {n for n in _imported(path) if n.startswith(BACKENDS) or _top(n) in DRIVERS})
     )
     assert not bad, "\n".join(bad)
+
+
+def test_the_engine_imports_no_product() -> None:
+    bad = sorted(
+        f"{name} imports {sorted(found)}"
+        for name, path in _modules().items()
+        if _top(name) == "engine" and (found := {n for n in _imported(path) if _top(n) in PRODUCT})
+    )
+    assert not bad, "the engine imports the product:\n" + "\n".join(bad)
+
+
+def _engine_modules_imported(path: Path) -> set[str]:
+    """The engine's modules below its package that `path` imports (`from engine.x …`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("engine."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine."):
+            names.add(node.module or "")
+    return names
+
+
+def test_adapters_import_only_the_engines_public_surface() -> None:
+    bad = sorted(
+        f"{name} imports {sorted(found)}"
+        for name, path in _modules().items()
+        if _top(name) in ADAPTERS and (found := _engine_modules_imported(path))
+    )
+    assert not bad, "import these from `engine` (its public surface):\n" + "\n".join(bad)
+
+
+def _app_state_uses(path: Path) -> list[int]:
+    """Lines where a module reads or writes `app.state` (`request.app.state`, `app.state`)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr == "state":
+            owner = node.value
+            if (isinstance(owner, ast.Attribute) and owner.attr == "app") or (
+                isinstance(owner, ast.Name) and owner.id == "app"
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("module", ROUTE_MODULES, ids=lambda p: p.relative_to(APP).as_posix())
+def test_route_modules_touch_no_app_state(module: Path) -> None:
+    used = _app_state_uses(module)
+    assert not used, f"{module.name} touches app.state on lines {used}; use an app.deps alias"
+
+
+def _sizes() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """The engine's modules and classes by lines, biggest first."""
+    modules: list[tuple[int, str]] = []
+    classes: list[tuple[int, str]] = []
+    for name, path in _modules().items():
+        if _top(name) != "engine":
+            continue
+        text = path.read_text(encoding="utf-8")
+        modules.append((len(text.splitlines()), name))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                end = node.end_lineno or node.lineno
+                classes.append((end - node.lineno + 1, f"{name}.{node.name}"))
+    return sorted(modules, reverse=True), sorted(classes, reverse=True)
+
+
+def test_no_engine_module_or_class_is_too_big() -> None:
+    modules, classes = _sizes()
+    shown = "\n".join(
+        [
+            "biggest modules:",
+            *(f"  {n:5d} {m}" for n, m in modules[:5]),
+            "biggest classes:",
+            *(f"  {n:5d} {c}" for n, c in classes[:5]),
+        ]
+    )
+    print(shown)  # the figures, also when it passes (pytest -s / -rP)
+    too_big = [f"{m} ({n} lines)" for n, m in modules if n > MAX_MODULE_LINES]
+    too_big += [f"{c} ({n} lines)" for n, c in classes if n > MAX_CLASS_LINES]
+    assert not too_big, f"split these: {too_big}\n{shown}"
+
+
+def test_the_public_surface_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    module = tmp_path / "adapter.py"
+    module.write_text(
+        "from engine import RunSpec, request_scope\n"
+        "import engine.records\n"
+        "def f():\n"
+        "    from engine.postgres.backend import open_postgres_backend\n"
+    )
+    assert _engine_modules_imported(module) == {"engine.records", "engine.postgres.backend"}
+
+
+def test_the_app_state_check_sees_reads_and_writes(tmp_path: Path) -> None:
+    module = tmp_path / "route.py"
+    module.write_text(
+        "def handler(request, app):\n"
+        "    a = request.app.state.runs\n"
+        "    app.state.x = 1\n"
+        "    b = request.state.call\n"  # the request's own state is not the app's
+    )
+    assert _app_state_uses(module) == [2, 3]
 
 
 @pytest.mark.parametrize("module", HTTP_MODULES, ids=lambda p: p.relative_to(APP).as_posix())

@@ -15,6 +15,7 @@ from app.sse import HEARTBEAT, follow_run, parse_cursor
 from engine.hub import Hub, Subscription
 from engine.protocols import EventLog
 from engine.records import Frame, RunRecord, RunStatusChange, ThreadRecord, now
+from engine.spec import RunOptions
 from engine.sqlite import SqliteRunStorage
 from tests.app.harness import read_sse
 
@@ -25,7 +26,7 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[SqliteRunStorage, Hub]]:
     async with SqliteRunStorage(str(tmp_path / "atelier.db"), publish=hub.publish) as store:
         stamp = now()
         await store.threads.insert(ThreadRecord("t", "o", stamp, stamp))
-        run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, {}, "reject")
+        run = RunRecord("r", "t", "o", "a", "pending", stamp, stamp, RunOptions(), "reject")
         await store.runs.insert(run, exclusive=True)
         hub.run_live("r")  # as the run manager does while it executes the run
         yield store, hub

@@ -369,7 +369,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
             result = await execute(
                 manager, run, on_event=events.append, clarify=asked.append, on_run=started.append
             )
-            record = await manager.find_run(run.run_id)
+            record = await manager.runs.find(run.run_id)
         calls = llm.call_count
     assert result["outcome"] == "completed" and not asked
     assert len(result["images"]) == 2 and result["post"]["title"]
@@ -380,7 +380,7 @@ async def test_execute_follows_an_engine_run_and_reports_its_events(tmp_path: Pa
     # An engine run like any other: recorded, its thread the anonymous owner's.
     assert [r.run_id for r in started] == [run.run_id]
     assert record is not None and record.status == "success" and record.attempt == 1
-    assert record.owner == "anonymous" and record.kwargs["stream_mode"] == ["custom", "values"]
+    assert record.owner == "anonymous" and record.options.stream_mode == ("custom", "values")
 
 
 async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: Path) -> None:
@@ -402,14 +402,14 @@ async def test_execute_asks_the_clarification_and_resumes_the_thread(tmp_path: P
             result = await execute(
                 manager, run, on_event=lambda _e: None, clarify=clarify, on_run=started.append
             )
-            first = await manager.find_run(run.run_id)
+            first = await manager.runs.find(run.run_id)
     assert [a["type"] for a in asked] == ["clarification"]
     assert asked[0]["question"] and asked[0]["options"]
     assert result["outcome"] == "completed"
     # The question ended the first run; a resume run on the same thread answered it.
     assert first is not None and first.status == "interrupted"
     assert [r.thread_id for r in started] == [run.thread_id] * 2
-    assert started[1].kwargs["command"] == {
+    assert started[1].options.command == {
         "resume": {"action": "details", "details": "写给大学生，讲清楚烟酰胺"}
     }
 
@@ -438,7 +438,7 @@ async def test_a_cancelled_execute_cancels_its_run(tmp_path: Path) -> None:
             following.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await following
-            record = await manager.find_run(run.run_id)
+            record = await manager.runs.find(run.run_id)
     assert record is not None and record.status == "interrupted"
     assert record.cancel_reason == "interrupt"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.records import RunRecord, ThreadRecord, now
+from engine.spec import RunOptions
 
 
 def thread(thread_id: str = "t1", owner: str = "alice") -> ThreadRecord:
@@ -22,6 +23,6 @@ def run(run_id: str, thread_id: str = "t1", owner: str = "alice") -> RunRecord:
         status="pending",
         created_at=stamp,
         updated_at=stamp,
-        kwargs={"input": {"request": "hi"}},
+        options=RunOptions(input={"request": "hi"}),
         multitask_strategy="reject",
     )

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from engine.assistants import AssistantRecord
-from engine.protocols import AssistantExists, AssistantRepository
+from engine.repositories import AssistantExists, AssistantRepository
 from tests.engine.conftest import Opened
 
 T0 = "2026-03-02T09:00:00+00:00"

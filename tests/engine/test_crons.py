@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from engine.crons import CronRecord, CronScheduler, check_schedule, check_timezone, iso, next_tick
-from engine.protocols import CronRepository
+from engine.repositories import CronRepository
 from tests.engine.conftest import Opened
 from tests.engine.factories import run, thread
 

@@ -7,6 +7,7 @@ loopback through the real `OpenAIEmbeddings` client.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,12 +18,12 @@ from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
-from agentkit.run_owner import OWNER_KEY, run_owner
+from app.composition import KeywordRanker
+from core.run_config import OWNER_KEY, run_owner
 from core.settings import Settings
 from engine.execution import graph_config
 from engine.store import (
     EmbeddingsUnavailable,
-    KeywordRanker,
     NoOwnerError,
     ScopedStore,
     SemanticRanker,
@@ -150,7 +151,7 @@ async def test_a_query_ranks_by_meaning_with_an_embeddings_endpoint(
         embeddings_api_key="test",
         embeddings_model="scripted",
     )
-    ranker = query_ranker(settings)
+    ranker = query_ranker(settings, KeywordRanker())
     assert isinstance(ranker, SemanticRanker)
     alice = ScopedStore(inner, ranker).for_owner("key_alice")
     await alice.aput(("brand-a",), "coffee", {"text": "咖啡咖啡 拿铁"})
@@ -176,7 +177,9 @@ async def test_a_failing_embeddings_endpoint_is_reported_as_such(scoped: ScopedS
         embeddings_base_url="http://127.0.0.1:9/v1",
         embeddings_timeout=2,
     )
-    alice = ScopedStore(scoped._inner, query_ranker(settings)).for_owner("key_alice")
+    alice = ScopedStore(scoped._inner, query_ranker(settings, KeywordRanker())).for_owner(
+        "key_alice"
+    )
     await alice.aput(("brand-a",), "k", {"text": "咖啡"})
 
     with pytest.raises(EmbeddingsUnavailable):
@@ -206,7 +209,8 @@ def _memory_graph(store: BaseStore) -> Any:
 async def test_a_runs_store_is_scoped_to_the_key_that_started_it(scoped: ScopedStore) -> None:
     graph = _memory_graph(scoped)
     run = factories.run("r1", owner="key_alice")
-    run.kwargs["config"] = {"configurable": {OWNER_KEY: "key_mallory"}}  # a client's attempt
+    mallory = {"configurable": {OWNER_KEY: "key_mallory"}}  # a client's attempt
+    run.options = dataclasses.replace(run.options, config=mallory)
     config = graph_config("t1", run)
 
     assert run_owner(config) == "key_alice"

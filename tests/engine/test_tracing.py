@@ -1,4 +1,4 @@
-"""Run tracing (engine.tracing, providers.tracing) on the OpenTelemetry SDK's own parts.
+"""Run tracing (engine.tracing, providers.tracing, app.composition) on the OpenTelemetry SDK.
 
 Spans go to the SDK's in-memory exporter; the graph's LLM is `ChatOpenAI` on the
 scripted OpenAI server (loopback), so the GenAI attributes are those a real
@@ -28,10 +28,12 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util.re import parse_env_headers
 
+from app.composition import open_tracing
 from core.settings import Settings
 from engine.records import RunRecord, now
-from engine.tracing import CONTEXT_KEY, TRACE_ID_KEY, RunTracing, open_run_tracing, trace_headers
-from providers.tracing import tracer_provider, traces_endpoint
+from engine.spec import RunOptions
+from engine.tracing import TRACE_ID_KEY, RunTracing, trace_headers
+from providers.tracing import GenAISpans, tracer_provider, traces_endpoint
 from tests.support.scripted_openai import Reply, ScriptedOpenAIServer
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -47,10 +49,13 @@ def exporter() -> InMemorySpanExporter:
 def make_tracing(exporter: InMemorySpanExporter, *, capture_content: bool = False) -> RunTracing:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RunTracing(provider, capture_content=capture_content)
+    return RunTracing(
+        provider,
+        lambda tracer, run_span: GenAISpans(tracer, run_span, capture_content=capture_content),
+    )
 
 
-def make_run(**kwargs: Any) -> RunRecord:
+def make_run() -> RunRecord:
     stamp = now()
     return RunRecord(
         run_id=str(uuid.uuid4()),
@@ -60,7 +65,7 @@ def make_run(**kwargs: Any) -> RunRecord:
         status="pending",
         created_at=stamp,
         updated_at=stamp,
-        kwargs={"input": {"request": "x"}, **kwargs},
+        options=RunOptions(input={"request": "x"}),
         multitask_strategy="reject",
         metadata={"mine": 1},
     )
@@ -86,7 +91,7 @@ def test_tracing_is_off_without_an_endpoint_or_when_disabled() -> None:
     assert traces_endpoint(settings()) is None
     off = settings(otel_exporter_otlp_endpoint="http://127.0.0.1:4318", otel_sdk_disabled=True)
     assert traces_endpoint(off) is None
-    with tracer_provider(settings()) as provider, open_run_tracing(settings()) as tracing:
+    with tracer_provider(settings()) as provider, open_tracing(settings()) as tracing:
         assert provider is None and tracing is None
 
 
@@ -139,9 +144,10 @@ def test_a_created_run_carries_a_child_of_the_callers_trace(
     assert span.parent is not None and hex_id(span.parent.span_id, 16) == CALLER_SPAN
     assert span.attributes is not None and span.attributes["atelier.run_id"] == run.run_id
     assert created.metadata == {"mine": 1, TRACE_ID_KEY: CALLER_TRACE}
-    traceparent = created.kwargs[CONTEXT_KEY]["traceparent"]
+    assert created.options.trace_context is not None
+    traceparent = created.options.trace_context["traceparent"]
     assert traceparent == f"00-{CALLER_TRACE}-{hex_id(span.context.span_id, 16)}-01"
-    assert run.metadata == {"mine": 1} and CONTEXT_KEY not in run.kwargs  # a copy
+    assert run.metadata == {"mine": 1} and run.options.trace_context is None  # a copy
 
 
 def test_a_run_created_without_a_caller_starts_its_own_trace(
@@ -423,10 +429,11 @@ async def test_a_sampled_out_run_makes_no_graph_spans(
 ) -> None:
     provider = TracerProvider(sampler=ALWAYS_OFF)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing = RunTracing(provider)
+    tracing = RunTracing(provider, GenAISpans)
     run = tracing.created(make_run(), {})
     with tracing.executing(run):
         assert tracing.run_span({"run_id": run.run_id}) is None
     await run_graph(tracing, build_graph(llm), run)
     assert exporter.get_finished_spans() == ()
+    assert isinstance(tracing.callback, GenAISpans)
     assert tracing.callback._spans == {} and tracing.callback._parents == {}

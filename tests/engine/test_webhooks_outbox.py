@@ -9,6 +9,7 @@ send, and through errors nobody expected: every delivery ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -113,7 +114,7 @@ async def test_postgres_the_sweep_reports_a_run_it_abandons(
     a, b = stores
     await a.threads.insert(thread("tw"))
     record = run("rw", "tw")
-    record.kwargs["webhook"] = URL
+    record.options = dataclasses.replace(record.options, webhook=URL)
     await a.runs.insert(record, exclusive=True)
     claim = await a.runs.claim("w1", 0.1)
     assert claim is not None
@@ -136,7 +137,7 @@ async def test_sqlite_a_delivery_is_queued_with_the_runs_end_and_resumed_after_a
     async with SqliteRunStorage(path) as storage:
         await storage.threads.insert(thread())
         record = run("r1")
-        record.kwargs["webhook"] = URL
+        record.options = dataclasses.replace(record.options, webhook=URL)
         await storage.runs.insert(record, exclusive=True)
         storage.events.record(RunStatusChange("r1", "success"), run_id="r1")
         assert enqueue_delivery(storage.events, record, status="success", result={"a": 1})

@@ -41,7 +41,7 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
 
 #: Who runs the cron scheduler: every process, or the workers alone.
 SCHEDULERS = ("everyone", "workers")
-#: What the process that fired a tick logs (`engine.manager.RunManager._fire`).
+#: What the process that fired a tick logs (`engine.services.crons.CronsService._fire`).
 FIRED = re.compile(r"cron (\S+): tick \S+ started run")
 
 

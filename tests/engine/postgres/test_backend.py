@@ -1,4 +1,5 @@
-"""The scale-out backend a process opens: schema, notes, assets, checkpointer, readiness."""
+"""The scale-out backend a process opens: schema, pools (the product's notes and assets on
+them), checkpointer, readiness."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from core.settings import Settings
 from engine.postgres.migrations import latest_version
 from engine.postgres.resources import open_backend
 from knowledge.notes import KnowledgeNote
+from knowledge.postgres import PostgresNoteRepository
+from providers.pg_assets import PostgresAssetStore
 from tests.support.servers import RedisServer
 
 
@@ -37,10 +40,16 @@ async def test_two_processes_open_one_backend_on_a_fresh_database(
         for check in first.ready_checks.values():
             await check()
 
-        note = await first.notes.add(KnowledgeNote.create("reference", "冷萃咖啡", "editor"))
-        assert await second.notes.get(note.id) == note
-        record = await first.assets.aput(_png(), meta={"slot": 1})
-        assert second.assets.read_bytes(record.asset_id) == _png()
+        # The product's stores on each process's pools share one database.
+        notes = [PostgresNoteRepository(b.pool) for b in (first, second)]
+        assets = [
+            PostgresAssetStore(b.asset_pool, s.assets_dir)
+            for b, s in ((first, settings), (second, other))
+        ]
+        note = await notes[0].add(KnowledgeNote.create("reference", "冷萃咖啡", "editor"))
+        assert await notes[1].get(note.id) == note
+        record = await assets[0].aput(_png(), meta={"slot": 1})
+        assert assets[1].read_bytes(record.asset_id) == _png()
         assert record.path is not None and record.path.is_relative_to(tmp_path / "data")
 
         config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
