@@ -5,9 +5,9 @@
 # it the service runs open (it says so in its log and in /info). Without LLM_BASE_URL
 # the embedded llama.cpp model is used; build with --build-arg EXTRAS= for a slimmer
 # image that always talks to an external OpenAI-compatible endpoint. llama.cpp is
-# compiled for a portable x86-64 target (no AMX, see README "Build note"); build with
+# compiled for a portable x86-64 target (no AMX, see docs/quickstart.md "Build note"); build with
 # --build-arg ATELIER_NATIVE_BUILD=1 for an image that only runs on CPUs like the builder's.
-# The same image serves the scale-out deployment (README "Scale out", docker-compose.yml):
+# The same image serves the scale-out deployment (docs/scale-out.md, docker-compose.yml):
 # build with --build-arg EXTRAS="[local,scale]" and run `atelier serve --workers 0` for an
 # API replica or `atelier worker` for a worker (which has no HTTP port: disable the
 # healthcheck for it, as docker-compose.yml does).

@@ -1,5 +1,5 @@
 # Thin aliases for ./dev, which does the real work (and needs no make).
-.PHONY: up serve test lint bench
+.PHONY: up serve test lint bench docs
 up serve:
 	./dev up
 test:
@@ -8,3 +8,5 @@ lint:
 	./dev lint
 bench:
 	./dev bench
+docs:
+	./dev docs

@@ -16,12 +16,7 @@ Everything else that names the agents is derived from this module:
 It lives in `core` (which imports nothing of graphs, nodes or app) because the
 settings need the role names and must not import the graphs.
 
-Adding an agent: its name in `AgentName` and its entry in `AGENT_TABLE` here,
-its node (`nodes/<name>.py`, a function `<name>`, and its entry in
-`graphs.team.AGENT_NODES`), its prompt (`prompts/`) and,
-when it produces a new artefact, that field in `agentkit.state.TeamOutput`. An
-agent that is not `simple` (its own tool loop, its own exit) is wired by hand
-in `graphs.team`.
+Adding an agent starts here: docs/architecture.md, "Agents", lists the files it takes.
 """
 
 from __future__ import annotations

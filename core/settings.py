@@ -1,6 +1,8 @@
 """Atelier's settings: one `Settings` object read from the environment and `.env`.
 
-Every setting here has a line in `.env.example`. Validators fail closed: an unknown
+Every setting here has a line in `.env.example`, and its `description` is its entry in
+the configuration reference (docs/configuration.md, generated from this class when the
+docs are built), so say there what an operator needs. Validators fail closed: an unknown
 role in `LLM_MODELS`, a non-HTTP endpoint or an out-of-range limit stops the process
 at start-up with a message naming the variable, instead of running half-configured.
 """
@@ -87,7 +89,7 @@ class Settings(BaseSettings):
         default="gpt-4o-mini",
         min_length=1,
         max_length=200,
-        description="Default model name for every role.",
+        description="Model every role uses unless LLM_MODELS names another one for it.",
     )
     llm_models: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
@@ -100,12 +102,19 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(
         default=2, ge=0, le=10, description="Retries of one LLM request on transient errors."
     )
-    llm_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature.")
+    llm_temperature: float = Field(
+        default=0.7,
+        ge=0,
+        le=2,
+        description="Sampling temperature of LLM_BASE_URL's models (the embedded model's is "
+        "LOCAL_MODEL_TEMPERATURE).",
+    )
     llm_max_tokens: int | None = Field(
         default=None,
         ge=16,
         le=32768,
-        description="Max tokens per completion (unset: server default).",
+        description="Largest completion, in tokens, asked of LLM_BASE_URL (unset: the "
+        "server's default).",
     )
     llm_llama_cpp_dialect: Literal["auto", "on", "off"] = Field(
         default="auto",
@@ -170,7 +179,10 @@ class Settings(BaseSettings):
 
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(
-        default=Path("./data"), description="Directory holding the SQLite database and assets."
+        default=Path("./data"),
+        description="Directory of the embedded deployment's data: the SQLite databases "
+        "(atelier.db, store.db), the images (assets/) and the lock that makes one process "
+        "its owner. With DATABASE_URL, only this process's file cache of the images.",
     )
     database_url: SecretStr | None = Field(
         default=None,
@@ -303,7 +315,7 @@ class Settings(BaseSettings):
         default="text-embedding-3-small",
         min_length=1,
         max_length=200,
-        description="Embeddings model name.",
+        description="Model EMBEDDINGS_BASE_URL embeds Store items and queries with.",
     )
     embeddings_timeout: float = Field(
         default=30.0, gt=0, le=600, description="Seconds one embeddings request may take."
@@ -311,17 +323,32 @@ class Settings(BaseSettings):
 
     # --- images ----------------------------------------------------------------
     image_provider: ImageProviderName = Field(
-        default="local", description="Default image provider: local Pillow cards or an images API."
+        default="local",
+        description="Image provider of a run whose input names none: `local` (cards drawn "
+        "with Pillow in this process) or `openai` (an OpenAI-compatible images API at "
+        "IMAGE_API_BASE_URL).",
     )
     image_api_base_url: str | None = Field(
-        default=None, description="Images API endpoint for the `openai` provider."
+        default=None,
+        description="OpenAI-compatible images API of the `openai` image provider, e.g. "
+        "https://api.openai.com/v1.",
     )
-    image_api_key: SecretStr | None = Field(default=None, description="Images API key.")
-    image_model: str = Field(default="gpt-image-1", max_length=200, description="Images model.")
+    image_api_key: SecretStr | None = Field(
+        default=None, description="API key for IMAGE_API_BASE_URL (never logged or echoed)."
+    )
+    image_model: str = Field(
+        default="gpt-image-1",
+        max_length=200,
+        description="Model the `openai` image provider draws with.",
+    )
     image_size: str = Field(
-        default="1024x1536", pattern=r"^\d{2,4}x\d{2,4}$", description="Images API size (WxH)."
+        default="1024x1536",
+        pattern=r"^\d{2,4}x\d{2,4}$",
+        description="Size the `openai` image provider asks for, WIDTHxHEIGHT in pixels.",
     )
-    image_timeout: float = Field(default=120.0, gt=0, le=600, description="Images API timeout (s).")
+    image_timeout: float = Field(
+        default=120.0, gt=0, le=600, description="Seconds one images API request may take."
+    )
     image_concurrency: int = Field(
         default=4,
         ge=1,
@@ -329,12 +356,19 @@ class Settings(BaseSettings):
         description="Images API requests in flight at once (a post's images are drawn together).",
     )
     font_path: Path | None = Field(
-        default=None, description="CJK-capable font for local cards (unset: search the system)."
+        default=None,
+        description="CJK-capable font file (.ttf, .ttc or .otf) of the local cards, and the "
+        "console's web font when it is not a collection (unset: the system's, else the one "
+        "the mplfonts package ships).",
     )
 
     # --- team limits -----------------------------------------------------------
     max_team_steps: int = Field(
-        default=24, ge=4, le=200, description="Supervisor decisions per executor run."
+        default=24,
+        ge=4,
+        le=200,
+        description="Team steps per attempt (each supervisor decision, or plan step taken "
+        "without one) before the team stops as capped; fast mode allows 12.",
     )
     max_invalid_decisions: int = Field(
         default=2, ge=0, le=10, description="Re-asks of a supervisor whose answer cannot be parsed."
@@ -359,15 +393,27 @@ class Settings(BaseSettings):
         description="Knowledge look-ups the supervisor may make per decision.",
     )
     quality_threshold: float = Field(
-        default=0.6, ge=0, le=1, description="Minimum per-dimension review score."
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Lowest score (0-1) the review may give any quality dimension of a draft "
+        "for the review to pass; a lower one routes the team to the agent that fixes it.",
     )
 
     # --- critic (pipeline) -----------------------------------------------------
     max_retry_count: int = Field(
-        default=3, ge=0, le=10, description="Retries after the first attempt (MAX_RETRY_COUNT)."
+        default=3,
+        ge=0,
+        le=10,
+        description="Attempts the critic may start after the first when a post fails (fast "
+        "mode: none).",
     )
     critic_pass_threshold: float = Field(
-        default=0.7, ge=0, le=1, description="Judge score needed to pass."
+        default=0.7,
+        ge=0,
+        le=1,
+        description="LLM judge's score (0-1) a post needs to pass the critic; a brand "
+        "preset's critic_pass_threshold wins for its runs.",
     )
     critic_timeout: float | None = Field(
         default=None,
@@ -412,7 +458,11 @@ class Settings(BaseSettings):
         "that always times out judges nothing.",
     )
     local_model_startup_timeout: float = Field(
-        default=120.0, gt=0, le=1800, description="Seconds the embedded model may take to answer."
+        default=120.0,
+        gt=0,
+        le=1800,
+        description="Seconds the embedded model may take to start and answer its start-up "
+        "self-test completion.",
     )
     local_model_max_tokens: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=lambda: dict(LOCAL_MODEL_MAX_TOKENS),

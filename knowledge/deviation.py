@@ -1,5 +1,7 @@
 """Detect injected notes that the team's actions ignored (PRODUCT.md §3, critic layer 2).
 
+What an ignored note does to a run: docs/knowledge.md.
+
 When is a note "addressed"? The actions' text (every action's `content`,
 flattened when it is structured, e.g. a brief's constraints) is folded with
 `segment.normalize`, and a note counts as addressed when either

@@ -1,5 +1,7 @@
 """Durable storage of vault notes behind one async interface.
 
+The vault as users see it (notes, namespaces, the HTTP routes): docs/knowledge.md.
+
 `NoteRepository` is what the rest of Atelier depends on; `InMemoryNoteRepository`
 serves tests and the embedded default, `SqliteNoteRepository` the durable
 store. Both behave identically (one test suite runs against both):

@@ -1,5 +1,7 @@
 """Rank vault notes for a query: relevance × note-type weight (PRODUCT.md §3).
 
+How runs, the research agent and the Store use it: docs/knowledge.md, docs/store.md.
+
 Scoring, for a note and a query (both folded with `segment.normalize`, so
 matching ignores case and full-width forms):
 

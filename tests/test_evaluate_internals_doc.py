@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.judges import content_judge, scoring_judge, wire_judges
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
-from tests.test_readme import NOTEBOOK
+from tests.test_docs import NOTEBOOK
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC = (REPO_ROOT / "docs" / "evaluate-internals.md").read_text(encoding="utf-8")

@@ -435,7 +435,7 @@ def test_a_built_in_assistants_extended_card_is_its_public_card(server: Served) 
 
 
 async def test_the_readme_snippet_of_a_presets_card_runs_as_written(server: Served) -> None:
-    snippet = readme_snippet("A2A agents", "minimal_agent_card")
+    snippet = readme_snippet("a2a", "minimal_agent_card")
     namespace = await run_snippet(snippet, server.url, KEY)
     await namespace["http"].aclose()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tests.app.harness import (
     serve_deployment,
     service_settings,
 )
+from tests.support.docs import code_block
 from tests.support.fake_models import HAPPY_BODY, README_REQUEST
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
@@ -272,12 +272,8 @@ def test_bad_presets_and_built_in_assistants_are_refused(server: Served) -> None
 
 
 def readme_snippet() -> str:
-    """Return the Python snippet of the README's "Brand presets" section."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"^### Brand presets\n(.*?)(?=^### )", readme, re.MULTILINE | re.DOTALL)
-    assert found, "README has no '### Brand presets' section"
-    (snippet,) = re.findall(r"```python\n(.*?)```", found.group(1), flags=re.DOTALL)
-    return snippet
+    """Return the Python snippet of the "Brand presets" page (docs/presets.md)."""
+    return code_block("presets", "python")
 
 
 async def test_the_readme_snippet_runs_as_written(

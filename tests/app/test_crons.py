@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -28,6 +27,7 @@ from engine.crons import utc_now
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import LiveServer, serve_deployment, service_settings, wait_until
 from tests.app.sample_graphs import sample_assistants, scripted_reply
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -300,12 +300,8 @@ def test_a_process_with_the_scheduler_off_fires_nothing(
 
 
 def readme_cron_example() -> str:
-    """Return the Python example of the README's "Crons" section."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Crons\n", 1)[1].split("\n### ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert match is not None, "the README's Crons section has a Python example"
-    return match.group(1)
+    """Return the Python example of the "Crons" page (docs/crons.md)."""
+    return code_block("crons", "python")
 
 
 async def test_the_readme_cron_example_runs_as_written(

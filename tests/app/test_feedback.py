@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.app.harness import (
     serve_deployment,
     service_settings,
 )
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
     migrated_postgres_url,
@@ -211,9 +211,7 @@ def test_a_run_keeps_a_bounded_number_of_entries_and_loses_them_with_its_thread(
 
 @pytest.mark.in_process_only("the README's commands; the route is the same everywhere")
 def test_the_readme_feedback_commands_run_as_written(server: Served) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    feedback = readme.split("\n### Feedback\n", 1)[1].split("\n### ", 1)[0]
-    script = re.findall(r"```bash\n(.*?)```", feedback, flags=re.DOTALL)[0]
+    script = code_block("feedback", "bash")
     _, run_id, _ = _finished_run(server)
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8000", server.url)],

@@ -44,6 +44,7 @@ from tests.app.harness import (
 )
 from tests.app.sample_graphs import sample_assistants
 from tests.app.test_assistants_service import writer_systems
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ChatRequest, Reply, ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
     migrated_postgres_url,
@@ -576,17 +577,9 @@ async def test_the_listing_pages_through_the_callers_assistants(
     assert sorted(listed_names) == sorted(tool_name(a["assistant_id"]) for a in served)
 
 
-def readme_snippet(section: str, containing: str) -> str:
-    """Return the Python block of the README's `### section` that contains `containing`."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    found = re.search(rf"^### {section}\n(.*?)(?=^##)", readme, re.MULTILINE | re.DOTALL)
-    assert found, f"README has no '### {section}' section"
-    (snippet,) = [
-        block
-        for block in re.findall(r"```python\n(.*?)```", found.group(1), flags=re.DOTALL)
-        if containing in block
-    ]
-    return snippet
+def readme_snippet(page: str, containing: str) -> str:
+    """Return the Python block of docs/<page>.md that contains `containing`."""
+    return code_block(page, "python", containing=containing)
 
 
 async def run_snippet(snippet: str, url: str, key: str) -> dict[str, Any]:
@@ -605,7 +598,7 @@ async def test_the_readme_snippet_runs_as_written(
 ) -> None:
     llm.reset()
     namespace = await run_snippet(
-        readme_snippet("MCP clients", "streamable_http_client"), keyed_server.url, KEY
+        readme_snippet("mcp", "streamable_http_client"), keyed_server.url, KEY
     )
 
     preset_id = namespace["brand"]["assistant_id"]

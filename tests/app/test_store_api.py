@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import re
 import shutil
 import subprocess
 import uuid
@@ -38,6 +37,7 @@ from tests.app.harness import (
     service_settings,
 )
 from tests.engine.test_store import topic_vector
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -46,7 +46,6 @@ from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out de
 )
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 KEY = "store-acceptance-key-0123456789"
 OTHER_KEY = "store-acceptance-other-key-9876"
 #: What brand A's and brand B's runs ask for: the scripted planner's topic is 平价护肤.
@@ -234,9 +233,8 @@ async def test_a_brand_run_never_retrieves_another_brands_or_keys_notes(
 
 
 async def test_the_readme_store_snippet_runs_as_written(served: Served) -> None:
-    """README "Store": the SDK snippet, run as a notebook runs it (top-level await)."""
-    store_section = README.split("\n## Store\n", 1)[1].split("\n## ", 1)[0]
-    (snippet,) = re.findall(r"```python\n(.*?)```", store_section, flags=re.DOTALL)
+    """docs/store.md: the SDK snippet, run as a notebook runs it (top-level await)."""
+    snippet = code_block("store", "python")
     source = snippet.replace("http://localhost:8000", served.url)
     namespace: dict[str, Any] = {"KEY": KEY}
     code = compile(source, "<README Store>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)

@@ -8,7 +8,6 @@ OpenAI-compatible answer gives.
 from __future__ import annotations
 
 import base64
-import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from engine.records import RunRecord, now
 from engine.spec import RunOptions
 from engine.tracing import TRACE_ID_KEY, RunTracing, trace_headers
 from providers.tracing import GenAISpans, tracer_provider, traces_endpoint
+from tests.support.docs import code_blocks
 from tests.support.scripted_openai import Reply, ScriptedOpenAIServer
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -401,10 +401,7 @@ def test_the_readmes_tracing_settings_turn_tracing_on_as_written(
     for name in Settings.model_fields:  # only the blocks speak (the environment wins over .env)
         if name.startswith("otel_"):
             monkeypatch.delenv(name.upper(), raising=False)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"^## Tracing\n(.*?)(?=^## )", readme, re.MULTILINE | re.DOTALL)
-    assert match, "README has no '## Tracing' section"
-    blocks = re.findall(r"```dotenv\n(.*?)```", match.group(1), re.DOTALL)
+    blocks = code_blocks("tracing", "dotenv")
     endpoints = []
     for number, block in enumerate(blocks):
         env_file = tmp_path / f"{number}.env"

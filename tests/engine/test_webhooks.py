@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -27,19 +26,16 @@ from engine.webhooks import (
     send,
     sign,
 )
+from tests.support.docs import code_block
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = json.loads((ROOT / "../shared/cases/webhook_signatures.json").read_text())["cases"]
 
 
 def readme_verify() -> Any:
-    """Return `verify` from the README's "Webhooks" section, run as written."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Webhooks") :]
-    snippet = re.search(r"```python\n(.*?)```", section, re.S)
-    assert snippet is not None, "the README's Webhooks section has a Python snippet"
+    """Return `verify` from the "Webhooks" page (docs/webhooks.md), run as written."""
     namespace: dict[str, Any] = {}
-    exec(snippet.group(1), namespace)
+    exec(code_block("webhooks", "python"), namespace)
     return namespace["verify"]
 
 
