@@ -24,7 +24,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
+from engine.audit import AuditRepository
 from engine.crons import CRON_POLL, utc_now
+from engine.keys import KeyRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.services import (
     AssistantsService,
@@ -36,7 +38,10 @@ from engine.services import (
     WebhooksService,
 )
 from engine.services.core import RECOVERY_INTERVAL
-from engine.sqlite.backend import open_sqlite_backend
+from engine.services.keys import AuditService, KeysService
+from engine.sqlite.backend import SqliteRunBackend, open_sqlite_backend
+from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.keys import SqliteAuditRepository, SqliteKeyRepository
 from engine.store import QueryRanker, ScopedStore, query_ranker
 from engine.tracing import RunTracing
 from engine.webhooks import WebhookConfig
@@ -59,6 +64,10 @@ class Engine:
     crons: CronsService
     feedback: FeedbackService
     webhooks: WebhooksService
+    #: Managed API keys, and who may still act.
+    keys: KeysService
+    #: The audit trail.
+    audit: AuditService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -140,7 +149,9 @@ async def open_engine(
             recovery_interval=recovery_interval,
         )
         runs = RunsService(core)
-        crons = CronsService(core, parts.crons, interval=CRON_POLL, clock=clock)
+        key_storage, audit_storage = _key_repositories(parts)
+        keys = keys_service(settings, key_storage, audit_storage)
+        crons = CronsService(core, parts.crons, interval=CRON_POLL, clock=clock, owners=keys)
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -160,6 +171,8 @@ async def open_engine(
             crons=crons,
             feedback=FeedbackService(core, parts.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
+            keys=keys,
+            audit=AuditService(audit_storage),
             store=store,
             context=opened,
             graphs=sorted(graphs),
@@ -168,6 +181,61 @@ async def open_engine(
             workers=workers,
             core=core,
         )
+
+
+def keys_service(settings: Settings, keys: KeyRepository, audit: AuditRepository) -> KeysService:
+    """Return the keys service of a deployment's settings over its key storage."""
+    return KeysService(
+        keys,
+        audit,
+        bootstrap=settings.auth_api_keys,
+        overlap_hours=settings.webhook_secret_overlap_hours,
+    )
+
+
+def _key_repositories(parts: RunBackend) -> tuple[KeyRepository, AuditRepository]:
+    """Return the keys and the audit log in the backend's database."""
+    if isinstance(parts, SqliteRunBackend):
+        database = parts.storage.database
+        return SqliteKeyRepository(database), SqliteAuditRepository(database)
+    from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
+
+    pools = parts.pools
+    assert pools is not None, "a backend without a SQLite file has database pools"
+    return PostgresKeyRepository(pools.pool), PostgresAuditRepository(pools.pool)
+
+
+@contextlib.asynccontextmanager
+async def open_keys(settings: Settings) -> AsyncIterator[KeysService]:
+    """Open the deployment's keys alone, for the block (`atelier keys`).
+
+    Embedded, on `DATA_DIR/atelier.db` without owning DATA_DIR (a running server
+    keeps it; SQLite serialises the writes); scale-out, on DATABASE_URL, its schema
+    brought up to date first. A server sees a change within `CACHE_SECONDS`.
+
+    Raises:
+        ImportError: DATABASE_URL is set and the scale-out extra is not installed.
+    """
+    if settings.database_url is not None:
+        from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
+        from engine.postgres.migrations import upgrade
+        from engine.postgres.pool import open_pool
+
+        pool = await open_pool(
+            settings.database_url.get_secret_value(), min_size=1, max_size=2, name="atelier-keys"
+        )
+        try:
+            await upgrade(pool)
+            yield keys_service(settings, PostgresKeyRepository(pool), PostgresAuditRepository(pool))
+        finally:
+            await pool.close()
+        return
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = await SqliteDatabase(str(settings.database_path)).open()
+    try:
+        yield keys_service(settings, SqliteKeyRepository(database), SqliteAuditRepository(database))
+    finally:
+        await database.close()
 
 
 def _backend(
@@ -183,4 +251,4 @@ def _backend(
     return open_sqlite_backend(settings, owner=f"atelier {role}")
 
 
-__all__ = ["ContextOpener", "Engine", "Role", "open_engine"]
+__all__ = ["ContextOpener", "Engine", "Role", "keys_service", "open_engine", "open_keys"]
