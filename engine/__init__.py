@@ -56,6 +56,7 @@ from engine.keys import (
     OwnerCheck,
     Revocation,
     SigningSecrets,
+    is_key_secret,
     owner_id_for,
 )
 from engine.opener import ContextOpener, Engine, Role, open_engine, open_keys
@@ -186,6 +187,7 @@ __all__ = [
     "dumps",
     "follow_frames",
     "graph_mode",
+    "is_key_secret",
     "item_text",
     "loads",
     "open_engine",

@@ -75,6 +75,15 @@ def owner_id_for(key: str) -> str:
     return f"key_{digest[:24]}"
 
 
+def is_key_secret(text: str) -> bool:
+    """Return whether a presented credential has the shape of a managed key's secret."""
+    return (
+        len(text) == len(SECRET_PREFIX) + _SECRET_CHARS
+        and text.startswith(SECRET_PREFIX)
+        and all(ch in _BASE62 for ch in text[len(SECRET_PREFIX) :])
+    )
+
+
 def secret_digest(secret: str) -> str:
     """Return the hex SHA-256 digest a key's secret is stored and looked up by."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
@@ -279,6 +288,7 @@ __all__ = [
     "Revocation",
     "SigningSecrets",
     "check_quotas",
+    "is_key_secret",
     "new_secret",
     "owner_id_for",
     "secret_digest",
