@@ -325,8 +325,8 @@ def seed_shared_note(tmp_path: Path, note_id: str = "house-rule") -> None:
         "id": note_id,
         "type": "blocker",
         "status": "approved",
-        "content": "禁止使用绝对化用语（最、第一、顶级）",
-        "tags": ["合规"],
+        "content": "平价护肤帖子禁止使用绝对化用语（最、第一、顶级）",
+        "tags": ["平价护肤", "合规"],
     }
     line = json.dumps(note, ensure_ascii=False)
     imported, errors = asyncio.run(import_notes(str(tmp_path / "data" / "atelier.db"), [line]))
