@@ -65,6 +65,7 @@ def require(caller: Caller, access: Access) -> None:
 
 
 def _guard(access: Access) -> Callable[..., Coroutine[Any, Any, None]]:
+    guard: Callable[..., Coroutine[Any, Any, None]]
     if access == Access.PUBLIC:
 
         async def public() -> None:

@@ -214,7 +214,7 @@ def forbidden_operations(app: FastAPI) -> dict[tuple[str, str], str]:
             continue
         for access in route_access(route):
             if access in _FORBIDDEN:
-                for method in route.methods:
+                for method in route.methods or ():
                     found[method.lower(), route.path] = _FORBIDDEN[access]
     return found
 

@@ -83,8 +83,10 @@ _NOT_KEYED = (
     "Managed keys need a keyed service: set AUTH_API_KEYS (bootstrap admin keys). "
     "This service runs open, so every caller is anonymous and no key would be checked."
 )
-_OPEN = {409: {"description": "The service runs open (no AUTH_API_KEYS): no managed keys."}}
-_REVOKED = {
+_OPEN: dict[int | str, dict[str, Any]] = {
+    409: {"description": "The service runs open (no AUTH_API_KEYS): no managed keys."}
+}
+_REVOKED: dict[int | str, dict[str, Any]] = {
     404: {"description": "No key has this id."},
     409: {"description": "The service runs open, or the key is revoked."},
 }

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,6 +34,7 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import AuthenticationError
 
 from core.settings import Settings
+from engine import owner_id_for
 from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import (
     DEPLOYMENTS,
@@ -358,6 +362,107 @@ def test_another_key_cannot_rewrite_what_every_keys_posts_are_built_from(
             "approved",
         )
         assert json.dumps(stored, ensure_ascii=False).count("evil") == 0
+
+
+# --------------------------------------------------------------------------- docs/keys.md
+
+
+def run_bash(script: str, url: str, **env: str) -> str:
+    """Run a docs page's bash block against `url` with `env`; return its output."""
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8000", url)],
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def json_values(text: str) -> list[Any]:
+    """Return the JSON values printed one after another."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while at < len(text.strip()):
+        value, end = decoder.raw_decode(text, at)
+        values.append(value)
+        at = end
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return values
+
+
+def test_the_docs_snippets_run_as_written(tmp_path: Path, llm: ScriptedOpenAIServer) -> None:
+    from tests.app.test_mcp import run_snippet
+    from tests.support.docs import code_block
+
+    data_dir = tmp_path / "data"
+    settings = service_settings(data_dir, llm.base_url, auth_api_keys=[ADMIN_KEY])
+    with LiveServer(settings, sample_assistants) as live:
+        made, listed = json_values(
+            run_bash(
+                code_block("keys", "bash", containing='"crons": 50'), live.url, ADMIN_KEY=ADMIN_KEY
+            )
+        )
+        assert made["role"] == "member" and made["quotas"] == {"crons": 50, "monthly_spend": 100}
+        assert [k["key_id"] for k in listed["items"]] == [made["key_id"]]
+        changed, rotated, revoked, audit = json_values(
+            run_bash(
+                code_block("keys", "bash", containing="PATCH"),
+                live.url,
+                ADMIN_KEY=ADMIN_KEY,
+                KEY_ID=made["key_id"],
+            )
+        )
+        assert changed["role"] == "read-only" and rotated["webhook_secret"].startswith("whsec_")
+        assert revoked["state"] == "revoked"
+        assert [e["action"] for e in audit["items"]] == [
+            "key.revoke",
+            "key.rotate_webhook_secret",
+            "key.update",
+            "key.create",
+        ]
+
+        namespace = asyncio.run(
+            run_snippet(
+                code_block("keys", "python").replace("ADMIN_KEY", repr(ADMIN_KEY)), live.url, ""
+            )
+        )
+        assert namespace["me"]["role"] == "member"
+        assert namespace["me"]["key_id"] == namespace["made"]["key_id"]
+
+        cli_key = make_key(live.url)
+        shown = run_bash(
+            code_block("keys", "bash", containing="atelier keys create"),
+            live.url,
+            DATA_DIR=str(data_dir),
+            DATABASE_URL="",
+            KEY_ID=cli_key["key_id"],
+        )
+        assert "atl_" in shown and "whsec_" in shown and "Revoked" in shown
+        assert (
+            httpx.get(f"{live.url}/keys/me", headers={"X-Api-Key": cli_key["key"]}).status_code
+            == 401
+        )
+
+        cron = httpx.post(
+            f"{live.url}/runs/crons",
+            json={"assistant_id": "studio", "schedule": "0 9 1 1 *", "input": studio_input()},
+            headers=ADMIN,
+        ).json()
+        crons = run_bash(
+            code_block("keys", "bash", containing="$CRON_ID"),
+            live.url,
+            ADMIN_KEY=ADMIN_KEY,
+            KEY_ID=owner_id_for(ADMIN_KEY),
+            CRON_ID=cron["cron_id"],
+        )
+        assert [c["cron_id"] for c in json_values(crons)[0]] == [cron["cron_id"]]
+        assert (
+            httpx.get(f"{live.url}/keys/{owner_id_for(ADMIN_KEY)}/crons", headers=ADMIN).json()
+            == []
+        )
 
 
 def test_the_docs_page_says_what_each_role_may_do() -> None:
