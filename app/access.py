@@ -8,6 +8,8 @@ Every route of the API declares its access, once, in its decorator:
     @router.get("/ok", dependencies=[PUBLIC])
 
 * `PUBLIC`: anyone, no key (probes, the console page, A2A agent cards);
+* `SIGNED`: any key, or no key with the signed link of that one asset (the auth
+  middleware checks the signature before the route runs; `GET /assets/{id}?sig=…`);
 * `READ`: any key: it reads and searches its own things (`POST …/search` included);
 * `WRITE`: `admin` and `member` keys: it creates, changes, deletes or starts
   something; a `read-only` key gets 403 naming its role;
@@ -36,6 +38,7 @@ class Access(StrEnum):
     """Who may call a route."""
 
     PUBLIC = "public"
+    SIGNED = "signed"
     READ = "read"
     WRITE = "write"
     ADMIN = "admin"
@@ -66,12 +69,12 @@ def require(caller: Caller, access: Access) -> None:
 
 def _guard(access: Access) -> Callable[..., Coroutine[Any, Any, None]]:
     guard: Callable[..., Coroutine[Any, Any, None]]
-    if access == Access.PUBLIC:
+    if access in (Access.PUBLIC, Access.SIGNED):
 
-        async def public() -> None:
-            """Let anyone call."""
+        async def unchecked() -> None:
+            """Let anyone the auth middleware let through call (every role may read)."""
 
-        guard = public
+        guard = unchecked
     else:
 
         async def keyed(caller: Annotated[Caller, Security(get_caller)]) -> None:
@@ -84,6 +87,7 @@ def _guard(access: Access) -> Callable[..., Coroutine[Any, Any, None]]:
 
 
 PUBLIC: params.Depends = Depends(_guard(Access.PUBLIC))
+SIGNED: params.Depends = Depends(_guard(Access.SIGNED))
 READ: params.Depends = Depends(_guard(Access.READ))
 WRITE: params.Depends = Depends(_guard(Access.WRITE))
 ADMIN: params.Depends = Depends(_guard(Access.ADMIN))
@@ -99,4 +103,14 @@ def route_access(route: APIRoute) -> list[Access]:
     return found
 
 
-__all__ = ["ADMIN", "PUBLIC", "READ", "WRITE", "Access", "refusal", "require", "route_access"]
+__all__ = [
+    "ADMIN",
+    "PUBLIC",
+    "READ",
+    "SIGNED",
+    "WRITE",
+    "Access",
+    "refusal",
+    "require",
+    "route_access",
+]
