@@ -364,6 +364,38 @@ def test_another_key_cannot_rewrite_what_every_keys_posts_are_built_from(
         assert json.dumps(stored, ensure_ascii=False).count("evil") == 0
 
 
+# --------------------------------------------------------------------------- MCP and A2A
+
+
+async def test_a_read_only_key_starts_no_run_through_mcp_or_a2a(
+    tmp_path: Path, llm: ScriptedOpenAIServer
+) -> None:
+    from a2a.utils.errors import InvalidRequestError
+
+    from tests.app.test_a2a import connect, send, user_message
+    from tests.app.test_mcp import mcp_session
+
+    settings = service_settings(tmp_path / "data", llm.base_url, auth_api_keys=[ADMIN_KEY])
+    with LiveServer(settings, sample_assistants) as live:
+        reader = make_key(live.url, role="read-only")
+        headers = {"X-Api-Key": reader["key"]}
+        async with mcp_session(live.url, headers) as session:
+            tools = [tool.name for tool in (await session.list_tools()).tools]  # a read
+            assert "studio" in tools
+            result = await session.call_tool("studio", {"request": "写一篇小红书笔记：平价护肤"})
+        assert result.is_error and "read-only" in str(result.content)
+
+        client = await connect(
+            f"{live.url}/a2a/studio", reader["key"], version="0.3", streaming=False
+        )
+        try:
+            with pytest.raises(InvalidRequestError, match="read-only"):
+                await send(client, user_message("写一篇小红书笔记：平价护肤"))
+        finally:
+            await client.close()
+        assert runs_of(settings, reader["key_id"]) == 0
+
+
 # --------------------------------------------------------------------------- docs/keys.md
 
 
