@@ -215,7 +215,7 @@ def forbidden_operations(app: FastAPI) -> dict[tuple[str, str], str]:
         for access in route_access(route):
             if access in _FORBIDDEN:
                 for method in route.methods or ():
-                    found[method.lower(), route.path] = _FORBIDDEN[access]
+                    found[method.lower(), route.path_format] = _FORBIDDEN[access]
     return found
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
+from starlette.convertors import Convertor, register_url_convertor
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -45,6 +46,23 @@ from app.security import auth_mode
 from engine import KEY_ID_PATTERN, MAX_QUOTA, KeyRecord, KeyRole, KeysService, utc_now
 
 router = APIRouter(prefix="/keys", tags=["keys"])
+
+
+class KeyIdConvertor(Convertor[str]):
+    """Match a key id in a path, so `/keys/me` is never taken for one (405, not 422)."""
+
+    regex = KEY_ID_PATTERN.removeprefix("^").removesuffix("$")
+
+    def convert(self, value: str) -> str:
+        """Return the key id as matched."""
+        return value
+
+    def to_string(self, value: str) -> str:
+        """Return the key id as written in a path."""
+        return value
+
+
+register_url_convertor("key_id", KeyIdConvertor())
 
 #: A key id, or the owner id of open mode (whose crons an admin may also see).
 OWNER_PATTERN = r"^(key_[0-9a-f]{24}|anonymous)$"
@@ -370,7 +388,7 @@ async def who_am_i(caller: CallerDep, settings: SettingsDep) -> dict[str, Any]:
 
 
 @router.get(
-    "/{key_id}",
+    "/{key_id:key_id}",
     response_model=KeyOut,
     summary="Get an API key",
     dependencies=[ADMIN],
@@ -382,7 +400,7 @@ async def get_key(key_id: KeyId, keys: ManagedKeysDep) -> dict[str, Any]:
 
 
 @router.patch(
-    "/{key_id}",
+    "/{key_id:key_id}",
     response_model=KeyOut,
     summary="Change an API key",
     dependencies=[ADMIN],
@@ -396,7 +414,7 @@ async def update_key(
 
 
 @router.delete(
-    "/{key_id}",
+    "/{key_id:key_id}",
     response_model=KeyRevoked,
     summary="Revoke an API key",
     dependencies=[ADMIN],
@@ -414,7 +432,7 @@ async def revoke_key(key_id: KeyId, keys: ManagedKeysDep, caller: CallerDep) -> 
 
 
 @router.post(
-    "/{key_id}/webhook-secret",
+    "/{key_id:key_id}/webhook-secret",
     response_model=WebhookSecret,
     summary="Rotate a key's webhook secret",
     dependencies=[ADMIN],
