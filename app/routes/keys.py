@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response, status
-from starlette.convertors import Convertor, register_url_convertor
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,6 +36,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.access import ADMIN, READ
 from app.deps import AuditDep, CallerDep, CronsDep, KeysDep, SettingsDep
