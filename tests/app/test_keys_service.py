@@ -121,6 +121,8 @@ def replicas(
     with serve_deployment(request, settings, sample_assistants, ADMIN) as served:
         if request.param == "processes":
             apis = served.cluster.apis  # type: ignore[attr-defined]
+            for _ in apis:  # nginx passes one request to each replica (its check)
+                httpx.get(f"{served.url}/keys/me", headers=ADMIN, timeout=30).raise_for_status()
             yield apis[0].url, apis[1].url
         elif request.param == "scale-out":
             other = built[-1].model_copy(update={"run_workers": 0, "cron_scheduler": False})
