@@ -100,6 +100,7 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3
 from a2a.utils.errors import (
     InternalError,
     InvalidParamsError,
+    InvalidRequestError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -112,10 +113,11 @@ from google.protobuf.struct_pb2 import Value
 from starlette.requests import Request as StarletteRequest
 
 from agentkit.chat import image_link
+from app.access import PUBLIC, READ, Access, refusal
 from app.deps import (
     AssetLinksDep,
     AssistantsDep,
-    PrincipalDep,
+    CallerDep,
     RunsDep,
     SettingsDep,
     ThreadsDep,
@@ -261,11 +263,21 @@ class Call:
     links: AssetLinks | None = None  # signs those links when API keys are on
     version: str = ""  # the service's version, which its cards state
     keyed: bool = False  # API keys are on: the card says how to present one
+    #: Why the caller may not start or cancel a task (a read-only key), or None.
+    write_refusal: str | None = None
 
 
 def _call(context: ServerCallContext) -> Call:
     call = context.state.get("atelier")
     assert isinstance(call, Call), "the A2A route puts its Call in the context"
+    return call
+
+
+def _writing(context: ServerCallContext) -> Call:
+    """Return the call of a method that starts or cancels a run; refuse a read-only key."""
+    call = _call(context)
+    if call.write_refusal is not None:
+        raise InvalidRequestError(message=call.write_refusal)
     return call
 
 
@@ -502,7 +514,7 @@ class AtelierRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         """Start a run and answer its task once it ended (at once with `returnImmediately`)."""
-        call = _call(context)
+        call = _writing(context)
         run = await self._start(params, call)
         if params.configuration.return_immediately:
             return build_task(call, run, {})
@@ -514,7 +526,7 @@ class AtelierRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         """Start a run and stream its task's progress until it ends."""
-        call = _call(context)
+        call = _writing(context)
         run = await self._start(params, call)
         async for event in self._follow(call, run):
             yield event
@@ -528,7 +540,7 @@ class AtelierRequestHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         """Cancel the task's run and answer the task, now `canceled`."""
-        call = _call(context)
+        call = _writing(context)
         run = await self._latest(call, params.id)
         try:
             run = await cancel_run(call.runs, run)
@@ -720,6 +732,7 @@ def _base_url(request: Request) -> str:
     CARD_PATH,
     summary="An assistant's A2A agent card",
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+    dependencies=[PUBLIC],
 )
 async def get_agent_card(
     assistant_id: AssistantId, request: Request, assistants: AssistantsDep, settings: SettingsDep
@@ -754,6 +767,7 @@ async def get_agent_card(
             },
         }
     },
+    dependencies=[READ],
 )
 async def a2a_rpc(
     assistant_id: AssistantId,
@@ -763,13 +777,14 @@ async def a2a_rpc(
     assistants: AssistantsDep,
     settings: SettingsDep,
     links: AssetLinksDep,
-    owner: PrincipalDep,
+    caller: CallerDep,
 ) -> Response:
     """Answer one A2A JSON-RPC request (see the module docstring for the mapping).
 
     The assistant may be one the caller created (a brand preset); its card is the
     extended card this endpoint answers (`GetExtendedAgentCard`), never a public one.
     """
+    owner = caller.owner
     assistant = await assistants.resolve(owner, assistant_id)
     request.state.a2a_call = Call(
         runs,
@@ -780,6 +795,7 @@ async def a2a_rpc(
         links,
         version=request.app.version,
         keyed=bool(settings.auth_api_keys),
+        write_refusal=refusal(caller, Access.WRITE),
     )
     return await _dispatcher.handle_requests(request)
 

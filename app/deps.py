@@ -1,6 +1,7 @@
 """Annotated dependency aliases: the one way routes (and the MCP and A2A servers) reach services.
 
-The caller's identity is `PrincipalDep` (authenticated by `app.security`). The
+The caller is `CallerDep` (its owner id, role and quotas) and its owner id alone
+`PrincipalDep`, both authenticated by `app.security`. The
 engine's services and the product's are opened once in the app's lifespan
 (`app.main`, `app.composition.open_product`) and kept on `app.state`; this module is
 the only reader of `app.state` for routes, so a test can build an app with other
@@ -14,6 +15,8 @@ servers, which FastAPI does not call, pass theirs).
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
+    KeysDep        KeysService         managed API keys
+    AuditDep       AuditService        the audit trail
     NotesDep, AssetsDep, ContextDep    the product's vault, assets, runtime context
     SettingsDep, AssetLinksDep, ReadyChecksDep, GraphsDep, QueueDepthDep
 """
@@ -26,13 +29,15 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 
 from agentkit.context import AtelierContext
-from app.security import get_principal
+from app.security import Caller, get_caller, get_principal
 from core.settings import Settings
 from engine import (
     AssistantsService,
+    AuditService,
     CronsService,
     Engine,
     FeedbackService,
+    KeysService,
     RunsService,
     ScopedStore,
     ThreadsService,
@@ -132,6 +137,16 @@ def get_webhooks(request: Request) -> WebhooksService:
     return get_engine(request).webhooks
 
 
+def get_keys(request: Request) -> KeysService:
+    """Return the managed keys."""
+    return get_engine(request).keys
+
+
+def get_audit(request: Request) -> AuditService:
+    """Return the audit trail."""
+    return get_engine(request).audit
+
+
 def get_store(request: Request) -> ScopedStore:
     """Return the Store, scoped per API key (bind it to the caller with `for_owner`)."""
     return get_engine(request).store
@@ -154,6 +169,11 @@ CronsDep = Annotated[CronsService, Depends(get_crons)]
 FeedbackDep = Annotated[FeedbackService, Depends(get_feedback)]
 WebhooksDep = Annotated[WebhooksService, Depends(get_webhooks)]
 StoreDep = Annotated[ScopedStore, Depends(get_store)]
+KeysDep = Annotated[KeysService, Depends(get_keys)]
+AuditDep = Annotated[AuditService, Depends(get_audit)]
+
+CallerDep = Annotated[Caller, Security(get_caller)]
+"""The caller: owner id, role (`admin`, `member`, `read-only`), kind and quota overrides."""
 
 PrincipalDep = Annotated[str, Security(get_principal)]
 """The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
@@ -162,10 +182,13 @@ __all__ = [
     "AssetLinksDep",
     "AssetsDep",
     "AssistantsDep",
+    "AuditDep",
+    "CallerDep",
     "ContextDep",
     "CronsDep",
     "FeedbackDep",
     "GraphsDep",
+    "KeysDep",
     "NotesDep",
     "OptionalEngineDep",
     "OptionalNotesDep",
@@ -178,6 +201,8 @@ __all__ = [
     "ThreadsDep",
     "WebhooksDep",
     "get_assistants",
+    "get_audit",
+    "get_keys",
     "get_runs",
     "get_settings",
     "get_threads",

@@ -48,6 +48,7 @@ __all__ = [
     "NotReadyError",
     "RunsError",
     "Unavailable",
+    "endpoint_routes",
     "error_body",
     "error_response",
     "install_error_handlers",
@@ -121,6 +122,11 @@ def allowed_methods(request: Request) -> list[str]:
         if route.matches(request.scope)[0] != Match.NONE:
             methods.update(getattr(route, "methods", ()))
     return sorted(methods)
+
+
+def endpoint_routes(app: Any) -> Iterator[BaseRoute]:
+    """Yield every route with methods of an app, inside included routers too."""
+    yield from _endpoint_routes(app.router.routes)
 
 
 def _endpoint_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:

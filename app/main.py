@@ -17,6 +17,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from app import a2a, names
+from app.access import PUBLIC
 from app.composition import open_product
 from app.errors import install_error_handlers
 from app.mcp import mcp_router
@@ -26,9 +27,11 @@ from app.request_scope import RequestScopeMiddleware
 from app.routes import (
     assets,
     assistants,
+    audit,
     crons,
     exports,
     feedback,
+    keys,
     knowledge,
     ops,
     runs,
@@ -36,7 +39,7 @@ from app.routes import (
     threads,
 )
 from app.routes.ops import NotReadyError
-from app.security import announce_auth_mode, install_security
+from app.security import announce_auth_mode, announce_ignored_keys, install_security
 from core.settings import Settings
 from engine import AssistantFactory
 from providers.fonts import web_cjk_font
@@ -78,6 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         }
         if engine.queue_depth is not None:
             app.state.queue_depth = engine.queue_depth
+        await announce_ignored_keys(engine)
         yield
 
 
@@ -126,6 +130,8 @@ def create_app(
     app.include_router(crons.router)
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(store.router)
+    app.include_router(keys.router)  # keys and any key's crons (admins; /keys/me: anyone)
+    app.include_router(audit.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)
@@ -142,7 +148,7 @@ def mount_console(app: FastAPI) -> None:
     of the client's own fonts can draw Chinese, so the console never shows empty boxes.
     """
 
-    @app.get("/console/fonts/cjk", include_in_schema=False)
+    @app.get("/console/fonts/cjk", include_in_schema=False, dependencies=[PUBLIC])
     async def cjk_font() -> FileResponse:
         font = web_cjk_font(app.state.settings.font_path)
         if font is None:
@@ -152,7 +158,7 @@ def mount_console(app: FastAPI) -> None:
             path, media_type=media_type, headers={"Cache-Control": "public, max-age=604800"}
         )
 
-    @app.get("/console/names.js", include_in_schema=False)
+    @app.get("/console/names.js", include_in_schema=False, dependencies=[PUBLIC])
     async def console_names() -> Response:
         return Response(
             names.script(),
@@ -162,7 +168,7 @@ def mount_console(app: FastAPI) -> None:
 
     app.mount("/console", StaticFiles(directory=STATIC_DIR), name="console")
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, dependencies=[PUBLIC])
     async def console() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
 

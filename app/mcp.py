@@ -83,12 +83,13 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentkit.chat import image_link
+from app.access import Access, refusal
 from app.deps import get_asset_links, get_engine, get_settings
 from app.described import assistant_description, assistant_name
 from app.errors import error_response, validation_message
 from app.mcp_guard import McpOriginGuard
 from app.routes.exports import post_markdown
-from app.security import PRINCIPAL_STATE_KEY, auth_mode
+from app.security import CALLER_STATE_KEY, PRINCIPAL_STATE_KEY, Caller, auth_mode
 from core.settings import Settings
 from engine import (
     Assistant,
@@ -364,6 +365,12 @@ def caller(request: Request) -> str:
     return str(owner)
 
 
+def write_refusal(request: Request) -> str | None:
+    """Return why the caller may not start a run (a read-only key), or None."""
+    found = request.scope.get("state", {}).get(CALLER_STATE_KEY)
+    return refusal(found, Access.WRITE) if isinstance(found, Caller) else None
+
+
 def mcp_server(app: FastAPI) -> Server[Any]:
     """Build the MCP server whose tools run the assistants of `app`'s engine.
 
@@ -413,6 +420,9 @@ def mcp_server(app: FastAPI) -> Server[Any]:
                 "(tools/list)",
             )
         graph_input = tool_input(assistant, params.arguments or {})
+        refused = write_refusal(request)  # a tool call starts a run: a write
+        if refused is not None:
+            return error_result(refused)
         try:
             run = await start_run(engine, owner, assistant, graph_input)
         except InvalidFields as exc:

@@ -247,7 +247,7 @@ class AtelierMetrics:
         self.webhook_outbox_deliveries = Gauge(
             "atelier_webhook_outbox_deliveries",
             "Webhook deliveries in the outbox, every process's, by status (pending, success, "
-            "failed; read from the database at scrape).",
+            "failed, cancelled; read from the database at scrape).",
             ["status"],
             registry=r,
         )

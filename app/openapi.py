@@ -20,7 +20,9 @@ imports it): `ErrorResponse`, the one error body of the service (app/security.py
 on every error status, and per operation
 
 * 401 on everything but the public paths, when API keys are configured (the
-  document describes the server it is served by);
+  document describes the server it is served by), and 403 on the routes a role may
+  be refused (writes: a read-only key; admin routes: any but an admin key,
+  `app.access`);
 * 404 where a path names a resource, and on the run-creating operations (unknown
   assistant or thread);
 * 409 where `CONFLICTS` says an operation can conflict;
@@ -32,12 +34,15 @@ on every error status, and per operation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 
-from app.errors import ERROR_CODES
+from app.access import Access, route_access
+from app.errors import ERROR_CODES, endpoint_routes
 from app.mcp import MCP_PATH
 from app.schemas import EndData, ErrorData, GapData, RunMetadataData
 from app.security import is_public
@@ -193,7 +198,33 @@ def field_error_schema() -> dict[str, Any]:
     }
 
 
-def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
+#: Why a role may be refused, by a route's access.
+_FORBIDDEN = {
+    Access.WRITE: "The API key's role is read-only: it may not create, change, delete or "
+    "start anything.",
+    Access.ADMIN: "The API key is not an admin key.",
+}
+
+
+def forbidden_operations(app: FastAPI) -> dict[tuple[str, str], str]:
+    """Return the operations a role may be refused (403), with why, from the routes' access."""
+    found: dict[tuple[str, str], str] = {}
+    for route in endpoint_routes(app):
+        if not isinstance(route, APIRoute):
+            continue
+        for access in route_access(route):
+            if access in _FORBIDDEN:
+                for method in route.methods or ():
+                    found[method.lower(), route.path_format] = _FORBIDDEN[access]
+    return found
+
+
+def document_errors(
+    document: dict[str, Any],
+    *,
+    keyed: bool,
+    forbidden: Mapping[tuple[str, str], str] | None = None,
+) -> None:
     """Add the error answers of every operation to an OpenAPI document, in place."""
     error_ref = {"$ref": _REF.format(model="ErrorResponse")}
     for path, item in document.get("paths", {}).items():
@@ -205,6 +236,8 @@ def document_errors(document: dict[str, Any], *, keyed: bool) -> None:
             statuses: dict[int, str] = {}
             if keyed and not is_public(path):
                 statuses[401] = _DESCRIPTIONS[401]
+                if (method, path) in (forbidden or {}):
+                    statuses[403] = (forbidden or {})[method, path]
             if any(p.get("in") == "path" for p in parameters) or path in _RUN_CREATING:
                 statuses[404] = _DESCRIPTIONS[404]
             if (method, path) in CONFLICTS:
@@ -374,7 +407,7 @@ def install_openapi(app: FastAPI) -> None:
                 schemas.setdefault(name, schema)
             settings = getattr(app.state, "settings", None)
             keyed = bool(settings and settings.auth_api_keys)
-            document_errors(document, keyed=keyed)
+            document_errors(document, keyed=keyed, forbidden=forbidden_operations(app))
             # After document_errors: the MCP endpoint's errors are JSON-RPC, not ErrorResponse.
             document.setdefault("paths", {})[MCP_PATH] = mcp_path(keyed=keyed)
             schemas["JsonRpcMessage"] = json_rpc_schema()

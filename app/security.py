@@ -28,22 +28,32 @@ is that asset's signature (`providers.asset_links`) is served without a key, so 
 browser's `<img>` loads the image links in posts; a `sig` that is not the one for
 that asset gets 403. Only that one asset is let through, never another path.
 
-Routes learn the caller through `app.deps.PrincipalDep` (`get_principal`), the
-caller's owner id: `key_` and
-24 hex characters of an HMAC-SHA256 of the key (stable across restarts and key
-reordering, not reversible to the key), or `anonymous` when the service is open.
-Threads and runs store it so another key cannot see them.
+Managed keys (`POST /keys`, `atelier keys create`; `engine.keys`) are checked after
+the `AUTH_API_KEYS` ones: a presented `atl_…` secret is looked up by its digest in the
+database (`engine.KeysService.authenticate`, trusted for at most a second, so a
+revoked or expired key is refused on every replica within about a second; the 401
+says which). They need a keyed service: with no `AUTH_API_KEYS` the service runs open
+and every caller is `anonymous`, whatever it presents.
+
+Routes learn the caller through `app.deps.CallerDep` (`get_caller`): a `Caller`, its
+owner id, role (`admin`, `member`, `read-only`; `AUTH_API_KEYS` keys and open mode's
+anonymous caller are admins), kind and quota overrides; `PrincipalDep`
+(`get_principal`) is its owner id alone: `key_` and 24 hex characters of an
+HMAC-SHA256 of the key (stable across restarts and key reordering, not reversible
+to the key), or `anonymous` when the service is open. Threads and runs store it so
+another key cannot see them. What each role may call is declared per route
+(`app.access`). See docs/keys.md.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import re
 import secrets
-from collections.abc import Iterable, Mapping
-from typing import Annotated
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -53,17 +63,62 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import error_response
+from app.errors import DATABASE_UNAVAILABLE, error_response
 from core.settings import Settings
+from engine import (
+    ANONYMOUS,
+    Actor,
+    Engine,
+    KeyRecord,
+    KeyRole,
+    KeysService,
+    is_key_secret,
+    owner_id_for,
+    utc_now,
+)
 from providers.asset_links import AssetLinks, signature_of
 
 log = logging.getLogger(__name__)
 
-ANONYMOUS = "anonymous"
-"""Owner id of every caller when the service runs open (no `AUTH_API_KEYS`)."""
-
 PRINCIPAL_STATE_KEY = "principal"
 """Key under `request.state` (the ASGI scope's "state") holding the caller's owner id."""
+CALLER_STATE_KEY = "caller"
+"""Key under `request.state` holding the `Caller`."""
+#: How a caller was authenticated: a managed key, an AUTH_API_KEYS key, or none (open).
+CallerKind = Literal["managed", "bootstrap", "open"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls: an owner id, a role, and the quota overrides of a managed key."""
+
+    #: The owner id its things are recorded under (a key's id; `anonymous` when open).
+    owner: str
+    role: KeyRole
+    kind: CallerKind
+    #: A managed key's quota overrides (`engine.QUOTA_NAMES`); empty: the defaults.
+    quotas: Mapping[str, int | float | None] = field(default_factory=dict)
+    #: A managed key's name.
+    name: str | None = None
+
+    @property
+    def key_id(self) -> str:
+        """The caller's key id (its owner id)."""
+        return self.owner
+
+    @property
+    def actor(self) -> Actor:
+        """The caller as the audit trail names it."""
+        return Actor(self.owner, self.role)
+
+    @classmethod
+    def of_key(cls, record: KeyRecord) -> Caller:
+        """Return the caller a managed key authenticates."""
+        return cls(record.key_id, record.role, "managed", dict(record.quotas), record.name)
+
+
+#: The caller of an open service.
+OPEN_CALLER = Caller(ANONYMOUS, "admin", "open")
 
 #: Paths anyone may call: probes, the API's own description and the console page
 #: (which asks for a key before it calls anything else).
@@ -81,7 +136,6 @@ UPLOAD_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/assets")})
 
 #: Headers longer than this cannot hold a key (keys are at most 256 characters).
 _MAX_CREDENTIAL_CHARS = 1024
-_OWNER_ID_SALT = b"atelier.owner-id.v1"
 
 #: The one path a signed link may open: an asset by id (GET or HEAD).
 _ASSET_PATH = re.compile(r"^/assets/(?P<asset_id>[0-9a-f]{32})$")
@@ -90,15 +144,11 @@ _BAD_SIGNATURE = "The image link's signature is not valid for this asset."
 _UNAUTHORIZED = (
     "A valid API key is required: send it as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'."
 )
+_REVOKED = "This API key was revoked; ask an admin for a new one."
+_EXPIRED = "This API key has expired; ask an admin for a new one."
 
 
 # --- API keys ---------------------------------------------------------------------
-
-
-def owner_id_for(key: str) -> str:
-    """Return the stable, non-reversible owner id of an API key."""
-    digest = hmac.new(_OWNER_ID_SALT, key.encode("utf-8"), hashlib.sha256).hexdigest()
-    return f"key_{digest[:24]}"
 
 
 class ApiKeys:
@@ -131,15 +181,34 @@ class ApiKeys:
                 owner = entry_owner
         return owner
 
-    def authenticate(self, headers: Headers) -> str | None:
-        """Return the caller's owner id from request headers, or None when refused."""
+    def authenticate(self, headers: Headers) -> Caller | None:
+        """Return the caller an AUTH_API_KEYS key (or open mode) makes; None: neither."""
         if self.open:
-            return ANONYMOUS
+            return OPEN_CALLER
         for presented in presented_keys(headers):
             owner = self.identify(presented)
             if owner is not None:
-                return owner
+                return Caller(owner, "admin", "bootstrap")
         return None
+
+
+async def managed_caller(keys: KeysService, headers: Headers) -> tuple[Caller | None, str]:
+    """Return the caller a managed key makes, or None and why it was refused.
+
+    Only credentials shaped like a managed key's secret are looked up.
+    """
+    refusal = _UNAUTHORIZED
+    for presented in presented_keys(headers):
+        if not is_key_secret(presented):
+            continue
+        record = await keys.authenticate(presented)
+        if record is None:
+            continue
+        state = record.state(utc_now())
+        if state == "active":
+            return Caller.of_key(record), refusal
+        refusal = _REVOKED if state == "revoked" else _EXPIRED
+    return None, refusal
 
 
 def _digest(key: str) -> bytes:
@@ -183,21 +252,49 @@ def signed_asset(scope: Scope, links: AssetLinks | None) -> bool | None:
 
 
 class AuthMiddleware:
-    """Refuse requests without a valid API key (401) and record the caller's owner id."""
+    """Refuse requests without a valid API key (401) and record the caller."""
 
-    def __init__(self, app: ASGIApp, keys: ApiKeys, links: AssetLinks | None = None) -> None:
-        """Wrap `app`, checking requests against `keys` (and asset links against `links`)."""
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: ApiKeys,
+        links: AssetLinks | None = None,
+        managed: Callable[[], KeysService | None] | None = None,
+    ) -> None:
+        """Wrap `app`, checking requests against `keys` (and asset links against `links`).
+
+        Args:
+            app: The app.
+            keys: The AUTH_API_KEYS keys.
+            links: The asset link signer (None: no signed links).
+            managed: Returns the managed keys (None while the engine is not open);
+                None: managed keys are not checked (open mode).
+        """
         self.app = app
         self.keys = keys
         self.links = links
+        self.managed = managed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate an HTTP request, then pass it on or answer 401."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        owner = self.keys.authenticate(Headers(scope=scope))
-        if owner is None and not is_public(scope["path"]):
+        headers = Headers(scope=scope)
+        caller = self.keys.authenticate(headers)
+        refusal = _UNAUTHORIZED
+        service = self.managed() if caller is None and self.managed is not None else None
+        if service is not None:
+            try:
+                caller, refusal = await managed_caller(service, headers)
+            except Exception:  # the database did not answer: no key can be checked now
+                log.warning("could not look up an API key", exc_info=True)
+                if not is_public(scope["path"]):
+                    await error_response(503, DATABASE_UNAVAILABLE, headers={"Retry-After": "2"})(
+                        scope, receive, send
+                    )
+                    return
+        if caller is None and not is_public(scope["path"]):
             signed = signed_asset(scope, self.links)
             if signed is True:
                 await self.app(scope, receive, send)
@@ -206,47 +303,65 @@ class AuthMiddleware:
                 await error_response(403, _BAD_SIGNATURE)(scope, receive, send)
                 return
             response = error_response(
-                401, _UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
+                401, refusal, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
             )
             await response(scope, receive, send)
             return
-        if owner is not None:
-            scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = owner
+        if caller is not None:
+            state = scope.setdefault("state", {})
+            state[CALLER_STATE_KEY] = caller
+            state[PRINCIPAL_STATE_KEY] = caller.owner
         await self.app(scope, receive, send)
 
 
 # Declared for the OpenAPI document only (Swagger's and Apifox's "Authorize" button);
 # `AuthMiddleware` has already checked the key by the time these run.
 _bearer_scheme = HTTPBearer(
-    auto_error=False, scheme_name="bearer", description="An AUTH_API_KEYS key as a bearer token."
+    auto_error=False,
+    scheme_name="bearer",
+    description="An API key (an AUTH_API_KEYS key or a managed `atl_…` key) as a bearer token.",
 )
 _api_key_scheme = APIKeyHeader(
-    name="X-Api-Key", auto_error=False, scheme_name="apiKey", description="An AUTH_API_KEYS key."
+    name="X-Api-Key",
+    auto_error=False,
+    scheme_name="apiKey",
+    description="An API key (an AUTH_API_KEYS key or a managed `atl_…` key).",
 )
 
 
-async def get_principal(
+def caller_of(request: Request) -> Caller | None:
+    """Return the caller `AuthMiddleware` recorded for a request (None: it recorded none).
+
+    Falls back to checking the AUTH_API_KEYS key itself when the middleware did not
+    run (an app built without `install_security`).
+    """
+    caller = request.scope.get("state", {}).get(CALLER_STATE_KEY)
+    if isinstance(caller, Caller):
+        return caller
+    keys = getattr(request.app.state, "api_keys", None)
+    if keys is None:
+        keys = ApiKeys(request.app.state.settings.auth_api_keys)
+    found: Caller | None = keys.authenticate(request.headers)
+    return found
+
+
+async def get_caller(
     request: Request,
     _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
     _api_key: Annotated[str | None, Security(_api_key_scheme)],
-) -> str:
-    """Return the caller's owner id (see the module docstring).
-
-    Falls back to checking the key itself when `AuthMiddleware` did not run (an
-    app built without `install_security`), so a route using this never runs for
-    an unauthenticated caller.
-    """
-    owner = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
-    if owner is None:
-        keys = getattr(request.app.state, "api_keys", None)
-        if keys is None:
-            keys = ApiKeys(request.app.state.settings.auth_api_keys)
-        owner = keys.authenticate(request.headers)
-    if owner is None:
+) -> Caller:
+    """Return the caller (see the module docstring); a route using it never runs without one."""
+    caller = caller_of(request)
+    if caller is None:
         raise StarletteHTTPException(
             401, _UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="atelier"'}
         )
-    return str(owner)
+    return caller
+
+
+async def get_principal(caller: Annotated[Caller, Security(get_caller)]) -> str:
+    """Return the caller's owner id (see the module docstring)."""
+    return caller.owner
 
 
 # --- body limit ---------------------------------------------------------------------
@@ -358,6 +473,10 @@ def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
     links = AssetLinks.from_settings(settings)
     app.state.asset_links = links
 
+    def managed_keys() -> KeysService | None:
+        engine = getattr(app.state, "engine", None)
+        return None if engine is None else engine.keys
+
     # add_middleware wraps what is there: the last one added runs first.
     upload_limit = upload_body_limit(settings)
     app.add_middleware(
@@ -365,7 +484,9 @@ def install_security(app: FastAPI, settings: Settings) -> ApiKeys:
         max_body_bytes=settings.max_body_bytes,
         route_limits=dict.fromkeys(UPLOAD_ROUTES, upload_limit),
     )
-    app.add_middleware(AuthMiddleware, keys=keys, links=links)
+    app.add_middleware(
+        AuthMiddleware, keys=keys, links=links, managed=None if keys.open else managed_keys
+    )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -397,6 +518,26 @@ def announce_auth_mode(settings: Settings) -> None:
         log.warning(OPEN_WARNING)
 
 
+async def announce_ignored_keys(engine: Engine) -> None:
+    """Warn once when the service runs open while the database holds managed keys.
+
+    Those keys are not checked (every caller is anonymous) until AUTH_API_KEYS is set.
+    """
+    keys = engine.keys
+    if keys.keyed:
+        return
+    try:
+        count = await keys.count(include_revoked=False)
+    except Exception:  # the database is away: /ready says so; this is only a warning
+        return
+    if count:
+        log.warning(
+            "%d managed API key(s) in the database are ignored: AUTH_API_KEYS is not set, "
+            "so the service runs open. Set AUTH_API_KEYS to require keys.",
+            count,
+        )
+
+
 OPEN_WARNING = (
     "AUTH_API_KEYS is not set: this service is OPEN and anyone who can reach it can "
     "start runs, read every thread and change the knowledge vault. Set AUTH_API_KEYS "
@@ -411,12 +552,18 @@ def auth_mode(settings: Settings) -> str:
 
 __all__ = [
     "ANONYMOUS",
+    "CALLER_STATE_KEY",
+    "OPEN_CALLER",
     "OPEN_WARNING",
     "ApiKeys",
     "AuthMiddleware",
     "BodyLimitMiddleware",
+    "Caller",
     "announce_auth_mode",
+    "announce_ignored_keys",
     "auth_mode",
+    "caller_of",
+    "get_caller",
     "get_principal",
     "install_security",
     "owner_id_for",

@@ -6,6 +6,7 @@
     atelier run --resume RUN_ID [--auto-confirm] [--json]             cli/run.py
     atelier notes import notes.jsonl | export [notes.jsonl]           cli/notes.py
     atelier db upgrade                                                cli/db.py
+    atelier keys create|list|revoke|rotate-webhook-secret             cli/keys.py
 
 What `run` prints follows the request's language, in the words of `app.texts`
 (beside `app.names`, the names of ids the console shows too).
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 import typer
 
-from cli import db, notes, serve, worker
+from cli import db, keys, notes, serve, worker
 from cli import run as run_command
 
 cli = typer.Typer(
     name="atelier",
-    help="Atelier, a multi-agent content studio: serve it, run a request, manage notes.",
+    help="Atelier, a multi-agent content studio: serve it, run a request, manage notes and keys.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -30,6 +31,7 @@ cli.command()(worker.worker)
 cli.command()(run_command.run)
 cli.add_typer(notes.app, name="notes")
 cli.add_typer(db.app, name="db")
+cli.add_typer(keys.app, name="keys")
 
 
 def main() -> None:

@@ -305,6 +305,14 @@ class Settings(BaseSettings):
     webhook_read_timeout: float = Field(
         default=10.0, gt=0, le=120, description="Seconds a webhook receiver may take to answer."
     )
+    webhook_secret_overlap_hours: float = Field(
+        default=24.0,
+        ge=0,
+        le=8784,
+        description="Hours a managed key's previous webhook signing secret still signs "
+        "deliveries after `POST /keys/{key_id}/webhook-secret` rotated it, so receivers "
+        "can switch to the new one (docs/keys.md).",
+    )
 
     # --- crons (engine/crons.py) ------------------------------------------------
     cron_scheduler: bool = Field(

@@ -16,6 +16,7 @@ from engine.assistants import (
     build_assistants,
     registry,
 )
+from engine.audit import AUDIT_ACTIONS, CLI, Actor, AuditAction, AuditRecord
 from engine.crons import CronRecord, OnRunCompleted, check_schedule, check_timezone, utc_now
 from engine.errors import (
     DATABASE_UNAVAILABLE,
@@ -43,7 +44,22 @@ from engine.frames import (
     StreamModeName,
     graph_mode,
 )
-from engine.opener import ContextOpener, Engine, Role, open_engine
+from engine.keys import (
+    ANONYMOUS,
+    KEY_ID_PATTERN,
+    KEY_ROLES,
+    MAX_QUOTA,
+    QUOTA_NAMES,
+    KeyRecord,
+    KeyRole,
+    KeyState,
+    OwnerCheck,
+    Revocation,
+    SigningSecrets,
+    is_key_secret,
+    owner_id_for,
+)
+from engine.opener import ContextOpener, Engine, Role, open_engine, open_keys
 from engine.protocols import DatabasePools, RunFrames
 from engine.records import (
     RUN_STATUSES,
@@ -58,12 +74,15 @@ from engine.request_scope import request_scope
 from engine.serde import dumps, loads, to_jsonable
 from engine.services import (
     AssistantsService,
+    AuditService,
     CronsService,
     FeedbackService,
+    KeysService,
     RunsService,
     ThreadsService,
     WebhooksService,
 )
+from engine.services.keys import CreatedKey
 from engine.spec import IfNotExists, MultitaskStrategy, RunOptions, RunSpec
 from engine.sqlite.database import query_database_file
 from engine.sqlite.ownership import DataDirInUse
@@ -84,27 +103,39 @@ async def upgrade_schema(database_url: str) -> int:
 
 
 __all__ = [
+    "ANONYMOUS",
     "ATTEMPT_OUTCOMES",
+    "AUDIT_ACTIONS",
+    "CLI",
     "CONTROL_EVENTS",
     "DATABASE_UNAVAILABLE",
     "DELIVERY_OUTCOMES",
     "FEEDBACK_KEY_PATTERN",
     "IDLE",
+    "KEY_ID_PATTERN",
+    "KEY_ROLES",
     "MAX_COMMENT_CHARS",
     "MAX_FEEDBACK_PER_RUN",
+    "MAX_QUOTA",
     "MAX_SCORE",
+    "QUOTA_NAMES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STREAM_MODES",
     "UNSUPPORTED_STREAM_MODES",
+    "Actor",
     "Assistant",
     "AssistantFactory",
     "AssistantRecord",
     "AssistantSpec",
     "AssistantsService",
+    "AuditAction",
+    "AuditRecord",
+    "AuditService",
     "CancelAction",
     "Conflict",
     "ContextOpener",
+    "CreatedKey",
     "CronRecord",
     "CronsService",
     "DataDirInUse",
@@ -120,12 +151,18 @@ __all__ = [
     "IfNotExists",
     "Invalid",
     "InvalidFields",
+    "KeyRecord",
+    "KeyRole",
+    "KeyState",
+    "KeysService",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
     "OnRunCompleted",
     "OutboxTotals",
+    "OwnerCheck",
     "QueryRanker",
+    "Revocation",
     "Role",
     "RunFrames",
     "RunOptions",
@@ -136,6 +173,7 @@ __all__ = [
     "RunsError",
     "RunsService",
     "ScopedStore",
+    "SigningSecrets",
     "Stopped",
     "StreamModeName",
     "ThreadRecord",
@@ -149,9 +187,12 @@ __all__ = [
     "dumps",
     "follow_frames",
     "graph_mode",
+    "is_key_secret",
     "item_text",
     "loads",
     "open_engine",
+    "open_keys",
+    "owner_id_for",
     "query_database_file",
     "registry",
     "request_scope",

@@ -24,8 +24,10 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
+from engine.audit import AuditRepository
 from engine.crons import CRON_POLL, utc_now
 from engine.feedback import FeedbackRepository
+from engine.keys import KeyRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.repositories import AssistantRepository, CronRepository
 from engine.services import (
@@ -38,7 +40,10 @@ from engine.services import (
     WebhooksService,
 )
 from engine.services.core import RECOVERY_INTERVAL
+from engine.services.keys import AuditService, KeysService
 from engine.sqlite.backend import open_sqlite_backend
+from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.keys import SqliteAuditRepository, SqliteKeyRepository
 from engine.store import QueryRanker, ScopedStore, query_ranker
 from engine.tracing import RunTracing
 from engine.webhooks import WebhookConfig
@@ -61,6 +66,10 @@ class Engine:
     crons: CronsService
     feedback: FeedbackService
     webhooks: WebhooksService
+    #: Managed API keys, and who may still act.
+    keys: KeysService
+    #: The audit trail.
+    audit: AuditService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -144,7 +153,10 @@ async def open_engine(
             recovery_interval=recovery_interval,
         )
         runs = RunsService(core)
-        crons = CronsService(core, repositories.crons, interval=CRON_POLL, clock=clock)
+        keys = keys_service(settings, repositories.keys, repositories.audit)
+        crons = CronsService(
+            core, repositories.crons, interval=CRON_POLL, clock=clock, owners=keys
+        )
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -164,6 +176,8 @@ async def open_engine(
             crons=crons,
             feedback=FeedbackService(core, repositories.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
+            keys=keys,
+            audit=AuditService(repositories.audit),
             store=store,
             context=opened,
             graphs=sorted(graphs),
@@ -181,6 +195,8 @@ class _Repositories:
     crons: CronRepository
     feedback: FeedbackRepository
     assistants: AssistantRepository
+    keys: KeyRepository
+    audit: AuditRepository
 
 
 def _repositories(parts: RunBackend) -> _Repositories:
@@ -197,16 +213,64 @@ def _repositories(parts: RunBackend) -> _Repositories:
             crons=SqliteCronRepository(parts.database),
             feedback=SqliteFeedbackRepository(parts.database),
             assistants=SqliteAssistantRepository(parts.database),
+            keys=SqliteKeyRepository(parts.database),
+            audit=SqliteAuditRepository(parts.database),
         )
     from engine.postgres.assistants import PostgresAssistantRepository  # the scale-out extra
     from engine.postgres.crons import PostgresCronRepository
     from engine.postgres.feedback import PostgresFeedbackRepository
+    from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
 
     return _Repositories(
         crons=PostgresCronRepository(parts.database),
         feedback=PostgresFeedbackRepository(parts.database),
         assistants=PostgresAssistantRepository(parts.database),
+        keys=PostgresKeyRepository(parts.database),
+        audit=PostgresAuditRepository(parts.database),
     )
+
+
+def keys_service(settings: Settings, keys: KeyRepository, audit: AuditRepository) -> KeysService:
+    """Return the keys service of a deployment's settings over its key storage."""
+    return KeysService(
+        keys,
+        audit,
+        bootstrap=settings.auth_api_keys,
+        overlap_hours=settings.webhook_secret_overlap_hours,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_keys(settings: Settings) -> AsyncIterator[KeysService]:
+    """Open the deployment's keys alone, for the block (`atelier keys`).
+
+    Embedded, on `DATA_DIR/atelier.db` without owning DATA_DIR (a running server
+    keeps it; SQLite serialises the writes); scale-out, on DATABASE_URL, its schema
+    brought up to date first. A server sees a change within `CACHE_SECONDS`.
+
+    Raises:
+        ImportError: DATABASE_URL is set and the scale-out extra is not installed.
+    """
+    if settings.database_url is not None:
+        from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
+        from engine.postgres.migrations import upgrade
+        from engine.postgres.pool import open_pool
+
+        pool = await open_pool(
+            settings.database_url.get_secret_value(), min_size=1, max_size=2, name="atelier-keys"
+        )
+        try:
+            await upgrade(pool)
+            yield keys_service(settings, PostgresKeyRepository(pool), PostgresAuditRepository(pool))
+        finally:
+            await pool.close()
+        return
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = await SqliteDatabase(str(settings.database_path)).open()
+    try:
+        yield keys_service(settings, SqliteKeyRepository(database), SqliteAuditRepository(database))
+    finally:
+        await database.close()
 
 
 def _backend(
@@ -222,4 +286,4 @@ def _backend(
     return open_sqlite_backend(settings, owner=f"atelier {role}")
 
 
-__all__ = ["ContextOpener", "Engine", "Role", "open_engine"]
+__all__ = ["ContextOpener", "Engine", "Role", "keys_service", "open_engine", "open_keys"]

@@ -46,6 +46,13 @@ class CronTick(Protocol):
         """
         ...
 
+    async def disable(self) -> None:
+        """Disable the cron in the claim's transaction: its owner's key may no longer run.
+
+        Its `next_run_at` stays, so enabling it again recomputes the next tick as usual.
+        """
+        ...
+
 
 class CronRepository(Protocol):
     """Crons, each owned by one API key, and the claiming of their due ticks."""

@@ -69,8 +69,8 @@ GIVE_UP_AFTER = 24 * 3600.0
 MAX_BACKOFF = 6 * 3600.0
 #: How one attempt went.
 AttemptOutcome = Literal["success", "http_error", "network_error", "refused"]
-#: Where a delivery stands.
-DeliveryStatus = Literal["pending", "success", "failed"]
+#: Where a delivery stands (`cancelled`: its API key was revoked while it was pending).
+DeliveryStatus = Literal["pending", "success", "failed", "cancelled"]
 
 ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = (
     "success",
@@ -79,7 +79,7 @@ ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = (
     "refused",
 )
 DELIVERY_OUTCOMES: tuple[DeliveryStatus, ...] = ("success", "failed")
-DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = ("pending", "success", "failed")
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = ("pending", "success", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ class OutboxTotals:
     show what it sent). Every status and outcome is a key, zero when none.
     """
 
-    #: Deliveries by status: pending, success, failed.
+    #: Deliveries by status: pending, success, failed, cancelled.
     deliveries: dict[str, int]
     #: Attempts recorded, by outcome: success, http_error, network_error, refused.
     attempts: dict[str, int]

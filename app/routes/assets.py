@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from app.access import SIGNED, WRITE
 from app.deps import AssetsDep, SettingsDep
 from providers.assets import ASSET_ID_LENGTH, AssetRecord, asset_id_for, is_valid_asset_id
 
@@ -139,7 +140,7 @@ def _not_found() -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, "Asset not found.")
 
 
-@router.head("/{asset_id}", include_in_schema=False)
+@router.head("/{asset_id}", include_in_schema=False, dependencies=[SIGNED])
 @router.get(
     "/{asset_id}",
     summary="Get an image",
@@ -153,6 +154,7 @@ def _not_found() -> HTTPException:
         403: {"description": "`sig` is not this asset's signature."},
         404: {"description": "No asset has this id."},
     },
+    dependencies=[SIGNED],
 )
 async def get_asset(
     asset_id: AssetId,
@@ -199,6 +201,7 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
         415: {"description": "The bytes are not a PNG, JPEG or WEBP image."},
         422: {"description": "Malformed request (field named in the message)."},
     },
+    dependencies=[WRITE],
 )
 async def upload_asset(
     request: Request, response: Response, assets: AssetsDep, settings: SettingsDep

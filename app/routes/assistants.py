@@ -26,7 +26,8 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
-from app.deps import AssistantsDep, PrincipalDep
+from app.access import READ, WRITE
+from app.deps import AssistantsDep, AuditDep, CallerDep, PrincipalDep
 from app.schemas import (
     AssistantCount,
     AssistantCreate,
@@ -48,13 +49,15 @@ async def _assistant(assistants: AssistantsService, owner: str, assistant_id: st
     return await assistants.resolve(owner, assistant_id)
 
 
-@router.post("/assistants", response_model=AssistantOut, summary="Create an assistant")
+@router.post(
+    "/assistants", response_model=AssistantOut, summary="Create an assistant", dependencies=[WRITE]
+)
 async def create_assistant(
-    body: AssistantCreate, assistants: AssistantsDep, owner: PrincipalDep
+    body: AssistantCreate, assistants: AssistantsDep, caller: CallerDep, audit: AuditDep
 ) -> dict[str, Any]:
     """Save a configuration of a graph as an assistant (version 1), owned by the caller."""
     assistant = await assistants.create(
-        owner,
+        caller.owner,
         graph_id=body.graph_id,
         assistant_id=body.assistant_id,
         config=body.config.model_dump(exclude_none=True) if body.config else None,
@@ -64,10 +67,23 @@ async def create_assistant(
         description=body.description,
         if_exists=body.if_exists,
     )
-    return assistant.to_json()
+    created = assistant.to_json()
+    await audit.record(
+        caller.actor,
+        "assistant.create",
+        subject=caller.owner,
+        target=created["assistant_id"],
+        details={"graph_id": created["graph_id"], "version": created["version"]},
+    )
+    return created
 
 
-@router.post("/assistants/search", response_model=list[AssistantOut], summary="Search assistants")
+@router.post(
+    "/assistants/search",
+    response_model=list[AssistantOut],
+    summary="Search assistants",
+    dependencies=[READ],
+)
 async def search_assistants(
     body: AssistantSearch, assistants: AssistantsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
@@ -84,7 +100,9 @@ async def search_assistants(
     )
 
 
-@router.post("/assistants/count", response_model=int, summary="Count assistants")
+@router.post(
+    "/assistants/count", response_model=int, summary="Count assistants", dependencies=[READ]
+)
 async def count_assistants(
     body: AssistantCount, assistants: AssistantsDep, owner: PrincipalDep
 ) -> int:
@@ -94,7 +112,12 @@ async def count_assistants(
     )
 
 
-@router.get("/assistants/{assistant_id}", response_model=AssistantOut, summary="Get an assistant")
+@router.get(
+    "/assistants/{assistant_id}",
+    response_model=AssistantOut,
+    summary="Get an assistant",
+    dependencies=[READ],
+)
 async def get_assistant(
     assistant_id: AssistantId, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -103,10 +126,17 @@ async def get_assistant(
 
 
 @router.patch(
-    "/assistants/{assistant_id}", response_model=AssistantOut, summary="Update an assistant"
+    "/assistants/{assistant_id}",
+    response_model=AssistantOut,
+    summary="Update an assistant",
+    dependencies=[WRITE],
 )
 async def patch_assistant(
-    assistant_id: AssistantId, body: AssistantPatch, assistants: AssistantsDep, owner: PrincipalDep
+    assistant_id: AssistantId,
+    body: AssistantPatch,
+    assistants: AssistantsDep,
+    caller: CallerDep,
+    audit: AuditDep,
 ) -> dict[str, Any]:
     """Write a new version (the fields sent replace the latest's; metadata is merged).
 
@@ -117,15 +147,28 @@ async def patch_assistant(
         changes["config"] = body.config.model_dump(exclude_none=True)
     if body.context is not None:
         changes["context"] = dict(body.context)
-    assistant = await assistants.update(owner, assistant_id, changes)
-    return assistant.to_json()
+    updated = (await assistants.update(caller.owner, assistant_id, changes)).to_json()
+    await audit.record(
+        caller.actor,
+        "assistant.update",
+        subject=caller.owner,
+        target=assistant_id,
+        details={"fields": sorted(changes), "version": updated["version"]},
+    )
+    return updated
 
 
-@router.delete("/assistants/{assistant_id}", status_code=204, summary="Delete an assistant")
+@router.delete(
+    "/assistants/{assistant_id}",
+    status_code=204,
+    summary="Delete an assistant",
+    dependencies=[WRITE],
+)
 async def delete_assistant(
     assistant_id: AssistantId,
     assistants: AssistantsDep,
-    owner: PrincipalDep,
+    caller: CallerDep,
+    audit: AuditDep,
     delete_threads: Annotated[
         bool, Query(description="Delete its threads too: not supported (false only).")
     ] = False,
@@ -142,7 +185,8 @@ async def delete_assistant(
                 }
             ]
         )
-    await assistants.delete(owner, assistant_id)
+    await assistants.delete(caller.owner, assistant_id)
+    await audit.record(caller.actor, "assistant.delete", subject=caller.owner, target=assistant_id)
     return Response(status_code=204)
 
 
@@ -150,6 +194,7 @@ async def delete_assistant(
     "/assistants/{assistant_id}/versions",
     response_model=list[AssistantOut],
     summary="List an assistant's versions",
+    dependencies=[READ],
 )
 async def list_versions(
     assistant_id: AssistantId,
@@ -167,12 +212,25 @@ async def list_versions(
     "/assistants/{assistant_id}/latest",
     response_model=AssistantOut,
     summary="Set an assistant's latest version",
+    dependencies=[WRITE],
 )
 async def set_latest_version(
-    assistant_id: AssistantId, body: AssistantLatest, assistants: AssistantsDep, owner: PrincipalDep
+    assistant_id: AssistantId,
+    body: AssistantLatest,
+    assistants: AssistantsDep,
+    caller: CallerDep,
+    audit: AuditDep,
 ) -> dict[str, Any]:
     """Make one version the latest: the one the assistant's runs use from now on."""
-    return (await assistants.set_latest(owner, assistant_id, body.version)).to_json()
+    latest = (await assistants.set_latest(caller.owner, assistant_id, body.version)).to_json()
+    await audit.record(
+        caller.actor,
+        "assistant.set_latest",
+        subject=caller.owner,
+        target=assistant_id,
+        details={"version": body.version},
+    )
+    return latest
 
 
 def _xray(value: str) -> bool | int:
@@ -192,7 +250,9 @@ def _xray(value: str) -> bool | int:
     )
 
 
-@router.get("/assistants/{assistant_id}/graph", summary="Draw an assistant's graph")
+@router.get(
+    "/assistants/{assistant_id}/graph", summary="Draw an assistant's graph", dependencies=[READ]
+)
 async def get_graph(
     assistant_id: AssistantId,
     assistants: AssistantsDep,
@@ -214,7 +274,9 @@ def _state_schema(graph: Any) -> dict[str, Any]:
     return adapter.json_schema()
 
 
-@router.get("/assistants/{assistant_id}/schemas", summary="An assistant's JSON schemas")
+@router.get(
+    "/assistants/{assistant_id}/schemas", summary="An assistant's JSON schemas", dependencies=[READ]
+)
 async def get_schemas(
     assistant_id: AssistantId, assistants: AssistantsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -291,7 +353,9 @@ async def _subgraphs(
     return found
 
 
-@router.get("/assistants/{assistant_id}/subgraphs", summary="An assistant's subgraphs")
+@router.get(
+    "/assistants/{assistant_id}/subgraphs", summary="An assistant's subgraphs", dependencies=[READ]
+)
 async def get_subgraphs(
     assistant_id: AssistantId,
     assistants: AssistantsDep,
@@ -302,7 +366,11 @@ async def get_subgraphs(
     return await _subgraphs(assistants, owner, assistant_id, None, recurse)
 
 
-@router.get("/assistants/{assistant_id}/subgraphs/{namespace}", summary="One subgraph's schemas")
+@router.get(
+    "/assistants/{assistant_id}/subgraphs/{namespace}",
+    summary="One subgraph's schemas",
+    dependencies=[READ],
+)
 async def get_subgraphs_at(
     assistant_id: AssistantId,
     namespace: Annotated[str, Path(min_length=1, max_length=512, description="Namespace.")],

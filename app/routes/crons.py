@@ -31,7 +31,8 @@ from pydantic import (
     field_validator,
 )
 
-from app.deps import CronsDep, PrincipalDep
+from app.access import READ, WRITE
+from app.deps import AuditDep, CallerDep, CronsDep, PrincipalDep
 from app.schemas import (
     ID_PATTERN,
     MAX_OFFSET,
@@ -336,6 +337,7 @@ async def _create(
     response_model=CronOut,
     summary="Create a cron (a new thread per run)",
     responses=UNKNOWN_ASSISTANT,
+    dependencies=[WRITE],
 )
 async def create_cron(body: CronCreate, crons: CronsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Schedule runs of an assistant, each on a new thread."""
@@ -343,7 +345,10 @@ async def create_cron(body: CronCreate, crons: CronsDep, owner: PrincipalDep) ->
 
 
 @router.post(
-    "/threads/{thread_id}/runs/crons", response_model=CronOut, summary="Create a cron on a thread"
+    "/threads/{thread_id}/runs/crons",
+    response_model=CronOut,
+    summary="Create a cron on a thread",
+    dependencies=[WRITE],
 )
 async def create_thread_cron(
     thread_id: ThreadId, body: ThreadCronCreate, crons: CronsDep, owner: PrincipalDep
@@ -352,7 +357,9 @@ async def create_thread_cron(
     return await _create(crons, owner, thread_id, body)
 
 
-@router.post("/runs/crons/search", response_model=list[CronOut], summary="Search crons")
+@router.post(
+    "/runs/crons/search", response_model=list[CronOut], summary="Search crons", dependencies=[READ]
+)
 async def search_crons(
     body: CronSearch, crons: CronsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
@@ -375,7 +382,7 @@ async def search_crons(
     return answers
 
 
-@router.post("/runs/crons/count", response_model=int, summary="Count crons")
+@router.post("/runs/crons/count", response_model=int, summary="Count crons", dependencies=[READ])
 async def count_crons(body: CronCount, crons: CronsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's crons match every given filter."""
     return await crons.count(
@@ -383,13 +390,17 @@ async def count_crons(body: CronCount, crons: CronsDep, owner: PrincipalDep) -> 
     )
 
 
-@router.get("/runs/crons/{cron_id}", response_model=CronOut, summary="Get a cron")
+@router.get(
+    "/runs/crons/{cron_id}", response_model=CronOut, summary="Get a cron", dependencies=[READ]
+)
 async def get_cron(cron_id: CronId, crons: CronsDep, owner: PrincipalDep) -> dict[str, Any]:
     """Return one of the caller's crons."""
     return cron_out(await crons.get(owner, cron_id))
 
 
-@router.patch("/runs/crons/{cron_id}", response_model=CronOut, summary="Update a cron")
+@router.patch(
+    "/runs/crons/{cron_id}", response_model=CronOut, summary="Update a cron", dependencies=[WRITE]
+)
 async def patch_cron(
     cron_id: CronId, body: CronUpdate, crons: CronsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -404,8 +415,13 @@ async def patch_cron(
     return cron_out(await crons.update(owner, cron_id, changes))
 
 
-@router.delete("/runs/crons/{cron_id}", status_code=204, summary="Delete a cron")
-async def delete_cron(cron_id: CronId, crons: CronsDep, owner: PrincipalDep) -> Response:
+@router.delete(
+    "/runs/crons/{cron_id}", status_code=204, summary="Delete a cron", dependencies=[WRITE]
+)
+async def delete_cron(
+    cron_id: CronId, crons: CronsDep, caller: CallerDep, audit: AuditDep
+) -> Response:
     """Stop and delete a cron (the runs it started stay)."""
-    await crons.delete(owner, cron_id)
+    await crons.delete(caller.owner, cron_id)
+    await audit.record(caller.actor, "cron.delete", subject=caller.owner, target=cron_id)
     return Response(status_code=204)

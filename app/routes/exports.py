@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.access import READ
 from app.deps import AssetsDep, PrincipalDep, ThreadsDep
 from app.errors import Conflict
 from app.schemas import ID_PATTERN
@@ -63,6 +64,7 @@ def _zip(result: Mapping[str, Any], assets: AssetStore) -> bytes:
     summary="Export the thread's post as Markdown and its image cards",
     response_class=Response,
     responses={200: {"content": {"application/zip": {}}}},
+    dependencies=[READ],
 )
 async def export_thread(
     thread_id: ThreadId, threads: ThreadsDep, assets: AssetsDep, owner: PrincipalDep

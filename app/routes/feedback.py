@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
+from app.access import READ, WRITE
 from app.deps import FeedbackDep, PrincipalDep
 from app.metrics import AtelierMetrics, MetricsDep
 from app.schemas import ID_PATTERN
@@ -86,6 +87,7 @@ def report_feedback(metrics: AtelierMetrics, feedback: FeedbackRecord) -> None:
     response_model=FeedbackOut,
     summary="Add feedback on a run",
     responses={409: {"description": f"The run has {MAX_FEEDBACK_PER_RUN} entries already."}},
+    dependencies=[WRITE],
 )
 async def add_feedback(
     run_id: RunId,
@@ -107,7 +109,10 @@ async def add_feedback(
 
 
 @router.get(
-    "/runs/{run_id}/feedback", response_model=list[FeedbackOut], summary="List a run's feedback"
+    "/runs/{run_id}/feedback",
+    response_model=list[FeedbackOut],
+    summary="List a run's feedback",
+    dependencies=[READ],
 )
 async def list_feedback(
     run_id: RunId, feedback_service: FeedbackDep, owner: PrincipalDep

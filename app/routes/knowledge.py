@@ -14,13 +14,18 @@ search and retrieval; it is the vault's delete (notes stay for the record).
 
 Every note lives in a namespace (`namespace`: a brand's `knowledge_namespace`, or
 "shared", the default, which every run reads besides its brand's) and belongs to
-the API key that wrote it: a key reads, searches and changes its own notes and the
-notes no key wrote (those written before namespaces, and notes seeded on the
-server), never another key's, which answer 404 as if they did not exist. A run
-retrieves its owner's notes (and the owner-less ones) in its brand's namespace and
-in "shared" only (`nodes.rag`). Note ids stay unique over the whole vault: an id
-another key took answers 409. A new note's `owner` (who wrote it, a person or an
-agent name) defaults to the caller's owner id.
+the API key that wrote it: a key reads, searches and changes its own notes and reads
+the notes no key wrote (those written before namespaces, imported with `atelier notes
+import`, and notes seeded on the server), never another key's, which answer 404 as if
+they did not exist. A run retrieves its owner's notes (and the owner-less ones) in its
+brand's namespace and in "shared" only (`nodes.rag`). Note ids stay unique over the
+whole vault: an id another key took answers 409. A new note's `owner` (who wrote it,
+a person or an agent name) defaults to the caller's owner id.
+
+Shared knowledge is the admins': a note no key wrote, and any note in the "shared"
+namespace, is written (created in, changed, archived, moved in or out) by admin keys
+only; a member gets 403 naming the rule. Each such write is in the audit trail
+(`note.create`, `note.update`, `note.archive`). See docs/keys.md.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ from pydantic import (
     model_validator,
 )
 
-from app.deps import NotesDep, PrincipalDep
+from app.access import READ, WRITE, Access, refusal
+from app.deps import AuditDep, CallerDep, NotesDep, PrincipalDep
 from app.schemas import DIGITS_ONLY
+from app.security import Caller
 from knowledge.notes import (
     MAX_CONTENT_CHARS,
     MAX_ID_CHARS,
@@ -273,6 +280,42 @@ class SearchResponse(BaseModel):
     items: list[ScoredNote] = Field(description="Best first.")
 
 
+_SHARED_ONLY_ADMINS = (
+    "Shared knowledge (notes no key wrote, and the 'shared' namespace) is written by "
+    "admin keys only; this key's role is {role}. Write to a namespace of your own "
+    "(e.g. your brand's knowledge_namespace)."
+)
+
+
+def is_shared(note: KnowledgeNote) -> bool:
+    """Return whether a note is shared knowledge: no key wrote it, or it is in "shared"."""
+    return note.principal is None or note.namespace == SHARED_NAMESPACE
+
+
+def require_shared_writer(caller: Caller) -> None:
+    """Refuse a write to shared knowledge (403 naming the rule) unless `caller` is an admin."""
+    if refusal(caller, Access.ADMIN) is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, _SHARED_ONLY_ADMINS.format(role=caller.role))
+
+
+async def _shared_note(
+    notes: NoteRepository, note_id: str, caller: Caller, moves_to: str | None = None
+) -> KnowledgeNote | None:
+    """Return the note when a write to it touches shared knowledge (and the caller may).
+
+    Raises:
+        HTTPException: 404 when the caller cannot see the note; 403 when it is shared
+            knowledge (or `moves_to` is "shared") and the caller is not an admin.
+    """
+    current = await notes.get(note_id, principal=caller.owner)
+    if current is None:
+        raise _not_found(note_id)
+    if is_shared(current) or moves_to == SHARED_NAMESPACE:
+        require_shared_writer(caller)
+        return current
+    return None
+
+
 def _not_found(note_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"Note {note_id!r} not found.")
 
@@ -301,12 +344,20 @@ def _conflict(exc: VersionConflictError) -> HTTPException:
     status_code=status.HTTP_201_CREATED,
     response_model=KnowledgeNote,
     summary="Create a note",
-    responses={409: {"description": "The given id is taken."}},
+    responses={
+        409: {"description": "The given id is taken."},
+        403: {"description": "The 'shared' namespace, and the caller is not an admin key."},
+    },
+    dependencies=[WRITE],
 )
 async def create_note(
-    body: NoteCreate, notes: NotesDep, owner: PrincipalDep, response: Response
+    body: NoteCreate, notes: NotesDep, caller: CallerDep, audit: AuditDep, response: Response
 ) -> KnowledgeNote:
-    """Store a new note at version 1."""
+    """Store a new note at version 1 (in "shared": admin keys only)."""
+    shared = body.namespace == SHARED_NAMESPACE
+    if shared:
+        require_shared_writer(caller)
+    owner = caller.owner
     data = body.model_dump(exclude_none=True)
     data.setdefault("owner", owner)
     data["principal"] = owner
@@ -320,13 +371,21 @@ async def create_note(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"A note with id {note.id!r} already exists."
         ) from None
+    if shared:
+        await audit.record(
+            caller.actor,
+            "note.create",
+            subject=owner,
+            target=note.id,
+            details={"namespace": note.namespace, "type": note.type.value},
+        )
     # A note id may be any text without spaces or slashes (Chinese included); a
     # header holds Latin-1 at most, so the path is percent-encoded (RFC 3986).
     response.headers["Location"] = f"/knowledge/notes/{quote(note.id, safe='')}"
     return note
 
 
-@router.get("", response_model=NotePage, summary="List notes")
+@router.get("", response_model=NotePage, summary="List notes", dependencies=[READ])
 async def list_notes(
     notes: NotesDep,
     principal: PrincipalDep,
@@ -395,7 +454,7 @@ async def _with_tag(
         offset += MAX_PAGE
 
 
-@router.post("/search", response_model=SearchResponse, summary="Search notes")
+@router.post("/search", response_model=SearchResponse, summary="Search notes", dependencies=[READ])
 async def search_notes(
     body: SearchRequest, notes: NotesDep, principal: PrincipalDep
 ) -> SearchResponse:
@@ -416,6 +475,7 @@ async def search_notes(
     response_model=KnowledgeNote,
     summary="Get a note",
     responses={404: {"description": "No note has this id."}},
+    dependencies=[READ],
 )
 async def get_note(note_id: NoteId, notes: NotesDep, principal: PrincipalDep) -> KnowledgeNote:
     """Return one note, archived or not."""
@@ -432,16 +492,36 @@ async def get_note(note_id: NoteId, notes: NotesDep, principal: PrincipalDep) ->
     responses={
         404: {"description": "No note has this id."},
         409: {"description": "The note is no longer at `expected_version`."},
+        403: {"description": "Shared knowledge, and the caller is not an admin key."},
     },
+    dependencies=[WRITE],
 )
 async def update_note(
-    note_id: NoteId, body: NoteUpdate, notes: NotesDep, principal: PrincipalDep
+    note_id: NoteId, body: NoteUpdate, notes: NotesDep, caller: CallerDep, audit: AuditDep
 ) -> KnowledgeNote:
-    """Change fields of a note and bump its version, if it is still at `expected_version`."""
+    """Change fields of a note and bump its version, if it is still at `expected_version`.
+
+    Shared knowledge (a note no key wrote, or in "shared", or moved there) is changed
+    by admin keys only.
+    """
+    changes = body.changes()
+    shared = await _shared_note(notes, note_id, caller, moves_to=changes.get("namespace"))
     try:
-        return await notes.update(
-            note_id, expected_version=body.expected_version, principal=principal, **body.changes()
+        updated = await notes.update(
+            note_id, expected_version=body.expected_version, principal=caller.owner, **changes
         )
+        if shared is not None:
+            details: dict[str, Any] = {"fields": sorted(changes), "version": updated.version}
+            if updated.namespace != shared.namespace:
+                details["moved"] = {"from": shared.namespace, "to": updated.namespace}
+            await audit.record(
+                caller.actor,
+                "note.update",
+                subject=shared.principal,
+                target=note_id,
+                details=details,
+            )
+        return updated
     except NoteNotFoundError:
         raise _not_found(note_id) from None
     except VersionConflictError as exc:
@@ -457,15 +537,34 @@ async def update_note(
     responses={
         404: {"description": "No note has this id."},
         409: {"description": "The note is no longer at `expected_version`."},
+        403: {"description": "Shared knowledge, and the caller is not an admin key."},
     },
+    dependencies=[WRITE],
 )
 async def archive_note(
-    note_id: NoteId, notes: NotesDep, principal: PrincipalDep, body: NoteArchive | None = None
+    note_id: NoteId,
+    notes: NotesDep,
+    caller: CallerDep,
+    audit: AuditDep,
+    body: NoteArchive | None = None,
 ) -> KnowledgeNote:
-    """Set a note's status to archived (a new version); it leaves search and retrieval."""
+    """Set a note's status to archived (a new version); it leaves search and retrieval.
+
+    Shared knowledge is archived by admin keys only.
+    """
     expected = body.expected_version if body else None
+    shared = await _shared_note(notes, note_id, caller)
     try:
-        return await notes.archive(note_id, expected_version=expected, principal=principal)
+        archived = await notes.archive(note_id, expected_version=expected, principal=caller.owner)
+        if shared is not None:
+            await audit.record(
+                caller.actor,
+                "note.archive",
+                subject=shared.principal,
+                target=note_id,
+                details={"namespace": archived.namespace, "version": archived.version},
+            )
+        return archived
     except NoteNotFoundError:
         raise _not_found(note_id) from None
     except VersionConflictError as exc:

@@ -32,6 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from app.access import PUBLIC, READ
 from app.deps import (
     GraphsDep,
     OptionalEngineDep,
@@ -127,13 +128,15 @@ class InfoResponse(BaseModel):
     )
 
 
-@router.get("/ok", response_model=OkResponse, summary="Liveness (LangGraph Platform)")
+@router.get(
+    "/ok", response_model=OkResponse, summary="Liveness (LangGraph Platform)", dependencies=[PUBLIC]
+)
 async def ok() -> OkResponse:
     """Answer that the process serves; LangGraph Platform clients probe this."""
     return OkResponse()
 
 
-@router.get("/health", response_model=HealthResponse, summary="Liveness")
+@router.get("/health", response_model=HealthResponse, summary="Liveness", dependencies=[PUBLIC])
 async def health() -> HealthResponse:
     """Answer that the process serves, without touching any dependency."""
     return HealthResponse()
@@ -144,6 +147,7 @@ async def health() -> HealthResponse:
     response_model=ReadyResponse,
     summary="Readiness",
     responses={503: {"description": "A check failed; `checks` says which."}},
+    dependencies=[PUBLIC],
 )
 async def ready(
     settings: SettingsDep, notes: OptionalNotesDep, registered: ReadyChecksDep
@@ -198,7 +202,9 @@ async def _check_database(notes: NoteRepository | None, settings: Settings) -> N
         await asyncio.to_thread(query_database_file, settings.database_path, READY_TIMEOUT_S)
 
 
-@router.get("/info", response_model=InfoResponse, summary="Service description")
+@router.get(
+    "/info", response_model=InfoResponse, summary="Service description", dependencies=[READ]
+)
 async def info(request: Request, settings: SettingsDep, graphs: GraphsDep) -> InfoResponse:
     """Describe the service: version, graphs, model per role, auth mode; never a secret."""
     warnings: list[str] = []
@@ -257,6 +263,7 @@ def _origin(url: str) -> str:
     summary="Prometheus metrics",
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    dependencies=[READ],
 )
 async def metrics(
     metrics: MetricsDep, queue_depth: QueueDepthDep, engine: OptionalEngineDep

@@ -30,6 +30,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, StringConstraints
 
+from app.access import READ, WRITE
 from app.deps import PrincipalDep, RunsDep, SettingsDep, WebhooksDep
 from app.metrics import AtelierMetrics, MetricsDep
 from app.schemas import (
@@ -248,7 +249,12 @@ def _wait_response(
 # --------------------------------------------------------------------------- create
 
 
-@router.post("/threads/{thread_id}/runs", response_model=RunOut, summary="Start a background run")
+@router.post(
+    "/threads/{thread_id}/runs",
+    response_model=RunOut,
+    summary="Start a background run",
+    dependencies=[WRITE],
+)
 async def create_run(
     request: Request,
     thread_id: ThreadId,
@@ -264,7 +270,12 @@ async def create_run(
     return run.to_json()
 
 
-@router.post("/runs", response_model=RunOut, summary="Start a background run on a new thread")
+@router.post(
+    "/runs",
+    response_model=RunOut,
+    summary="Start a background run on a new thread",
+    dependencies=[WRITE],
+)
 async def create_threadless_run(
     request: Request,
     body: RunCreate,
@@ -311,6 +322,7 @@ async def _stream_new_run(
     summary="Start a run and stream it",
     response_class=DisconnectAwareResponse,
     responses=STREAM_RESPONSES,
+    dependencies=[WRITE],
 )
 async def stream_run(
     request: Request,
@@ -334,6 +346,7 @@ async def stream_run(
     summary="Start a run on a new thread and stream it",
     response_class=DisconnectAwareResponse,
     responses=STREAM_RESPONSES,
+    dependencies=[WRITE],
 )
 async def stream_threadless_run(
     request: Request,
@@ -356,6 +369,7 @@ async def stream_threadless_run(
     summary="Run and wait for the result",
     response_class=DisconnectAwareResponse,
     responses=WAIT_RESPONSES,
+    dependencies=[WRITE],
 )
 async def wait_run(
     request: Request,
@@ -381,6 +395,7 @@ async def wait_run(
     summary="Run on a new thread and wait for the result",
     response_class=DisconnectAwareResponse,
     responses=WAIT_RESPONSES,
+    dependencies=[WRITE],
 )
 async def wait_threadless_run(
     request: Request,
@@ -403,7 +418,12 @@ async def wait_threadless_run(
 # --------------------------------------------------------------------------- read
 
 
-@router.get("/threads/{thread_id}/runs", response_model=list[RunOut], summary="List runs")
+@router.get(
+    "/threads/{thread_id}/runs",
+    response_model=list[RunOut],
+    summary="List runs",
+    dependencies=[READ],
+)
 async def list_runs(
     thread_id: ThreadId,
     manager: RunsDep,
@@ -417,7 +437,12 @@ async def list_runs(
     return [run.to_json() for run in runs]
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}", response_model=RunOut, summary="Get a run")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}",
+    response_model=RunOut,
+    summary="Get a run",
+    dependencies=[READ],
+)
 async def get_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -429,6 +454,7 @@ async def get_run(
     "/threads/{thread_id}/runs/{run_id}/webhooks",
     summary="List a run's webhook deliveries",
     responses={200: {"content": {"application/json": {"schema": {"type": "array"}}}}},
+    dependencies=[READ],
 )
 async def run_webhooks(
     thread_id: ThreadId, run_id: RunId, webhooks: WebhooksDep, owner: PrincipalDep
@@ -437,7 +463,12 @@ async def run_webhooks(
     return await webhooks.for_run(owner, thread_id, run_id)
 
 
-@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204, summary="Delete a run")
+@router.delete(
+    "/threads/{thread_id}/runs/{run_id}",
+    status_code=204,
+    summary="Delete a run",
+    dependencies=[WRITE],
+)
 async def delete_run(
     thread_id: ThreadId, run_id: RunId, manager: RunsDep, owner: PrincipalDep
 ) -> Response:
@@ -457,6 +488,7 @@ def _header_error(name: str, message: str) -> RequestValidationError:
     summary="Join a run's stream",
     response_class=DisconnectAwareResponse,
     responses=STREAM_RESPONSES,
+    dependencies=[READ],
 )
 async def join_stream(
     thread_id: ThreadId,
@@ -513,6 +545,7 @@ async def join_stream(
     summary="Wait for a run's result",
     response_class=DisconnectAwareResponse,
     responses=WAIT_RESPONSES,
+    dependencies=[READ],
 )
 async def join_run(
     thread_id: ThreadId,
@@ -531,6 +564,7 @@ async def join_run(
     response_model=RunOut,
     summary="Cancel a run",
     responses={202: {"description": "Cancellation requested (wait=0)."}},
+    dependencies=[WRITE],
 )
 async def cancel_run(
     thread_id: ThreadId,

@@ -37,6 +37,7 @@ from pydantic import (
     StringConstraints,
 )
 
+from app.access import READ, WRITE
 from app.deps import PrincipalDep, StoreDep
 from app.schemas import QueryBool
 from engine import EmbeddingsUnavailable, ScopedStore
@@ -272,7 +273,9 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-@router.put("/items", status_code=status.HTTP_204_NO_CONTENT, summary="Put an item")
+@router.put(
+    "/items", status_code=status.HTTP_204_NO_CONTENT, summary="Put an item", dependencies=[WRITE]
+)
 async def put_item(body: StorePut, store: CallerStore) -> Response:
     """Store the value under (namespace, key), replacing what was there."""
     await store.aput(
@@ -284,7 +287,7 @@ async def put_item(body: StorePut, store: CallerStore) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/items", response_model=StoreItem | None, summary="Get an item")
+@router.get("/items", response_model=StoreItem | None, summary="Get an item", dependencies=[READ])
 async def get_item(
     store: CallerStore,
     namespace: Annotated[
@@ -317,7 +320,9 @@ async def get_item(
     return _item(item) if item is not None else None
 
 
-@router.delete("/items", status_code=status.HTTP_204_NO_CONTENT, summary="Delete an item")
+@router.delete(
+    "/items", status_code=status.HTTP_204_NO_CONTENT, summary="Delete an item", dependencies=[WRITE]
+)
 async def delete_item(body: StoreDelete, store: CallerStore) -> Response:
     """Delete the item (nothing happens when there is none)."""
     await store.adelete(tuple(body.namespace), body.key)
@@ -329,6 +334,7 @@ async def delete_item(body: StoreDelete, store: CallerStore) -> Response:
     response_model=StoreSearchResponse,
     summary="Search items",
     responses={503: {"description": "The embeddings endpoint did not answer; retry later."}},
+    dependencies=[READ],
 )
 async def search_items(body: StoreSearch, store: CallerStore) -> StoreSearchResponse:
     """Return the items under the prefix that match the filter, ranked for the query if any."""
@@ -351,7 +357,12 @@ async def search_items(body: StoreSearch, store: CallerStore) -> StoreSearchResp
     )
 
 
-@router.post("/namespaces", response_model=StoreNamespacesResponse, summary="List namespaces")
+@router.post(
+    "/namespaces",
+    response_model=StoreNamespacesResponse,
+    summary="List namespaces",
+    dependencies=[READ],
+)
 async def list_namespaces(body: StoreNamespaces, store: CallerStore) -> StoreNamespacesResponse:
     """Return the namespaces that have items, matching the prefix and suffix, sorted."""
     found = await store.alist_namespaces(

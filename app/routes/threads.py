@@ -26,7 +26,8 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field
 
-from app.deps import PrincipalDep, ThreadsDep
+from app.access import READ, WRITE
+from app.deps import AuditDep, CallerDep, PrincipalDep, ThreadsDep
 from app.schemas import (
     DIGITS_ONLY,
     ID_PATTERN,
@@ -48,7 +49,7 @@ router = APIRouter(tags=["threads"])
 ThreadId = Annotated[str, Path(pattern=ID_PATTERN, description="Thread id.")]
 
 
-@router.post("/threads", response_model=ThreadOut, summary="Create a thread")
+@router.post("/threads", response_model=ThreadOut, summary="Create a thread", dependencies=[WRITE])
 async def create_thread(
     body: ThreadCreate, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -59,7 +60,9 @@ async def create_thread(
     return thread.to_json()
 
 
-@router.post("/threads/search", response_model=list[ThreadOut], summary="Search threads")
+@router.post(
+    "/threads/search", response_model=list[ThreadOut], summary="Search threads", dependencies=[READ]
+)
 async def search_threads(
     body: ThreadSearch, threads: ThreadsDep, owner: PrincipalDep
 ) -> list[dict[str, Any]]:
@@ -77,13 +80,15 @@ async def search_threads(
     return [thread.to_json() for thread in found]
 
 
-@router.post("/threads/count", response_model=int, summary="Count threads")
+@router.post("/threads/count", response_model=int, summary="Count threads", dependencies=[READ])
 async def count_threads(body: ThreadCount, threads: ThreadsDep, owner: PrincipalDep) -> int:
     """Return how many of the caller's threads match every given filter."""
     return await threads.count(owner, metadata=body.metadata, status=body.status)
 
 
-@router.get("/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread")
+@router.get(
+    "/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread", dependencies=[READ]
+)
 async def get_thread(
     thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -91,7 +96,12 @@ async def get_thread(
     return (await threads.get(owner, thread_id)).to_json()
 
 
-@router.patch("/threads/{thread_id}", response_model=ThreadOut, summary="Update a thread")
+@router.patch(
+    "/threads/{thread_id}",
+    response_model=ThreadOut,
+    summary="Update a thread",
+    dependencies=[WRITE],
+)
 async def patch_thread(
     thread_id: ThreadId, body: ThreadPatch, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
@@ -99,17 +109,27 @@ async def patch_thread(
     return (await threads.patch(owner, thread_id, body.metadata)).to_json()
 
 
-@router.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
-async def delete_thread(thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep) -> Response:
+@router.delete(
+    "/threads/{thread_id}", status_code=204, summary="Delete a thread", dependencies=[WRITE]
+)
+async def delete_thread(
+    thread_id: ThreadId, threads: ThreadsDep, caller: CallerDep, audit: AuditDep
+) -> Response:
     """Cancel the thread's runs, then delete it with its runs, logs and checkpoints."""
-    await threads.delete(owner, thread_id)
+    await threads.delete(caller.owner, thread_id)
+    await audit.record(caller.actor, "thread.delete", subject=caller.owner, target=thread_id)
     return Response(status_code=204)
 
 
 # --------------------------------------------------------------------------- state
 
 
-@router.get("/threads/{thread_id}/state", response_model=ThreadStateOut, summary="Thread state")
+@router.get(
+    "/threads/{thread_id}/state",
+    response_model=ThreadStateOut,
+    summary="Thread state",
+    dependencies=[READ],
+)
 async def get_state(
     thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep, subgraphs: QueryBool = False
 ) -> dict[str, Any]:
@@ -121,6 +141,7 @@ async def get_state(
     "/threads/{thread_id}/state/{checkpoint_id}",
     response_model=ThreadStateOut,
     summary="Thread state at a checkpoint",
+    dependencies=[READ],
 )
 async def get_state_at(
     thread_id: ThreadId,
@@ -136,7 +157,10 @@ async def get_state_at(
 
 
 @router.get(
-    "/threads/{thread_id}/history", response_model=list[ThreadStateOut], summary="Thread history"
+    "/threads/{thread_id}/history",
+    response_model=list[ThreadStateOut],
+    summary="Thread history",
+    dependencies=[READ],
 )
 async def get_history(
     thread_id: ThreadId,
@@ -150,7 +174,10 @@ async def get_history(
 
 
 @router.post(
-    "/threads/{thread_id}/history", response_model=list[ThreadStateOut], summary="Thread history"
+    "/threads/{thread_id}/history",
+    response_model=list[ThreadStateOut],
+    summary="Thread history",
+    dependencies=[READ],
 )
 async def post_history(
     thread_id: ThreadId, body: HistoryQuery, threads: ThreadsDep, owner: PrincipalDep
@@ -188,6 +215,7 @@ def _checkpoint_config(checkpoint: Any) -> dict[str, Any]:
     "/threads/{thread_id}/state/checkpoint",
     response_model=ThreadStateOut,
     summary="Thread state at a checkpoint (SDK form)",
+    dependencies=[READ],
 )
 async def get_state_at_checkpoint(
     thread_id: ThreadId, body: StateCheckpointRequest, threads: ThreadsDep, owner: PrincipalDep
@@ -202,7 +230,10 @@ async def get_state_at_checkpoint(
 
 
 @router.post(
-    "/threads/{thread_id}/state", response_model=StateUpdateOut, summary="Update thread state"
+    "/threads/{thread_id}/state",
+    response_model=StateUpdateOut,
+    summary="Update thread state",
+    dependencies=[WRITE],
 )
 async def update_state(
     thread_id: ThreadId, body: StateUpdate, threads: ThreadsDep, owner: PrincipalDep
@@ -224,7 +255,12 @@ async def update_state(
     return {"checkpoint": written}
 
 
-@router.post("/threads/{thread_id}/copy", response_model=ThreadOut, summary="Copy a thread")
+@router.post(
+    "/threads/{thread_id}/copy",
+    response_model=ThreadOut,
+    summary="Copy a thread",
+    dependencies=[WRITE],
+)
 async def copy_thread(
     thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:

@@ -102,6 +102,12 @@ class PostgresCronTick:
         )
         return stored
 
+    async def disable(self) -> None:
+        """Disable the cron (its owner may no longer run); commits with the claim."""
+        await self._conn.execute(
+            "UPDATE crons SET enabled = false WHERE cron_id = %s", (self.cron.cron_id,)
+        )
+
 
 class PostgresCronRepository:
     """Crons in PostgreSQL (see `engine.repositories.CronRepository` and the module docstring)."""

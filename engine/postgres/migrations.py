@@ -291,6 +291,56 @@ CREATE TABLE assistant_versions (
 CREATE INDEX assistant_versions_metadata ON assistant_versions USING gin (metadata jsonb_path_ops);
 """
 
+# Schema version 8. Managed API keys (engine/keys.py): the secret's SHA-256 digest, never
+# the secret; the key id is the owner id its things are recorded under. The audit trail
+# (engine/audit.py), which a trigger keeps append-only. A revoked key's pending webhook
+# deliveries end `cancelled`.
+_V8 = """
+CREATE TABLE api_keys (
+    key_id                   text PRIMARY KEY,
+    digest                   text NOT NULL UNIQUE,
+    prefix                   text NOT NULL,
+    name                     text NOT NULL,
+    role                     text NOT NULL CHECK (role IN ('admin', 'member', 'read-only')),
+    quotas                   jsonb NOT NULL DEFAULT '{}',
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    updated_at               timestamptz NOT NULL DEFAULT now(),
+    expires_at               timestamptz,
+    last_used_at             timestamptz,
+    revoked_at               timestamptz,
+    created_by               text,
+    webhook_secret           text NOT NULL,
+    previous_webhook_secret  text,
+    previous_secret_until    timestamptz
+);
+CREATE INDEX api_keys_created ON api_keys (created_at);
+
+CREATE TABLE audit_log (
+    entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT now(),
+    actor       text NOT NULL,
+    actor_role  text,
+    action      text NOT NULL,
+    subject     text,
+    target      text,
+    details     jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX audit_log_at ON audit_log (at);
+CREATE INDEX audit_log_actor ON audit_log (actor, entry_id);
+CREATE INDEX audit_log_subject ON audit_log (subject, entry_id);
+CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the audit log is append-only';
+END;
+$$;
+CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
+
+ALTER TABLE webhook_deliveries DROP CONSTRAINT webhook_deliveries_status_check;
+ALTER TABLE webhook_deliveries ADD CONSTRAINT webhook_deliveries_status_check
+    CHECK (status IN ('pending', 'success', 'failed', 'cancelled'));
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -300,6 +350,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "run feedback", _V5),
     Migration(6, "knowledge notes in namespaces, owned by keys", _V6),
     Migration(7, "assistants and their versions", _V7),
+    Migration(8, "managed API keys and the audit trail", _V8),
 )
 
 _VERSION_TABLE = """

@@ -8,6 +8,7 @@
     crons.py      CronsService: crons, and the scheduler that fires their ticks
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
+    keys.py       KeysService: managed API keys, who may act; AuditService: the audit trail
 
 The opener (`engine.opener.open_engine`) builds them; adapters reach them through
 `engine.Engine`. See docs/architecture.md.
@@ -17,15 +18,18 @@ from engine.services.assistants import AssistantsService
 from engine.services.core import EngineCore
 from engine.services.crons import CronsService
 from engine.services.feedback import FeedbackService
+from engine.services.keys import AuditService, KeysService
 from engine.services.runs import RunsService
 from engine.services.threads import ThreadsService
 from engine.services.webhooks import WebhooksService
 
 __all__ = [
     "AssistantsService",
+    "AuditService",
     "CronsService",
     "EngineCore",
     "FeedbackService",
+    "KeysService",
     "RunsService",
     "ThreadsService",
     "WebhooksService",

@@ -30,6 +30,7 @@ from engine.crons import (
     utc_now,
 )
 from engine.errors import Invalid, NotFound, RunsError
+from engine.keys import OwnerCheck
 from engine.records import RunRecord
 from engine.repositories import CronRepository, CronTick
 from engine.services.core import EngineCore
@@ -75,6 +76,7 @@ class CronsService:
         *,
         interval: float = CRON_POLL,
         clock: Callable[[], datetime] = utc_now,
+        owners: OwnerCheck | None = None,
     ) -> None:
         """Serve crons from `crons`; the scheduler looks for due ones every `interval` s.
 
@@ -83,9 +85,12 @@ class CronsService:
             crons: The backend's crons.
             interval: Seconds between two looks for due crons.
             clock: The scheduler's clock (tests move it on instead of waiting).
+            owners: Says whether a cron's owner may still run (None: every owner may);
+                a due cron whose owner may not is disabled instead of fired.
         """
         self._core = core
         self._crons = crons
+        self._owners = owners
         #: Fires due ticks while started (`start`); its `clock` is the crons' clock.
         self.scheduler = CronScheduler(self.fire_due, clock=clock, interval=interval)
 
@@ -303,6 +308,12 @@ class CronsService:
     async def _fire(self, tick: CronTick, now: datetime) -> tuple[RunRecord, list[str]] | None:
         """Record a claimed tick's run and spend the tick; return the run to start, if any."""
         cron = tick.cron
+        if self._owners is not None and not await self._owners.active(cron.owner):
+            # Its key was revoked (perhaps on another replica), expired, or left
+            # AUTH_API_KEYS: it never fires again; an admin lists and deletes it.
+            await tick.disable()
+            log.warning("cron %s: disabled, its API key may no longer run", cron.cron_id)
+            return None
         following = iso(next_tick(cron.schedule, cron.timezone, now, parse_time(cron.end_time)))
         try:
             spec = cron_spec(cron)

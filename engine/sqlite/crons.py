@@ -99,6 +99,14 @@ class SqliteCronTick:
                 return False
             return await insert_run(db, run, new_thread, exclusive=exclusive)
 
+    async def disable(self) -> None:
+        """Disable the cron (its owner may no longer run), if the tick is still due."""
+        async with self._db.transaction() as db:
+            await db.execute(
+                "UPDATE crons SET enabled = 0 WHERE cron_id = ? AND next_run_at = ?",
+                (self.cron.cron_id, self.cron.next_run_at),
+            )
+
 
 class SqliteCronRepository:
     """Crons in SQLite (see `engine.repositories.CronRepository`)."""

@@ -178,6 +178,50 @@ CREATE TRIGGER IF NOT EXISTS run_feedback_of_deleted_run AFTER DELETE ON runs
 BEGIN
     DELETE FROM run_feedback WHERE run_id = OLD.run_id;
 END;
+
+-- Managed API keys (engine/keys.py): the secret's SHA-256 digest, never the secret; the
+-- key id is the owner id its things are recorded under. Times are ISO 8601 in UTC.
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id                   TEXT PRIMARY KEY,
+    digest                   TEXT NOT NULL UNIQUE,
+    prefix                   TEXT NOT NULL,
+    name                     TEXT NOT NULL,
+    role                     TEXT NOT NULL,
+    quotas                   TEXT NOT NULL DEFAULT '{}',  -- overrides, JSON
+    created_at               TEXT NOT NULL,
+    updated_at               TEXT NOT NULL,
+    expires_at               TEXT,
+    last_used_at             TEXT,
+    revoked_at               TEXT,
+    created_by               TEXT,
+    webhook_secret           TEXT NOT NULL,
+    previous_webhook_secret  TEXT,
+    previous_secret_until    TEXT
+);
+CREATE INDEX IF NOT EXISTS api_keys_created ON api_keys (created_at);
+
+-- The audit trail (engine/audit.py): appended, never changed nor deleted.
+CREATE TABLE IF NOT EXISTS audit_log (
+    entry_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    actor_role  TEXT,
+    action      TEXT NOT NULL,
+    subject     TEXT,
+    target      TEXT,
+    details     TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at);
+CREATE INDEX IF NOT EXISTS audit_log_actor ON audit_log (actor, entry_id);
+CREATE INDEX IF NOT EXISTS audit_log_subject ON audit_log (subject, entry_id);
+CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'the audit log is append-only');
+END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'the audit log is append-only');
+END;
 """
 
 

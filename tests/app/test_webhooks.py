@@ -246,6 +246,7 @@ def test_a_receiver_failing_twice_gets_three_attempts_and_one_success(
         "deliveries:pending": 0,
         "deliveries:success": 1,
         "deliveries:failed": 0,
+        "deliveries:cancelled": 0,
         "attempts:success": 1,
         "attempts:http_error": 2,
         "attempts:network_error": 0,

@@ -286,6 +286,8 @@ TEST_DATA_TABLES = (
     "run_feedback",
     "assistants",
     "assistant_versions",
+    "api_keys",
+    "audit_log",
 )
 
 
