@@ -13,6 +13,7 @@ servers, which FastAPI does not call, pass theirs).
     CronsDep       CronsService        crons
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
+    UsageDep       UsageService        a key's usage this month and its quotas
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
     NotesDep, AssetsDep, ContextDep    the product's vault, assets, runtime context
     SettingsDep, AssetLinksDep, ReadyChecksDep, GraphsDep, QueueDepthDep
@@ -36,6 +37,7 @@ from engine import (
     RunsService,
     ScopedStore,
     ThreadsService,
+    UsageService,
     WebhooksService,
 )
 from knowledge.repository import NoteRepository
@@ -132,6 +134,11 @@ def get_webhooks(request: Request) -> WebhooksService:
     return get_engine(request).webhooks
 
 
+def get_usage(request: Request) -> UsageService:
+    """Return the usage service."""
+    return get_engine(request).usage
+
+
 def get_store(request: Request) -> ScopedStore:
     """Return the Store, scoped per API key (bind it to the caller with `for_owner`)."""
     return get_engine(request).store
@@ -154,6 +161,7 @@ CronsDep = Annotated[CronsService, Depends(get_crons)]
 FeedbackDep = Annotated[FeedbackService, Depends(get_feedback)]
 WebhooksDep = Annotated[WebhooksService, Depends(get_webhooks)]
 StoreDep = Annotated[ScopedStore, Depends(get_store)]
+UsageDep = Annotated[UsageService, Depends(get_usage)]
 
 PrincipalDep = Annotated[str, Security(get_principal)]
 """The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
@@ -176,6 +184,7 @@ __all__ = [
     "SettingsDep",
     "StoreDep",
     "ThreadsDep",
+    "UsageDep",
     "WebhooksDep",
     "get_assistants",
     "get_runs",

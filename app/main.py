@@ -34,6 +34,7 @@ from app.routes import (
     runs,
     store,
     threads,
+    usage,
 )
 from app.routes.ops import NotReadyError
 from app.security import announce_auth_mode, install_security
@@ -126,6 +127,7 @@ def create_app(
     app.include_router(crons.router)
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(store.router)
+    app.include_router(usage.router)  # /keys/{key_id}/usage
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

@@ -43,8 +43,15 @@ from engine.frames import (
     StreamModeName,
     graph_mode,
 )
-from engine.opener import ContextOpener, Engine, Role, open_engine
+from engine.opener import ContextOpener, Engine, QuotaOverrides, Role, open_engine
 from engine.protocols import DatabasePools, RunFrames
+from engine.quotas import (
+    QUOTA_NAMES,
+    Limits,
+    QuotaExceeded,
+    check_quotas,
+    limits_from_settings,
+)
 from engine.records import (
     RUN_STATUSES,
     CancelAction,
@@ -62,13 +69,24 @@ from engine.services import (
     FeedbackService,
     RunsService,
     ThreadsService,
+    UsageReport,
+    UsageService,
     WebhooksService,
 )
 from engine.spec import IfNotExists, MultitaskStrategy, RunOptions, RunSpec
 from engine.sqlite.database import query_database_file
 from engine.sqlite.ownership import DataDirInUse
-from engine.store import EmbeddingsUnavailable, QueryRanker, ScopedStore, item_text
+from engine.store import (
+    MAX_CANDIDATES,
+    MAX_QUERY_CHARS,
+    MAX_RANKED_CHARS,
+    EmbeddingsUnavailable,
+    QueryRanker,
+    ScopedStore,
+    item_text,
+)
 from engine.tracing import GraphSpans, RunTracing, trace_headers
+from engine.usage import RunMeter, RunUsage, UsageReading, UsageTotals
 from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
 
 
@@ -90,9 +108,13 @@ __all__ = [
     "DELIVERY_OUTCOMES",
     "FEEDBACK_KEY_PATTERN",
     "IDLE",
+    "MAX_CANDIDATES",
     "MAX_COMMENT_CHARS",
     "MAX_FEEDBACK_PER_RUN",
+    "MAX_QUERY_CHARS",
+    "MAX_RANKED_CHARS",
     "MAX_SCORE",
+    "QUOTA_NAMES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STREAM_MODES",
@@ -120,19 +142,24 @@ __all__ = [
     "IfNotExists",
     "Invalid",
     "InvalidFields",
+    "Limits",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
     "OnRunCompleted",
     "OutboxTotals",
     "QueryRanker",
+    "QuotaExceeded",
+    "QuotaOverrides",
     "Role",
     "RunFrames",
+    "RunMeter",
     "RunOptions",
     "RunRecord",
     "RunSpec",
     "RunStatus",
     "RunTracing",
+    "RunUsage",
     "RunsError",
     "RunsService",
     "ScopedStore",
@@ -142,14 +169,20 @@ __all__ = [
     "ThreadStatus",
     "ThreadsService",
     "Unavailable",
+    "UsageReading",
+    "UsageReport",
+    "UsageService",
+    "UsageTotals",
     "WebhooksService",
     "build_assistants",
+    "check_quotas",
     "check_schedule",
     "check_timezone",
     "dumps",
     "follow_frames",
     "graph_mode",
     "item_text",
+    "limits_from_settings",
     "loads",
     "open_engine",
     "query_database_file",

@@ -20,22 +20,35 @@ Each backend keeps the items in LangGraph's own store implementation
   configured, else by the ranker the engine's opener is given (the product's:
   keyword relevance, `app.composition.KeywordRanker`). Either ranks
   at most `MAX_CANDIDATES` items, the most recently updated first; an item's text
-  is the string leaves of its value, in order. The vectors of items are computed
-  on first use and kept in memory by (namespace, key, updated_at); a changed item
-  is embedded again. Ranking happens here rather than in the store's vector index
-  because the index needs a SQLite that loads extensions (`sqlite-vec`) or
-  PostgreSQL's `pgvector`, which neither the embedded deployment nor a plain
-  PostgreSQL can count on; ranking the candidates keeps both deployments alike.
+  is the string leaves of its value, in order, its first `MAX_RANKED_CHARS`
+  characters. The vectors of texts are computed on first use and kept in memory
+  (by the text's hash); a changed item is embedded again. Ranking happens here
+  rather than in the store's vector index because the index needs a SQLite that
+  loads extensions (`sqlite-vec`) or PostgreSQL's `pgvector`, which neither the
+  embedded deployment nor a plain PostgreSQL can count on; ranking the candidates
+  keeps both deployments alike.
+- A search never blocks the server: the candidates are read `CANDIDATE_PAGE` items
+  at a time (each page's JSON is decoded on the event loop, a few milliseconds), and
+  ranked in a worker thread of `RANKING_THREADS` (a `QueryRanker` is synchronous and
+  is only ever called there), at most `SEARCHES_AT_ONCE` ranked searches of a
+  process at once. A query is at most `MAX_QUERY_CHARS` characters (`Invalid`
+  beyond, a 422). Each ranked search counts toward its key's
+  `store_searches_per_minute`, each put toward its `store_bytes` (`engine.quotas`;
+  the bytes of a value are its JSON's, kept per item by the backend).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+import orjson
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
@@ -53,9 +66,23 @@ from langgraph.store.base import (
 
 from core.run_config import run_owner
 from core.settings import Settings
+from engine.errors import Invalid
+from engine.quotas import UNLIMITED, Limits, LimitsFor, check_store_bytes
+from engine.usage import QuotaRepository
 
 #: Items a query ranks at most (the most recently updated under the prefix).
-MAX_CANDIDATES = 1000
+MAX_CANDIDATES = 500
+#: Candidates read from the store at a time (their JSON is decoded on the event loop).
+CANDIDATE_PAGE = 32
+#: Characters of an item's text a query reads (its start).
+MAX_RANKED_CHARS = 32_768
+#: The longest query, in characters.
+MAX_QUERY_CHARS = 2000
+#: Worker threads ranking searches, per process (more would contend for the GIL with
+#: the event loop; searches beyond them wait their turn).
+RANKING_THREADS = 2
+#: Ranked searches a process runs at once (their candidates are in memory meanwhile).
+SEARCHES_AT_ONCE = 4
 #: Item vectors kept in memory per process.
 MAX_CACHED_VECTORS = 10_000
 #: TTL: reading an item renews it; expired items are swept every few minutes.
@@ -89,52 +116,54 @@ def item_text(value: Mapping[str, Any]) -> str:
 
 
 class QueryRanker(Protocol):
-    """Ranks a search's candidate items for its query."""
+    """Ranks a search's candidate texts for its query; always called in a worker thread."""
 
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return (score, item) pairs, best first (stable for ties)."""
+    def rank(self, query: str, texts: Sequence[str]) -> list[float | None]:
+        """Return each text's score, in order (None: it does not match the query at all)."""
         ...
 
 
 class SemanticRanker:
-    """Ranks by cosine similarity of embeddings; keeps item vectors in memory (LRU)."""
+    """Ranks by cosine similarity of embeddings; keeps text vectors in memory (LRU).
+
+    Called in the Store's ranking threads: its calls to the endpoint are synchronous
+    there, and its cache is shared under a lock.
+    """
 
     def __init__(self, embeddings: Embeddings, max_cached: int = MAX_CACHED_VECTORS) -> None:
-        """Rank with `embeddings`, keeping at most `max_cached` item vectors."""
+        """Rank with `embeddings`, keeping at most `max_cached` text vectors."""
         self._embeddings = embeddings
         self._max_cached = max_cached
-        self._vectors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
+        self._vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return every item, most similar first."""
-        if not items:
+    def rank(self, query: str, texts: Sequence[str]) -> list[float | None]:
+        """Return every text's similarity to the query.
+
+        Raises:
+            EmbeddingsUnavailable: The endpoint failed.
+        """
+        if not texts:
             return []
-        keys = [(item.namespace, item.key, item.updated_at.isoformat()) for item in items]
-        missing = [i for i, key in enumerate(keys) if key not in self._vectors]
+        keys = [hashlib.sha256(text.encode()).hexdigest() for text in texts]
+        with self._lock:
+            known = {key: self._vectors[key] for key in keys if key in self._vectors}
+        missing = [i for i, key in enumerate(keys) if key not in known]
         try:
-            wanted = await self._embeddings.aembed_query(query)
+            wanted = self._embeddings.embed_query(query)
             if missing:
-                texts = [item_text(items[i].value) or items[i].key for i in missing]
-                fresh = await self._embeddings.aembed_documents(texts)
+                fresh = self._embeddings.embed_documents([texts[i] for i in missing])
                 for i, vector in zip(missing, fresh, strict=True):
-                    self._remember(keys[i], vector)
+                    known[keys[i]] = vector
         except Exception as exc:
             raise EmbeddingsUnavailable("the embeddings endpoint failed") from exc
-        scored = []
-        for key, item in zip(keys, items, strict=True):
-            cached = self._vectors.get(key)
-            if cached is None:  # evicted by this very batch (more items than the cache holds)
-                continue
-            self._vectors.move_to_end(key)
-            scored.append((round(_cosine(wanted, cached), 4), item))
-        scored.sort(key=lambda pair: pair[0], reverse=True)
-        return scored
-
-    def _remember(self, key: tuple[Any, ...], vector: list[float]) -> None:
-        self._vectors[key] = vector
-        self._vectors.move_to_end(key)
-        while len(self._vectors) > self._max_cached:
-            self._vectors.popitem(last=False)
+        with self._lock:
+            for key in keys:
+                self._vectors[key] = known[key]
+                self._vectors.move_to_end(key)
+            while len(self._vectors) > self._max_cached:
+                self._vectors.popitem(last=False)
+        return [round(_cosine(wanted, known[key]), 4) for key in keys]
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -171,22 +200,60 @@ def query_ranker(settings: Settings, fallback: QueryRanker) -> QueryRanker:
     return SemanticRanker(embeddings)
 
 
+class _Ranking:
+    """A process's ranking threads, and the bound on its ranked searches at once."""
+
+    def __init__(self, threads: int = RANKING_THREADS, at_once: int = SEARCHES_AT_ONCE) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="store-ranking")
+        self.at_once = asyncio.Semaphore(at_once)
+
+
+def rank_items(ranker: QueryRanker, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
+    """Return the items the query matches with their scores, best first (stable for ties).
+
+    CPU work: called in a ranking thread. Each item is ranked by the first
+    `MAX_RANKED_CHARS` characters of its text (its key when it has none).
+    """
+    texts = [(item_text(item.value) or item.key)[:MAX_RANKED_CHARS] for item in items]
+    scores = ranker.rank(query, texts)
+    scored = [(score, item) for score, item in zip(scores, items, strict=True) if score is not None]
+    scored.sort(key=lambda pair: pair[0], reverse=True)
+    return scored
+
+
 class ScopedStore(BaseStore):
     """A store whose every namespace lives under one API key's owner id (module docstring)."""
 
     supports_ttl = True
 
-    def __init__(self, inner: BaseStore, ranker: QueryRanker, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: BaseStore,
+        ranker: QueryRanker,
+        owner: str | None = None,
+        *,
+        quotas: QuotaRepository | None = None,
+        limits: LimitsFor | None = None,
+        ranking: _Ranking | None = None,
+    ) -> None:
         """Scope `inner` to `owner`, or, when None, to the owner of the run calling it.
 
         Args:
             inner: LangGraph's store of the backend.
             ranker: How a search's `query` ranks items.
             owner: The API key's owner id; None: read each call's from the run's config.
+            quotas: The backend's byte accounting and search counts (None: nothing
+                is counted, nothing limited).
+            limits: Each owner's limits (`store_bytes`, `store_searches_per_minute`);
+                None: unlimited.
+            ranking: The ranking threads to share (the root store's; None: new ones).
         """
         self._inner = inner
         self._ranker = ranker
         self._owner = owner
+        self._quotas = quotas
+        self._limits = limits
+        self._ranking = ranking or _Ranking()
         # The loop the backend's store lives on (both LangGraph stores keep it as `loop`).
         self._loop: asyncio.AbstractEventLoop | None = getattr(inner, "loop", None)
         # Both backends' stores keep TTLs (AsyncSqliteStore's class says otherwise only
@@ -195,13 +262,23 @@ class ScopedStore(BaseStore):
 
     def for_owner(self, owner: str) -> ScopedStore:
         """Return this store scoped to the key whose owner id is `owner`."""
-        return ScopedStore(self._inner, self._ranker, owner)
+        return ScopedStore(
+            self._inner,
+            self._ranker,
+            owner,
+            quotas=self._quotas,
+            limits=self._limits,
+            ranking=self._ranking,
+        )
 
     def _scope(self) -> str:
         owner = self._owner or run_owner()
         if owner is None:
             raise NoOwnerError("the store is scoped to the run's API key, and this run has none")
         return owner
+
+    async def _limits_of(self, owner: str) -> Limits:
+        return await self._limits(owner) if self._limits is not None else UNLIMITED
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations under the owner's namespace."""
@@ -221,6 +298,25 @@ class ScopedStore(BaseStore):
         return future.result()
 
     async def _run(self, owner: str, ops: list[Op]) -> list[Result]:
+        """Run the operations; puts are accounted for (and limited) as one."""
+        puts = [op for op in ops if isinstance(op, PutOp)]
+        if not puts or self._quotas is None:
+            return await self._answer(owner, ops)
+        writes = [(_prefix(owner, op.namespace), op.key, _value_bytes(op.value)) for op in puts]
+        limit = (await self._limits_of(owner)).store_bytes
+        adding = sum(size or 0 for _, _, size in writes)
+        if limit is None or not adding:
+            results = await self._answer(owner, ops)
+            await self._quotas.store_written(owner, writes)
+            return results
+        async with self._quotas.hold(owner):  # every process's puts of the owner in turn
+            used = await self._quotas.store_bytes(owner, [(p, k) for p, k, _ in writes])
+            check_store_bytes(limit, used, adding)
+            results = await self._answer(owner, ops)
+            await self._quotas.store_written(owner, writes)
+        return results
+
+    async def _answer(self, owner: str, ops: list[Op]) -> list[Result]:
         results: list[Result] = [None] * len(ops)
         plain: list[tuple[int, Op]] = []
         ranked: list[tuple[int, SearchOp]] = []
@@ -238,15 +334,24 @@ class ScopedStore(BaseStore):
         return results
 
     async def _ranked_search(self, owner: str, op: SearchOp) -> list[SearchItem]:
-        """Rank the items under the prefix (after the filter) for the query; return a page."""
-        candidates = await self._inner.asearch(
-            (owner, *op.namespace_prefix),
-            filter=op.filter,
-            limit=MAX_CANDIDATES,
-            offset=0,
-            refresh_ttl=op.refresh_ttl,
-        )
-        scored = await self._ranker.rank(op.query or "", candidates)
+        """Rank the items under the prefix (after the filter) for the query; return a page.
+
+        Raises:
+            Invalid: The query is longer than `MAX_QUERY_CHARS`.
+            QuotaExceeded: The owner's searches of this minute are used up.
+        """
+        query = op.query or ""
+        if len(query) > MAX_QUERY_CHARS:
+            raise Invalid(f"query must be at most {MAX_QUERY_CHARS} characters", field="query")
+        if self._quotas is not None:
+            limit = (await self._limits_of(owner)).store_searches_per_minute
+            await self._quotas.admit_search(owner, limit)
+        async with self._ranking.at_once:
+            candidates = await self._candidates(owner, op)
+            loop = asyncio.get_running_loop()
+            scored = await loop.run_in_executor(
+                self._ranking.pool, rank_items, self._ranker, query, candidates
+            )
         page = scored[op.offset : op.offset + op.limit]
         return [
             SearchItem(
@@ -259,6 +364,32 @@ class ScopedStore(BaseStore):
             )
             for score, item in page
         ]
+
+    async def _candidates(self, owner: str, op: SearchOp) -> list[Item]:
+        """Return the items a query ranks: the most recently updated, a page at a time."""
+        found: list[Item] = []
+        while len(found) < MAX_CANDIDATES:
+            page = await self._inner.asearch(
+                (owner, *op.namespace_prefix),
+                filter=op.filter,
+                limit=min(CANDIDATE_PAGE, MAX_CANDIDATES - len(found)),
+                offset=len(found),
+                refresh_ttl=op.refresh_ttl,
+            )
+            found += page
+            if len(page) < CANDIDATE_PAGE:
+                break
+        return found
+
+
+def _prefix(owner: str, namespace: tuple[str, ...]) -> str:
+    """Return the text both LangGraph stores key an owner's namespace by (labels and dots)."""
+    return ".".join((owner, *namespace))
+
+
+def _value_bytes(value: Mapping[str, Any] | None) -> int | None:
+    """Return the bytes of a put's value as JSON (None: the put deletes the item)."""
+    return None if value is None else len(orjson.dumps(dict(value)))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -32,6 +32,7 @@ from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
+from engine.postgres.quotas import PostgresQuotas
 from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
 from engine.postgres.store import open_postgres_store
@@ -63,6 +64,8 @@ class PostgresRunBackend:
     store: AsyncPostgresStore
     #: The assistants clients created, with their versions.
     assistants: PostgresAssistantRepository
+    #: Usage reports and the Store's accounting (`engine.postgres.quotas`).
+    quotas: PostgresQuotas
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -192,5 +195,6 @@ async def open_postgres_backend(
             feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
             assistants=PostgresAssistantRepository(resources.pool),
+            quotas=PostgresQuotas(resources.pool),
             metrics=metrics,
         )

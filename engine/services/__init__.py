@@ -8,6 +8,7 @@
     crons.py      CronsService: crons, and the scheduler that fires their ticks
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
+    usage.py      UsageService: an owner's usage this month and its quotas
 
 The opener (`engine.opener.open_engine`) builds them; adapters reach them through
 `engine.Engine`. See docs/architecture.md.
@@ -19,6 +20,7 @@ from engine.services.crons import CronsService
 from engine.services.feedback import FeedbackService
 from engine.services.runs import RunsService
 from engine.services.threads import ThreadsService
+from engine.services.usage import UsageReport, UsageService
 from engine.services.webhooks import WebhooksService
 
 __all__ = [
@@ -28,5 +30,7 @@ __all__ = [
     "FeedbackService",
     "RunsService",
     "ThreadsService",
+    "UsageReport",
+    "UsageService",
     "WebhooksService",
 ]

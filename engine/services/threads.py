@@ -141,9 +141,7 @@ class ThreadsService:
     async def state(self, owner: str, thread_id: str, *, subgraphs: bool = False) -> dict[str, Any]:
         """Return a thread's latest checkpointed state (empty before its first run)."""
         thread = await self._core.thread(owner, thread_id)
-        return await state(
-            self._graph_of(thread), thread_id, subgraphs=subgraphs, safe=self._safe
-        )
+        return await state(self._graph_of(thread), thread_id, subgraphs=subgraphs, safe=self._safe)
 
     async def state_at(
         self, owner: str, thread_id: str, checkpoint: dict[str, Any], *, subgraphs: bool = False

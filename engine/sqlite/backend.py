@@ -31,6 +31,7 @@ from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
+from engine.sqlite.quotas import SqliteQuotas
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
 
@@ -51,6 +52,8 @@ class SqliteRunBackend:
     store: AsyncSqliteStore
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
+    #: Usage reports and the Store's accounting (`engine.sqlite.quotas`).
+    quotas: SqliteQuotas
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
@@ -132,6 +135,8 @@ async def open_sqlite_backend(
                     settings.data_dir / STORE_FILE, busy_timeout=busy_timeout
                 ) as store,
             ):
+                quotas = SqliteQuotas(storage.database, store)
+                await quotas.setup()
                 yield SqliteRunBackend(
                     storage=storage,
                     live=hub,
@@ -141,5 +146,6 @@ async def open_sqlite_backend(
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
                     assistants=SqliteAssistantRepository(storage.database),
+                    quotas=quotas,
                     ready_checks={"runs": storage.ping},
                 )
