@@ -5,7 +5,8 @@
 says what the generic engine (`engine.open_engine`) runs here: the assistants
 (`graphs.assistants.ASSISTANTS`), the runtime context of runs (the studio's services,
 `agentkit.services.open_services`, with the knowledge notes and assets in the
-engine's database in scale-out), the Store's keyword ranking, the embedded model's
+engine's database in scale-out), the Store's keyword ranking
+(`knowledge.store_ranking.KeywordRanker`), the embedded model's
 crash as an error users may read, the meter of each run's LLM usage and cost
 (`providers.usage.RunMeter`: the keys' usage and spend caps), and OpenTelemetry
 tracing with the GenAI spans of the graphs (`providers.tracing`). `langgraph dev`
@@ -36,34 +37,15 @@ from engine import (
 )
 from graphs.assistants import ASSISTANTS
 from knowledge.repository import NoteRepository
-from knowledge.retriever import query_words, text_relevance
+from knowledge.store_ranking import KeywordRanker
 from providers.assets import AssetStore
 from providers.llm import AttemptObserver
 from providers.local_llm import EmbeddedModelCrashedError
 from providers.tracing import GenAISpans, tracer_provider
 from providers.usage import RunMeter
 
-#: Words of a Store query the keyword ranking looks for.
-MAX_QUERY_WORDS = 64
 #: Errors whose messages a failed run may show its user (they are written for users).
 PUBLIC_ERRORS: tuple[type[BaseException], ...] = (EmbeddedModelCrashedError,)
-
-
-class KeywordRanker:
-    """Ranks Store items by the vault's Chinese keyword relevance (`knowledge.retriever`).
-
-    Whole query +0.5, each segmented word +0.1 (up to 1.0); items matching nothing
-    are left out. The Store ranks with it when no EMBEDDINGS_BASE_URL is set, in its
-    ranking threads (`engine.store`). A query's first `MAX_QUERY_WORDS` words count:
-    past ten matching words the score is full anyway, and each word is a scan of
-    every candidate's text.
-    """
-
-    def rank(self, query: str, texts: Sequence[str]) -> list[float | None]:
-        """Return each text's score, None for a text that matches nothing."""
-        words = query_words(query)[:MAX_QUERY_WORDS]
-        scores = (text_relevance(query, text, words) for text in texts)
-        return [round(score, 4) if score > 0 else None for score in scores]
 
 
 @contextlib.contextmanager

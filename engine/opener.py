@@ -136,8 +136,13 @@ async def open_engine(
         opened = await stack.enter_async_context(context(parts.pools))
         limits = limits_with_overrides(limits_from_settings(settings), quota_overrides)
         store = ScopedStore(
-            parts.store, query_ranker(settings, ranker), quotas=parts.quotas, limits=limits
+            parts.store,
+            query_ranker(settings, ranker),
+            quotas=parts.quotas,
+            limits=limits,
+            reader=parts.store_reader,
         )
+        stack.push_async_callback(store.close)
         graphs = with_store(assistants(parts.checkpointer), store)
         setup = ExecutorSetup(
             assistants=graphs,

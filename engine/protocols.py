@@ -68,6 +68,7 @@ from langgraph.store.base import BaseStore
 from engine.assistants import Assistant
 from engine.feedback import FeedbackRepository
 from engine.quotas import Limits
+from engine.ranking import StoreReader
 from engine.records import (
     CancelAction,
     Frame,
@@ -508,6 +509,11 @@ class RunBackend(Protocol):
     @property
     def assistants(self) -> AssistantRepository:
         """The assistants clients created, with their versions."""
+        ...
+
+    @property
+    def store_reader(self) -> StoreReader:
+        """Reads `store` off the event loop, for ranked searches (`engine.ranking`)."""
         ...
 
     @property

@@ -15,41 +15,24 @@ Each backend keeps the items in LangGraph's own store implementation
   run's owner (`core.run_config.run_owner`, read from the run's config), and fails in
   a run that has none.
 - A search with a `query` ranks the items under the prefix (after the `filter`) by
-  a `QueryRanker`: by meaning (`SemanticRanker`, cosine similarity of embeddings
-  from the OpenAI-compatible `/embeddings` of `EMBEDDINGS_BASE_URL`) when one is
-  configured, else by the ranker the engine's opener is given (the product's:
-  keyword relevance, `app.composition.KeywordRanker`). Either ranks
-  at most `MAX_CANDIDATES` items, the most recently updated first; an item's text
-  is the string leaves of its value, in order, its first `MAX_RANKED_CHARS`
-  characters. The vectors of texts are computed on first use and kept in memory
-  (by the text's hash); a changed item is embedded again. Ranking happens here
-  rather than in the store's vector index because the index needs a SQLite that
-  loads extensions (`sqlite-vec`) or PostgreSQL's `pgvector`, which neither the
-  embedded deployment nor a plain PostgreSQL can count on; ranking the candidates
-  keeps both deployments alike.
-- A search never blocks the server: the candidates are read `CANDIDATE_PAGE` items
-  at a time (each page's JSON is decoded on the event loop, a few milliseconds), and
-  ranked in a worker thread of `RANKING_THREADS` (a `QueryRanker` is synchronous and
-  is only ever called there), at most `SEARCHES_AT_ONCE` ranked searches of a
-  process at once. A query is at most `MAX_QUERY_CHARS` characters (`Invalid`
-  beyond, a 422). Each ranked search counts toward its key's
-  `store_searches_per_minute`, each put toward its `store_bytes` (`engine.quotas`;
-  the bytes of a value are its JSON's, kept per item by the backend).
+  a `QueryRanker` (by meaning with EMBEDDINGS_BASE_URL, else the product's keyword
+  relevance), off the event loop, in a process of its own (`engine.ranking`: what
+  it reads and ranks, and its bounds). Ranking the candidates here rather than in
+  the store's vector index keeps both deployments alike: the index needs a SQLite
+  that loads extensions (`sqlite-vec`) or PostgreSQL's `pgvector`.
+- Quotas (`engine.quotas`): each ranked search counts toward its key's
+  `store_searches_per_minute`, each put toward its `store_bytes` (the bytes of a
+  value are its JSON's, kept per item by the backend's `QuotaRepository`; a put
+  over the quota writes nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import math
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
-from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -65,160 +48,31 @@ from langgraph.store.base import (
 )
 
 from core.run_config import run_owner
-from core.settings import Settings
 from engine.errors import Invalid
 from engine.quotas import UNLIMITED, Limits, LimitsFor, check_store_bytes
+from engine.ranking import (
+    MAX_CANDIDATES,
+    MAX_QUERY_CHARS,
+    MAX_RANKED_CHARS,
+    EmbeddingsUnavailable,
+    QueryRanker,
+    RankedSearch,
+    Ranking,
+    SemanticRanker,
+    StoreReader,
+    item_text,
+    query_ranker,
+)
 from engine.usage import QuotaRepository
 
-#: Items a query ranks at most (the most recently updated under the prefix).
-MAX_CANDIDATES = 500
-#: Candidates read from the store at a time (their JSON is decoded on the event loop).
+#: Candidates read from the store at a time when no reader reads them off the loop.
 CANDIDATE_PAGE = 32
-#: Characters of an item's text a query reads (its start).
-MAX_RANKED_CHARS = 32_768
-#: The longest query, in characters.
-MAX_QUERY_CHARS = 2000
-#: Worker threads ranking searches, per process (more would contend for the GIL with
-#: the event loop; searches beyond them wait their turn).
-RANKING_THREADS = 2
-#: Ranked searches a process runs at once (their candidates are in memory meanwhile).
-SEARCHES_AT_ONCE = 4
-#: Item vectors kept in memory per process.
-MAX_CACHED_VECTORS = 10_000
 #: TTL: reading an item renews it; expired items are swept every few minutes.
 STORE_TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": 5}
 
 
 class NoOwnerError(RuntimeError):
     """The store was used in a run that no API key started (it is scoped to one)."""
-
-
-class EmbeddingsUnavailable(RuntimeError):
-    """The embeddings endpoint failed; a search with a `query` cannot be ranked."""
-
-
-def item_text(value: Mapping[str, Any]) -> str:
-    """Return the text of an item's value: its string leaves, in order, one a line."""
-    parts: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, str):
-            parts.append(node)
-        elif isinstance(node, Mapping):
-            for child in node.values():
-                walk(child)
-        elif isinstance(node, list | tuple):
-            for child in node:
-                walk(child)
-
-    walk(value)
-    return "\n".join(parts)
-
-
-class QueryRanker(Protocol):
-    """Ranks a search's candidate texts for its query; always called in a worker thread."""
-
-    def rank(self, query: str, texts: Sequence[str]) -> list[float | None]:
-        """Return each text's score, in order (None: it does not match the query at all)."""
-        ...
-
-
-class SemanticRanker:
-    """Ranks by cosine similarity of embeddings; keeps text vectors in memory (LRU).
-
-    Called in the Store's ranking threads: its calls to the endpoint are synchronous
-    there, and its cache is shared under a lock.
-    """
-
-    def __init__(self, embeddings: Embeddings, max_cached: int = MAX_CACHED_VECTORS) -> None:
-        """Rank with `embeddings`, keeping at most `max_cached` text vectors."""
-        self._embeddings = embeddings
-        self._max_cached = max_cached
-        self._vectors: OrderedDict[str, list[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def rank(self, query: str, texts: Sequence[str]) -> list[float | None]:
-        """Return every text's similarity to the query.
-
-        Raises:
-            EmbeddingsUnavailable: The endpoint failed.
-        """
-        if not texts:
-            return []
-        keys = [hashlib.sha256(text.encode()).hexdigest() for text in texts]
-        with self._lock:
-            known = {key: self._vectors[key] for key in keys if key in self._vectors}
-        missing = [i for i, key in enumerate(keys) if key not in known]
-        try:
-            wanted = self._embeddings.embed_query(query)
-            if missing:
-                fresh = self._embeddings.embed_documents([texts[i] for i in missing])
-                for i, vector in zip(missing, fresh, strict=True):
-                    known[keys[i]] = vector
-        except Exception as exc:
-            raise EmbeddingsUnavailable("the embeddings endpoint failed") from exc
-        with self._lock:
-            for key in keys:
-                self._vectors[key] = known[key]
-                self._vectors.move_to_end(key)
-            while len(self._vectors) > self._max_cached:
-                self._vectors.popitem(last=False)
-        return [round(_cosine(wanted, known[key]), 4) for key in keys]
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Return the cosine similarity of two vectors (0 when one is zero or sizes differ)."""
-    if len(a) != len(b):
-        return 0.0
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
-
-
-def query_ranker(settings: Settings, fallback: QueryRanker) -> QueryRanker:
-    """Return the ranker `settings` configure: semantic with EMBEDDINGS_BASE_URL, else `fallback`.
-
-    Args:
-        settings: The deployment's settings (EMBEDDINGS_*).
-        fallback: The ranker without an embeddings endpoint (the engine's opener's).
-    """
-    if settings.embeddings_base_url is None:
-        return fallback
-    from langchain_openai import OpenAIEmbeddings
-
-    key = settings.embeddings_api_key
-    embeddings = OpenAIEmbeddings(
-        model=settings.embeddings_model,
-        base_url=settings.embeddings_base_url,
-        api_key=key if key is not None else "unused",  # type: ignore[arg-type]
-        timeout=settings.embeddings_timeout,
-        max_retries=1,
-        # Send text, not tiktoken ids: the endpoint need not be OpenAI's, and tiktoken
-        # would download its encodings.
-        check_embedding_ctx_length=False,
-    )
-    return SemanticRanker(embeddings)
-
-
-class _Ranking:
-    """A process's ranking threads, and the bound on its ranked searches at once."""
-
-    def __init__(self, threads: int = RANKING_THREADS, at_once: int = SEARCHES_AT_ONCE) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="store-ranking")
-        self.at_once = asyncio.Semaphore(at_once)
-
-
-def rank_items(ranker: QueryRanker, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-    """Return the items the query matches with their scores, best first (stable for ties).
-
-    CPU work: called in a ranking thread. Each item is ranked by the first
-    `MAX_RANKED_CHARS` characters of its text (its key when it has none).
-    """
-    texts = [(item_text(item.value) or item.key)[:MAX_RANKED_CHARS] for item in items]
-    scores = ranker.rank(query, texts)
-    scored = [(score, item) for score, item in zip(scores, items, strict=True) if score is not None]
-    scored.sort(key=lambda pair: pair[0], reverse=True)
-    return scored
 
 
 class ScopedStore(BaseStore):
@@ -234,7 +88,8 @@ class ScopedStore(BaseStore):
         *,
         quotas: QuotaRepository | None = None,
         limits: LimitsFor | None = None,
-        ranking: _Ranking | None = None,
+        reader: StoreReader | None = None,
+        ranking: Ranking | None = None,
     ) -> None:
         """Scope `inner` to `owner`, or, when None, to the owner of the run calling it.
 
@@ -246,14 +101,16 @@ class ScopedStore(BaseStore):
                 is counted, nothing limited).
             limits: Each owner's limits (`store_bytes`, `store_searches_per_minute`);
                 None: unlimited.
-            ranking: The ranking threads to share (the root store's; None: new ones).
+            reader: Reads the candidates of a ranked search off the event loop (the
+                backend's); None: they are read here, a page at a time.
+            ranking: Where searches are ranked, to share (the root store's; None: new).
         """
         self._inner = inner
         self._ranker = ranker
         self._owner = owner
         self._quotas = quotas
         self._limits = limits
-        self._ranking = ranking or _Ranking()
+        self._ranking = ranking or Ranking(ranker, reader)
         # The loop the backend's store lives on (both LangGraph stores keep it as `loop`).
         self._loop: asyncio.AbstractEventLoop | None = getattr(inner, "loop", None)
         # Both backends' stores keep TTLs (AsyncSqliteStore's class says otherwise only
@@ -270,6 +127,10 @@ class ScopedStore(BaseStore):
             limits=self._limits,
             ranking=self._ranking,
         )
+
+    async def close(self) -> None:
+        """Stop ranking (a search under way ends first) and close the reader."""
+        await asyncio.to_thread(self._ranking.close)
 
     def _scope(self) -> str:
         owner = self._owner or run_owner()
@@ -336,6 +197,11 @@ class ScopedStore(BaseStore):
     async def _ranked_search(self, owner: str, op: SearchOp) -> list[SearchItem]:
         """Rank the items under the prefix (after the filter) for the query; return a page.
 
+        With the backend's reader, everything but the quota check happens off the event
+        loop (`engine.ranking`): reading and decoding the candidates, ranking them,
+        renewing the TTLs of the items answered. Without one, the candidates are read
+        here a page at a time and ranked in a thread.
+
         Raises:
             Invalid: The query is longer than `MAX_QUERY_CHARS`.
             QuotaExceeded: The owner's searches of this minute are used up.
@@ -346,16 +212,25 @@ class ScopedStore(BaseStore):
         if self._quotas is not None:
             limit = (await self._limits_of(owner)).store_searches_per_minute
             await self._quotas.admit_search(owner, limit)
-        async with self._ranking.at_once:
-            candidates = await self._candidates(owner, op)
-            loop = asyncio.get_running_loop()
-            scored = await loop.run_in_executor(
-                self._ranking.pool, rank_items, self._ranker, query, candidates
+        if self._ranking.reader is not None:
+            refresh = op.refresh_ttl is not False and bool(
+                (self.ttl_config or {}).get("refresh_on_read")
             )
-        page = scored[op.offset : op.offset + op.limit]
+            search = RankedSearch(
+                prefix=(owner, *op.namespace_prefix),
+                filter=op.filter,
+                query=query,
+                offset=op.offset,
+                limit=op.limit,
+                refresh=refresh,
+            )
+            page = await self._ranking.search(search)
+        else:
+            scored = await self._ranking.rank(query, await self._candidates(owner, op))
+            page = scored[op.offset : op.offset + op.limit]
         return [
             SearchItem(
-                namespace=item.namespace[1:],
+                namespace=tuple(item.namespace[1:]),
                 key=item.key,
                 value=item.value,
                 created_at=item.created_at,
@@ -449,3 +324,20 @@ def _unscoped(result: Result) -> Result:
                 unscoped.append(entry[1:])
         return unscoped
     return result
+
+
+__all__ = [
+    "CANDIDATE_PAGE",
+    "MAX_CANDIDATES",
+    "MAX_QUERY_CHARS",
+    "MAX_RANKED_CHARS",
+    "STORE_TTL",
+    "EmbeddingsUnavailable",
+    "NoOwnerError",
+    "QueryRanker",
+    "ScopedStore",
+    "SemanticRanker",
+    "StoreReader",
+    "item_text",
+    "query_ranker",
+]

@@ -35,7 +35,7 @@ from engine.postgres.queue import QueueExecutor
 from engine.postgres.quotas import PostgresQuotas
 from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
-from engine.postgres.store import open_postgres_store
+from engine.postgres.store import PostgresStoreReader, open_postgres_store
 from engine.postgres.worker import RunWorker
 from engine.protocols import DatabasePools, ExecutorSetup
 from engine.webhooks import Deliverer, webhook_metrics
@@ -74,6 +74,12 @@ class PostgresRunBackend:
     def pools(self) -> DatabasePools:
         """The pools the product's stores (its notes, its assets) share."""
         return DatabasePools(pool=self.resources.pool, sync_pool=self.resources.asset_pool)
+
+    @property
+    def store_reader(self) -> PostgresStoreReader:
+        """Reads the store off the event loop (the ranking process's own connection)."""
+        assert self.settings.database_url is not None
+        return PostgresStoreReader(self.settings.database_url.get_secret_value())
 
     @property
     def ready_checks(self) -> dict[str, Callable[[], Awaitable[None]]]:

@@ -32,7 +32,7 @@ from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.sqlite.quotas import SqliteQuotas
-from engine.sqlite.store import STORE_FILE, open_sqlite_store
+from engine.sqlite.store import STORE_FILE, SqliteStoreReader, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
 
 
@@ -50,6 +50,8 @@ class SqliteRunBackend:
     feedback: SqliteFeedbackRepository
     #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
     store: AsyncSqliteStore
+    #: Reads it off the event loop, for ranked searches (`engine.ranking`).
+    store_reader: SqliteStoreReader
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
     #: Usage reports and the Store's accounting (`engine.sqlite.quotas`).
@@ -145,6 +147,9 @@ async def open_sqlite_backend(
                     crons=SqliteCronRepository(storage.database),
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
+                    store_reader=SqliteStoreReader(
+                        settings.data_dir / STORE_FILE, busy_timeout=busy_timeout
+                    ),
                     assistants=SqliteAssistantRepository(storage.database),
                     quotas=quotas,
                     ready_checks={"runs": storage.ping},
