@@ -245,11 +245,12 @@ class PostgresQuotas:
         )
         count = int(rows[0]["count"])
         if count == 1:  # the owner's first search of this minute: drop its older windows
-            await self._fetch(
-                "DELETE FROM quota_windows WHERE owner = %s AND kind = 'store_search' "
-                "AND window_start < %s",
-                (owner, minute),
-            )
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    "DELETE FROM quota_windows WHERE owner = %s AND kind = 'store_search' "
+                    "AND window_start < %s",
+                    (owner, minute),
+                )
         check_searches(limit, count, left)
 
 
