@@ -286,6 +286,9 @@ TEST_DATA_TABLES = (
     "run_feedback",
     "assistants",
     "assistant_versions",
+    "run_usage",
+    "store_item_bytes",
+    "quota_windows",
 )
 
 
