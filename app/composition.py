@@ -16,6 +16,7 @@ opens the same services (`graphs.served`). See docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,13 @@ from providers.local_llm import EmbeddedModelCrashedError
 from providers.tracing import GenAISpans, tracer_provider
 from providers.usage import RunMeter
 
+log = logging.getLogger(__name__)
+
+#: Said at start-up when a spend cap is set and nothing is priced (docs/quotas.md).
+SPEND_CAP_UNPRICED = (
+    "QUOTA_MONTHLY_SPEND is set but LLM_PRICES prices no model: every run's cost is "
+    "unknown, and the cap, which counts known costs only, will refuse nothing"
+)
 #: Errors whose messages a failed run may show its user (they are written for users).
 PUBLIC_ERRORS: tuple[type[BaseException], ...] = (EmbeddedModelCrashedError,)
 
@@ -110,6 +118,8 @@ async def open_product(
             `quotas`), over the `QUOTA_*` settings; None: the settings for every key.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.quota_monthly_spend is not None and not settings.llm_prices:
+        log.warning(SPEND_CAP_UNPRICED)
     every_run = [*callbacks, *([metrics.callback] if metrics is not None else [])]
     with open_tracing(settings) as tracing:  # first in, last out: later spans are flushed
         async with open_engine(

@@ -177,7 +177,8 @@ async def _measure(url: str, headers: dict[str, str], searchers: int, seconds: f
         started = time.perf_counter()
         (await client.post("/store/items/search", json=body)).raise_for_status()
         first = (time.perf_counter() - started) * 1000
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    # The code before the fix answered `/ok` after tens of seconds while searches ran.
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         idle = await _ping(client, min(seconds, 3.0))
         stop = asyncio.Event()
         tasks = [

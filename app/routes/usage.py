@@ -88,10 +88,10 @@ class QuotaOut(BaseModel):
     """One quota of the key."""
 
     name: QuotaName = Field(description="The quota.", examples=["runs_per_minute"])
-    limit: float | None = Field(
+    limit: int | float | None = Field(
         description="Its limit (null: unlimited); `monthly_spend` in `currency`.", examples=[60]
     )
-    used: float | None = Field(
+    used: int | float | None = Field(
         description="What the key uses of it now: runs pending or running, runs started in "
         "the last 60 s, crons, assistants, Store bytes, this month's known cost (null: "
         "not counted here, the searches of the current minute).",

@@ -19,7 +19,7 @@ per owner and calendar minute in `quota_windows` (one upsert).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -129,9 +129,12 @@ async def count_owned(conn: AsyncConnection[DictRow], table: str, owner: str) ->
 class PostgresQuotas:
     """Usage reports and the Store's accounting, shared by every replica (module docstring)."""
 
-    def __init__(self, pool: AsyncPool) -> None:
-        """Borrow connections from the process's pool."""
+    def __init__(
+        self, pool: AsyncPool, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        """Borrow connections from the process's pool; read the minute of searches on `clock`."""
         self._pool = pool
+        self._clock = clock
 
     async def _fetch(self, sql: str, params: Any = ()) -> list[DictRow]:
         async with self._pool.connection() as conn:
@@ -236,7 +239,7 @@ class PostgresQuotas:
         """
         if limit is None:
             return
-        minute, left = minute_of(datetime.now(UTC))
+        minute, left = minute_of(self._clock())
         rows = await self._fetch(
             "INSERT INTO quota_windows (owner, kind, window_start, count) "
             "VALUES (%s, 'store_search', %s, 1) ON CONFLICT (owner, kind, window_start) "

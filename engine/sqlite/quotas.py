@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from weakref import WeakValueDictionary
 
@@ -121,12 +121,21 @@ async def _scalar(db: aiosqlite.Connection, sql: str, params: Sequence[object]) 
 class SqliteQuotas:
     """Usage reports and the Store's accounting, embedded (see the module docstring)."""
 
-    def __init__(self, db: SqliteDatabase, store: AsyncSqliteStore) -> None:
-        """Read runs and usage from `db`; keep the Store's bytes beside `store`'s table."""
+    def __init__(
+        self,
+        db: SqliteDatabase,
+        store: AsyncSqliteStore,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """Read runs and usage from `db`; keep the Store's bytes beside `store`'s table.
+
+        The minute searches are counted in is read on `clock`.
+        """
         self._db = db
         self._store = store
         self._holds: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
-        self._searches = SearchWindow()
+        self._searches = SearchWindow(clock)
 
     async def setup(self) -> None:
         """Create the Store's byte ledger in the store's file (idempotent)."""

@@ -11,7 +11,13 @@ cap and the usage's costs are in tests/app/test_spend_caps.py.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
+import io
+import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -33,6 +39,7 @@ from tests.app.harness import (
     service_settings,
 )
 from tests.app.sample_graphs import sample_assistants, scripted_reply, slow_run
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployments
     migrated_postgres_url,
@@ -342,3 +349,28 @@ async def test_the_document_lists_the_usage_route_and_every_429(server: Served) 
         assert refused["headers"]["Retry-After"]["schema"]["type"] == "integer"
     properties = document["components"]["schemas"]["UsageOut"]["properties"]
     assert {"total", "assistants", "quotas", "spend", "currency"} <= set(properties)
+
+
+@pytest.mark.in_process_only("the page's commands; the route is the same everywhere")
+async def test_the_quotas_page_snippets_run_as_written(server: Served) -> None:
+    script = code_block("quotas", "bash", heading="A key's usage")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8000", server.url)],
+        env={**os.environ, "KEY": KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout)["key_id"] == "me"
+
+    snippet = code_block("quotas", "python", heading="A key's usage")
+    snippet = snippet.replace("http://localhost:8000", server.url).replace("your-api-key", KEY)
+    printed = io.StringIO()
+    code = compile(snippet, "<docs/quotas.md>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    with contextlib.redirect_stdout(printed):
+        await eval(code, {"__name__": "__main__"})
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == f"{datetime.now(UTC):%Y-%m} 0 0.0 USD"
+    assert "crons 0 of 300" in lines and "monthly_spend 0.0 of None" in lines

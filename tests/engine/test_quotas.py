@@ -381,7 +381,11 @@ def _quotas(opened: Opened, store: Any = None) -> Any:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def limited(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """Yield (root store, limits) of each backend: quotas counted, searches ranked apart."""
+    """Yield (root store, limits) of each backend: quotas counted, searches ranked apart.
+
+    Searches are counted in one calendar minute whatever the time (a fixed clock): the
+    first one also starts the ranking process, which may take seconds.
+    """
     limits: dict[str, Limits] = {"owner": Limits(store_bytes=2_000, store_searches_per_minute=3)}
 
     async def limits_for(_owner: str) -> Limits:
@@ -396,7 +400,7 @@ async def limited(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             SqliteRunStorage(str(tmp_path / "atelier.db")) as storage,
             open_sqlite_store(tmp_path / "store.db") as inner,
         ):
-            quotas = SqliteQuotas(storage.database, inner)
+            quotas = SqliteQuotas(storage.database, inner, clock=lambda: T0)
             await quotas.setup()
             reader = SqliteStoreReader(tmp_path / "store.db")
             root = ScopedStore(
@@ -416,7 +420,7 @@ async def limited(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             root = ScopedStore(
                 inner,
                 KeywordRanker(),
-                quotas=PostgresQuotas(pool),
+                quotas=PostgresQuotas(pool, clock=lambda: T0),
                 limits=limits_for,
                 reader=PostgresStoreReader(url),
             )
