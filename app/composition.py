@@ -5,20 +5,22 @@
 says what the generic engine (`engine.open_engine`) runs here: the assistants
 (`graphs.assistants.ASSISTANTS`), the runtime context of runs (the studio's services,
 `agentkit.services.open_services`, with the knowledge notes and assets in the
-engine's database in scale-out), the Store's keyword ranking, the embedded model's
-crash as an error users may read, and OpenTelemetry tracing with the GenAI spans of
-the graphs (`providers.tracing`). `langgraph dev` opens the same services
-(`graphs.served`). See docs/architecture.md.
+engine's database in scale-out), the Store's keyword ranking
+(`knowledge.store_ranking.KeywordRanker`), the embedded model's
+crash as an error users may read, the meter of each run's LLM usage and cost
+(`providers.usage.RunMeter`: the keys' usage and spend caps), and OpenTelemetry
+tracing with the GenAI spans of the graphs (`providers.tracing`). `langgraph dev`
+opens the same services (`graphs.served`). See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langgraph.store.base import Item
 
 from agentkit.context import AtelierContext
 from agentkit.services import open_services
@@ -28,38 +30,30 @@ from engine import (
     ContextOpener,
     DatabasePools,
     Engine,
+    QuotaOverrides,
     Role,
     RunTracing,
-    item_text,
     open_engine,
     registry,
 )
 from graphs.assistants import ASSISTANTS
 from knowledge.repository import NoteRepository
-from knowledge.retriever import query_words, text_relevance
+from knowledge.store_ranking import KeywordRanker
 from providers.assets import AssetStore
 from providers.llm import AttemptObserver
 from providers.local_llm import EmbeddedModelCrashedError
 from providers.tracing import GenAISpans, tracer_provider
+from providers.usage import RunMeter
 
+log = logging.getLogger(__name__)
+
+#: Said at start-up when a spend cap is set and nothing is priced (docs/quotas.md).
+SPEND_CAP_UNPRICED = (
+    "QUOTA_MONTHLY_SPEND is set but LLM_PRICES prices no model: every run's cost is "
+    "unknown, and the cap, which counts known costs only, will refuse nothing"
+)
 #: Errors whose messages a failed run may show its user (they are written for users).
 PUBLIC_ERRORS: tuple[type[BaseException], ...] = (EmbeddedModelCrashedError,)
-
-
-class KeywordRanker:
-    """Ranks Store items by the vault's Chinese keyword relevance (`knowledge.retriever`).
-
-    Whole query +0.5, each segmented word +0.1; items matching nothing are left out.
-    The Store ranks with it when no EMBEDDINGS_BASE_URL is set (`engine.store`).
-    """
-
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return the items matching the query, best first; the others are left out."""
-        words = query_words(query)
-        scored = [(text_relevance(query, item_text(item.value), words), item) for item in items]
-        matched = [(round(score, 4), item) for score, item in scored if score > 0]
-        matched.sort(key=lambda pair: pair[0], reverse=True)
-        return matched
 
 
 @contextlib.contextmanager
@@ -107,6 +101,7 @@ async def open_product(
     callbacks: Sequence[BaseCallbackHandler] = (),
     assistant_factory: AssistantFactory | None = None,
     concurrency: int | None = None,
+    quota_overrides: QuotaOverrides | None = None,
 ) -> AsyncIterator[Engine]:
     """Open Atelier's engine for the block (see the module docstring); yield it.
 
@@ -119,8 +114,12 @@ async def open_product(
         assistant_factory: Builds the assistants served (default: `ASSISTANTS`);
             tests serve small graphs through it.
         concurrency: A worker's runs at once (`role="worker"`).
+        quota_overrides: Returns a key's quota overrides by owner id (its managed key's
+            `quotas`), over the `QUOTA_*` settings; None: the settings for every key.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.quota_monthly_spend is not None and not settings.llm_prices:
+        log.warning(SPEND_CAP_UNPRICED)
     every_run = [*callbacks, *([metrics.callback] if metrics is not None else [])]
     with open_tracing(settings) as tracing:  # first in, last out: later spans are flushed
         async with open_engine(
@@ -134,6 +133,8 @@ async def open_product(
             tracing=tracing,
             public_errors=PUBLIC_ERRORS,
             concurrency=concurrency,
+            meter=RunMeter(settings.llm_price_currency),
+            quota_overrides=quota_overrides,
         ) as engine:
             yield engine
 

@@ -14,6 +14,7 @@ servers, which FastAPI does not call, pass theirs).
     CronsDep       CronsService        crons
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
+    UsageDep       UsageService        a key's usage this month and its quotas
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
     KeysDep        KeysService         managed API keys
     AuditDep       AuditService        the audit trail
@@ -41,6 +42,7 @@ from engine import (
     RunsService,
     ScopedStore,
     ThreadsService,
+    UsageService,
     WebhooksService,
 )
 from knowledge.repository import NoteRepository
@@ -147,6 +149,11 @@ def get_audit(request: Request) -> AuditService:
     return get_engine(request).audit
 
 
+def get_usage(request: Request) -> UsageService:
+    """Return the usage service."""
+    return get_engine(request).usage
+
+
 def get_store(request: Request) -> ScopedStore:
     """Return the Store, scoped per API key (bind it to the caller with `for_owner`)."""
     return get_engine(request).store
@@ -174,6 +181,7 @@ AuditDep = Annotated[AuditService, Depends(get_audit)]
 
 CallerDep = Annotated[Caller, Security(get_caller)]
 """The caller: owner id, role (`admin`, `member`, `read-only`), kind and quota overrides."""
+UsageDep = Annotated[UsageService, Depends(get_usage)]
 
 PrincipalDep = Annotated[str, Security(get_principal)]
 """The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
@@ -199,6 +207,7 @@ __all__ = [
     "SettingsDep",
     "StoreDep",
     "ThreadsDep",
+    "UsageDep",
     "WebhooksDep",
     "get_assistants",
     "get_audit",

@@ -7,7 +7,8 @@ the first key `langgraph-sdk` reads for its exception text. An unexpected except
 becomes a 500 with an error id that is also in the server log; no traceback,
 exception text or submitted value reaches a client.
 
-`RunsError` and its subclasses (`engine.errors`) are what the run engine refuses a request with;
+`RunsError` and its subclasses (`engine.errors`) are what the run engine refuses a request with
+(a `QuotaExceeded` is a 429 with `Retry-After`, its `detail` naming the quota);
 `install_error_handlers(app)` (called by `app.main.create_app`) renders them, HTTP
 exceptions, validation errors and unexpected exceptions in that shape.
 """
@@ -35,6 +36,7 @@ from engine import (
     InvalidFields,
     NotFound,
     NotReadyError,
+    QuotaExceeded,
     RunsError,
     Unavailable,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "InvalidFields",
     "NotFound",
     "NotReadyError",
+    "QuotaExceeded",
     "RunsError",
     "Unavailable",
     "endpoint_routes",
@@ -237,6 +240,10 @@ def database_errors() -> tuple[type[Exception], ...]:
 async def _runs_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     """Render a `RunsError` in the service's error shape (422s name the field)."""
     assert isinstance(exc, RunsError)
+    if isinstance(exc, QuotaExceeded):  # which quota, its limit and when to come back
+        quota = {"quota": exc.quota, "limit": exc.limit, "retry_after": exc.retry_after}
+        headers = {"Retry-After": str(exc.retry_after)}
+        return error_response(429, exc.message, quota, headers=headers)
     if isinstance(exc, InvalidFields):  # answered as a body failing its model would be
         errors = [_safe_error({**e, "loc": ("body", *e["loc"])}) for e in exc.errors]
         return error_response(422, validation_message(errors), errors)

@@ -37,6 +37,7 @@ from app.routes import (
     runs,
     store,
     threads,
+    usage,
 )
 from app.routes.ops import NotReadyError
 from app.security import announce_auth_mode, announce_ignored_keys, install_security
@@ -132,6 +133,7 @@ def create_app(
     app.include_router(store.router)
     app.include_router(keys.router)  # keys and any key's crons (admins; /keys/me: anyone)
     app.include_router(audit.router)
+    app.include_router(usage.router)  # /keys/{key_id}/usage
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

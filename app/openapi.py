@@ -27,6 +27,8 @@ on every error status, and per operation
   assistant or thread);
 * 409 where `CONFLICTS` says an operation can conflict;
 * 503 on the run-creating operations (a database that takes no writes);
+* 429 with `Retry-After` where a key's quota may refuse (`QUOTAS`: runs, crons,
+  assistants, Store puts and searches);
 * 400, 413 and 422 on every operation with a request body (an unreadable body,
   the body limit and the validation apply to all of them), 422 also where there
   are parameters.
@@ -142,6 +144,31 @@ _RUN_CREATING = (
     "/threads/{thread_id}/runs/stream",
     "/threads/{thread_id}/runs/wait",
 )
+_QUOTA = "The API key is over its quota {quotas} (docs/quotas.md): nothing was {done}; " + (
+    "retry after the `Retry-After` seconds. `detail` names the quota, its limit and the wait."
+)
+#: Operations a key's quotas may refuse (429, with `Retry-After`), and why.
+QUOTAS: dict[tuple[str, str], str] = {
+    **{
+        ("post", path): _QUOTA.format(
+            quotas="runs_at_once, runs_per_minute or monthly_spend", done="started"
+        )
+        for path in _RUN_CREATING
+    },
+    ("post", "/runs/crons"): _QUOTA.format(quotas="crons", done="created"),
+    ("post", "/threads/{thread_id}/runs/crons"): _QUOTA.format(quotas="crons", done="created"),
+    ("post", "/assistants"): _QUOTA.format(quotas="assistants", done="created"),
+    ("put", "/store/items"): _QUOTA.format(quotas="store_bytes", done="stored"),
+    ("post", "/store/items/search"): _QUOTA.format(
+        quotas="store_searches_per_minute", done="searched"
+    ),
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before a retry may pass.",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
 _DESCRIPTIONS = {
     400: "The body cannot be read at all (not UTF-8 text, a broken multipart form).",
     401: "No valid API key (AUTH_API_KEYS): send 'Authorization: Bearer <key>' or "
@@ -246,6 +273,8 @@ def document_errors(
                 statuses[409] = _RUN_CONFLICT
             if method == "post" and path in _RUN_CREATING:
                 statuses[503] = _RUN_UNAVAILABLE
+            if (method, path) in QUOTAS:
+                statuses[429] = QUOTAS[method, path]
             if "requestBody" in operation:
                 statuses[400] = _DESCRIPTIONS[400]
                 statuses[413] = _DESCRIPTIONS[413]
@@ -257,6 +286,8 @@ def document_errors(
             for status, response in responses.items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {"application/json": {"schema": error_ref}}
+            if "429" in responses:
+                responses["429"]["headers"] = _RETRY_AFTER
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas["ErrorResponse"] = error_schema()
     schemas["FieldError"] = field_error_schema()

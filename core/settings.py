@@ -191,6 +191,58 @@ class Settings(BaseSettings):
         description="Largest reference image accepted by POST /assets, in decoded bytes.",
     )
 
+    # --- quotas per API key (engine/quotas.py; docs/quotas.md) ---------------------
+    # The defaults of every key; a managed key's `quotas` override them. `unlimited`
+    # (or none, null) lifts one.
+    quota_runs_at_once: int | None = Field(
+        default=500,
+        ge=0,
+        le=10**12,
+        description="Runs one API key may have pending or running at once (429 past it; "
+        "`unlimited`: no limit).",
+    )
+    quota_runs_per_minute: int | None = Field(
+        default=1000,
+        ge=0,
+        le=10**12,
+        description="Runs one API key may start in any 60 seconds, by any door (HTTP, MCP, "
+        "A2A, its crons' ticks); counted across replicas (`unlimited`: no limit).",
+    )
+    quota_crons: int | None = Field(
+        default=100,
+        ge=0,
+        le=10**12,
+        description="Crons one API key may keep (`unlimited`: no limit).",
+    )
+    quota_assistants: int | None = Field(
+        default=100,
+        ge=0,
+        le=10**12,
+        description="Assistants (presets) one API key may create (`unlimited`: no limit).",
+    )
+    quota_store_bytes: int | None = Field(
+        default=256 * 1_048_576,
+        ge=0,
+        le=10**15,
+        description="Bytes one API key's Store items may take, as JSON (`unlimited`: no limit).",
+    )
+    quota_store_searches_per_minute: int | None = Field(
+        default=600,
+        ge=0,
+        le=10**12,
+        description="Store searches with a `query` one API key may make per calendar minute "
+        "(`unlimited`: no limit).",
+    )
+    quota_monthly_spend: float | None = Field(
+        default=None,
+        ge=0,
+        le=10**12,
+        allow_inf_nan=False,
+        description="Most one API key's runs may cost in a calendar month (UTC), in "
+        "LLM_PRICE_CURRENCY, from LLM_PRICES; past it new runs are refused (429) before any "
+        "LLM call. Unset: no cap. Runs of unpriced models count as unknown, not 0.",
+    )
+
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(
         default=Path("./data"),
@@ -691,6 +743,27 @@ class Settings(BaseSettings):
                     f"MCP_ALLOWED_HOSTS entry {item!r} must be host[:port] (no scheme, no path)"
                 )
         return [item.lower() for item in value]
+
+    @field_validator(
+        "quota_runs_at_once",
+        "quota_runs_per_minute",
+        "quota_crons",
+        "quota_assistants",
+        "quota_store_bytes",
+        "quota_store_searches_per_minute",
+        "quota_monthly_spend",
+        mode="before",
+    )
+    @classmethod
+    def _quota(cls, value: object, info: ValidationInfo) -> object:
+        """Read `unlimited` (or none, null) as no limit; an empty value keeps the default."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in ("unlimited", "none", "null"):
+                return None
+            if not text:
+                return cls.model_fields[info.field_name or ""].default
+        return value
 
     @field_validator("database_url", "redis_url", mode="before")
     @classmethod

@@ -49,7 +49,6 @@ from engine.keys import (
     KEY_ID_PATTERN,
     KEY_ROLES,
     MAX_QUOTA,
-    QUOTA_NAMES,
     KeyRecord,
     KeyRole,
     KeyState,
@@ -59,8 +58,15 @@ from engine.keys import (
     is_key_secret,
     owner_id_for,
 )
-from engine.opener import ContextOpener, Engine, Role, open_engine, open_keys
+from engine.opener import ContextOpener, Engine, QuotaOverrides, Role, open_engine, open_keys
 from engine.protocols import DatabasePools, RunFrames
+from engine.quotas import (
+    QUOTA_NAMES,
+    Limits,
+    QuotaExceeded,
+    check_quotas,
+    limits_from_settings,
+)
 from engine.records import (
     RUN_STATUSES,
     CancelAction,
@@ -80,14 +86,25 @@ from engine.services import (
     KeysService,
     RunsService,
     ThreadsService,
+    UsageReport,
+    UsageService,
     WebhooksService,
 )
 from engine.services.keys import CreatedKey
 from engine.spec import IfNotExists, MultitaskStrategy, RunOptions, RunSpec
 from engine.sqlite.database import query_database_file
 from engine.sqlite.ownership import DataDirInUse
-from engine.store import EmbeddingsUnavailable, QueryRanker, ScopedStore, item_text
+from engine.store import (
+    MAX_CANDIDATES,
+    MAX_QUERY_CHARS,
+    MAX_RANKED_CHARS,
+    EmbeddingsUnavailable,
+    QueryRanker,
+    ScopedStore,
+    item_text,
+)
 from engine.tracing import GraphSpans, RunTracing, trace_headers
+from engine.usage import RunMeter, RunUsage, UsageReading, UsageTotals
 from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
 
 
@@ -114,9 +131,12 @@ __all__ = [
     "IDLE",
     "KEY_ID_PATTERN",
     "KEY_ROLES",
+    "MAX_CANDIDATES",
     "MAX_COMMENT_CHARS",
     "MAX_FEEDBACK_PER_RUN",
+    "MAX_QUERY_CHARS",
     "MAX_QUOTA",
+    "MAX_RANKED_CHARS",
     "MAX_SCORE",
     "QUOTA_NAMES",
     "RUN_STATUSES",
@@ -155,6 +175,7 @@ __all__ = [
     "KeyRole",
     "KeyState",
     "KeysService",
+    "Limits",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
@@ -162,14 +183,18 @@ __all__ = [
     "OutboxTotals",
     "OwnerCheck",
     "QueryRanker",
+    "QuotaExceeded",
+    "QuotaOverrides",
     "Revocation",
     "Role",
     "RunFrames",
+    "RunMeter",
     "RunOptions",
     "RunRecord",
     "RunSpec",
     "RunStatus",
     "RunTracing",
+    "RunUsage",
     "RunsError",
     "RunsService",
     "ScopedStore",
@@ -180,8 +205,13 @@ __all__ = [
     "ThreadStatus",
     "ThreadsService",
     "Unavailable",
+    "UsageReading",
+    "UsageReport",
+    "UsageService",
+    "UsageTotals",
     "WebhooksService",
     "build_assistants",
+    "check_quotas",
     "check_schedule",
     "check_timezone",
     "dumps",
@@ -189,6 +219,7 @@ __all__ = [
     "graph_mode",
     "is_key_secret",
     "item_text",
+    "limits_from_settings",
     "loads",
     "open_engine",
     "open_keys",

@@ -46,9 +46,10 @@ and tools' spans nested in it; the `metadata` frame carries its `trace_id`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -67,11 +68,13 @@ from engine.records import (
     RunRecord,
     RunStatus,
     RunStatusChange,
+    RunUsageRecorded,
     ThreadStateChange,
     ThreadStatus,
 )
 from engine.serde import dumps
 from engine.tracing import TracedRun
+from engine.usage import UNMEASURED, UsageReading
 from engine.webhooks import enqueue_delivery
 
 log = logging.getLogger(__name__)
@@ -152,6 +155,7 @@ class Runner:
         self.metrics = setup.metrics
         self.tracing = setup.tracing
         self.public_errors = setup.public_errors
+        self.meter = setup.meter
         self.callbacks = list(setup.callbacks)
         if self.tracing is not None:
             self.callbacks.append(self.tracing.callback)
@@ -177,6 +181,11 @@ class Runner:
         self.events.append(run.run_id, Frame(next_id + 1, "end", dumps(end)))
         self.events.record(RunStatusChange(run.run_id, "error", error=error), run_id=run.run_id)
         self.events.record(ThreadStateChange(run.thread_id, "error"), run_id=run.run_id)
+        # Its calls were made, unmetered: its usage is unknown (never 0).
+        self.events.record(
+            RunUsageRecorded(run.run_id, run.owner, run.assistant_id, run.created_at, UNMEASURED),
+            run_id=run.run_id,
+        )
         enqueue_delivery(self.events, run, status="error", error=error)
         try:
             await self.events.flush(run.run_id)
@@ -223,6 +232,8 @@ class RunExecution:
         self._busy_beside = busy_beside
         #: Its execution's span, while tracing is on.
         self.traced: TracedRun | None = None
+        #: What the run's meter measured (None: no meter, or not started).
+        self.reading: UsageReading | None = None
 
     # -- cancel ----------------------------------------------------------------------
 
@@ -270,7 +281,8 @@ class RunExecution:
             self.task.cancel()  # asked before this first step: lands at its first await
         try:
             try:
-                outcome = await self._outcome(after)
+                with self._measuring():
+                    outcome = await self._outcome(after)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failed rollback, a bug: still end the run loudly
@@ -286,6 +298,22 @@ class RunExecution:
         except Exception:
             log.exception("run %s could not be completed; left for recovery", run.run_id)
         return ended
+
+    @contextlib.contextmanager
+    def _measuring(self) -> Iterator[None]:
+        """Measure the LLM usage of what the block runs (the graph), when a meter is set."""
+        meter = self.runner.meter
+        if meter is None:
+            yield
+            return
+        with meter.measuring() as self.reading:
+            yield
+
+    def _usage(self) -> RunUsageRecorded:
+        """Return the record of the run's usage (unknown when nothing measured it)."""
+        run = self.run
+        usage = self.reading.usage() if self.reading is not None else UNMEASURED
+        return RunUsageRecorded(run.run_id, run.owner, run.assistant_id, run.created_at, usage)
 
     def _emit(self, event: str, data: Any) -> None:
         frame = Frame(self.next_id, event, dumps(data))
@@ -505,6 +533,7 @@ class RunExecution:
         events.record(
             ThreadStateChange(run.thread_id, thread_status, values, interrupts), run_id=run.run_id
         )
+        events.record(self._usage(), run_id=run.run_id)
         enqueue_delivery(events, run, status=outcome.status, result=values, error=outcome.error)
         await events.flush(run.run_id)
         if runner.metrics is not None:

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from engine.audit import AuditEntry
 from engine.crons import parse_time
+from engine.quotas import QUOTA_NAMES
 
 #: What a key may do: everything (keys, quotas, shared knowledge, the audit log, any
 #: key's crons), its own world (runs, crons, presets, Store, notes), or read its own.
@@ -42,14 +43,6 @@ KEY_ROLES: tuple[KeyRole, ...] = get_args(KeyRole)
 KeyState = Literal["active", "revoked", "expired"]
 
 #: The limits a key may override, each a number ≥ 0 or None (unlimited).
-QUOTA_NAMES: tuple[str, ...] = (
-    "runs_at_once",
-    "runs_per_minute",
-    "crons",
-    "assistants",
-    "store_bytes",
-    "monthly_spend",
-)
 #: Quotas counted in whole units (the rest, `monthly_spend`, may have a fraction).
 WHOLE_QUOTAS = frozenset(QUOTA_NAMES) - {"monthly_spend"}
 #: Largest quota value accepted (a bigger limit is no limit: use null).

@@ -4,7 +4,8 @@
 process that runs one: `atelier serve` (both stores), `atelier worker` and
 `atelier run` (`role`). It opens the backend `settings` name (embedded SQLite in
 DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
-backend's pools (`context`), builds the assistants, the services and the executor,
+backend's pools (`context`), builds the assistants, the services and the executor
+(with each owner's limits: the `QUOTA_*` settings under the key's overrides),
 recovers what a previous process left, and runs what the role runs: the webhook
 deliverer, the scale-out workers, the cron scheduler. What the product brings (its
 assistants, its context, the Store's ranking, its tracing callbacks, the errors
@@ -14,7 +15,7 @@ whose messages users may read) comes in as arguments. See docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +30,7 @@ from engine.crons import CRON_POLL, utc_now
 from engine.feedback import FeedbackRepository
 from engine.keys import KeyRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
+from engine.quotas import limits_from_settings, limits_with_overrides
 from engine.repositories import AssistantRepository, CronRepository
 from engine.services import (
     AssistantsService,
@@ -41,11 +43,13 @@ from engine.services import (
 )
 from engine.services.core import RECOVERY_INTERVAL
 from engine.services.keys import AuditService, KeysService
+from engine.services.usage import UsageService
 from engine.sqlite.backend import open_sqlite_backend
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.keys import SqliteAuditRepository, SqliteKeyRepository
 from engine.store import QueryRanker, ScopedStore, query_ranker
 from engine.tracing import RunTracing
+from engine.usage import RunMeter
 from engine.webhooks import WebhookConfig
 
 #: What a process runs the engine for: the HTTP API (with its workers, scale-out), a
@@ -54,6 +58,8 @@ Role = Literal["serve", "worker", "run"]
 #: Opens the runtime context runs get (`context=`), given the backend's database pools
 #: (None: embedded), for as long as the engine is open.
 ContextOpener = Callable[[DatabasePools | None], AbstractAsyncContextManager[Any]]
+#: Returns an owner's quota overrides (quota name → limit, None: unlimited; empty: none).
+QuotaOverrides = Callable[[str], Awaitable[Mapping[str, Any]]]
 
 
 @dataclass
@@ -70,6 +76,8 @@ class Engine:
     keys: KeysService
     #: The audit trail.
     audit: AuditService
+    #: Each owner's usage this month and its quotas.
+    usage: UsageService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -102,6 +110,8 @@ async def open_engine(
     clock: Callable[[], datetime] = utc_now,
     backend: AbstractAsyncContextManager[RunBackend] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL,
+    meter: RunMeter | None = None,
+    quota_overrides: QuotaOverrides | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
@@ -123,6 +133,11 @@ async def open_engine(
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
         recovery_interval: Seconds between recovery sweeps (embedded).
+        meter: Measures each run's LLM usage and cost, recorded when it ends
+            (`engine.usage`); None: runs' usage is unknown.
+        quota_overrides: Returns an owner's quota overrides (its key's `quotas`) to
+            put over the `QUOTA_*` settings (`engine.quotas`); None: the managed keys'
+            own `quotas` (`KeysService.quotas_of`).
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -131,7 +146,20 @@ async def open_engine(
     async with contextlib.AsyncExitStack() as stack:
         parts = await stack.enter_async_context(backend or _backend(settings, role, metrics))
         opened = await stack.enter_async_context(context(parts.pools))
-        store = ScopedStore(parts.store, query_ranker(settings, ranker))
+        repositories = _repositories(parts)
+        keys = keys_service(settings, repositories.keys, repositories.audit)
+        # A managed key's `quotas` over the QUOTA_* settings, unless the caller says otherwise.
+        limits = limits_with_overrides(
+            limits_from_settings(settings), quota_overrides or keys.quotas_of
+        )
+        store = ScopedStore(
+            parts.store,
+            query_ranker(settings, ranker),
+            quotas=parts.quotas,
+            limits=limits,
+            reader=parts.store_reader,
+        )
+        stack.push_async_callback(store.close)
         graphs = with_store(assistants(parts.checkpointer), store)
         setup = ExecutorSetup(
             assistants=graphs,
@@ -142,8 +170,8 @@ async def open_engine(
             webhooks=WebhookConfig.from_settings(settings),
             tracing=tracing,
             public_errors=public_errors,
+            meter=meter,
         )
-        repositories = _repositories(parts)
         core = EngineCore(
             backend=parts,
             setup=setup,
@@ -151,12 +179,10 @@ async def open_engine(
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours if role != "worker" else 0,
             recovery_interval=recovery_interval,
+            limits=limits,
         )
         runs = RunsService(core)
-        keys = keys_service(settings, repositories.keys, repositories.audit)
-        crons = CronsService(
-            core, repositories.crons, interval=CRON_POLL, clock=clock, owners=keys
-        )
+        crons = CronsService(core, repositories.crons, interval=CRON_POLL, clock=clock, owners=keys)
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -178,6 +204,7 @@ async def open_engine(
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
             keys=keys,
             audit=AuditService(repositories.audit),
+            usage=UsageService(core, parts.quotas),
             store=store,
             context=opened,
             graphs=sorted(graphs),
@@ -286,4 +313,12 @@ def _backend(
     return open_sqlite_backend(settings, owner=f"atelier {role}")
 
 
-__all__ = ["ContextOpener", "Engine", "Role", "keys_service", "open_engine", "open_keys"]
+__all__ = [
+    "ContextOpener",
+    "Engine",
+    "QuotaOverrides",
+    "Role",
+    "keys_service",
+    "open_engine",
+    "open_keys",
+]

@@ -66,6 +66,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from engine.assistants import Assistant
+from engine.quotas import Limits
+from engine.ranking import StoreReader
 from engine.records import (
     CancelAction,
     Frame,
@@ -76,6 +78,7 @@ from engine.records import (
     ThreadStatus,
 )
 from engine.tracing import RunTracing
+from engine.usage import QuotaRepository, RunMeter
 from engine.webhooks import DeliveryStore, WebhookConfig
 
 #: Called with a run id and every committed batch of its frames, in id order.
@@ -153,14 +156,22 @@ class RunRepository(Protocol):
     """Runs, each on one thread; at most the runs of one thread's queue are active."""
 
     async def insert(
-        self, run: RunRecord, *, new_thread: ThreadRecord | None = None, exclusive: bool
+        self,
+        run: RunRecord,
+        *,
+        new_thread: ThreadRecord | None = None,
+        exclusive: bool,
+        limits: Limits | None = None,
     ) -> bool:
         """Store a pending run (and the thread it creates) in one transaction.
 
         With `exclusive`, store it only if its thread has no pending or running
         run, checked atomically with the insert; return False when it had one.
-        Raises `StorageUnavailable` when nothing could be written, `ThreadExists`
-        when `new_thread`'s id is taken.
+        With `limits`, the owner's runs and spend are counted in that transaction,
+        taking turns with every other process's inserts of the owner
+        (`engine.quotas`). Raises `StorageUnavailable` when nothing could be
+        written, `ThreadExists` when `new_thread`'s id is taken, `QuotaExceeded`
+        when the run would go over a limit.
         """
         ...
 
@@ -343,6 +354,8 @@ class ExecutorSetup:
     tracing: RunTracing | None = None
     #: Errors whose messages a failed run's `error` frame shows (`engine.frames.public_error`).
     public_errors: tuple[type[BaseException], ...] = ()
+    #: Measures each run's LLM usage, recorded when it ends (`engine.usage`); None: none.
+    meter: RunMeter | None = None
 
 
 class RunExecutor(Protocol):
@@ -490,6 +503,16 @@ class RunBackend(Protocol):
     def database(self) -> Any:
         """What the resources' repositories are built on (`engine.opener`): the SQLite
         database (`engine.sqlite.database.SqliteDatabase`), or the async pool."""
+        ...
+
+    @property
+    def store_reader(self) -> StoreReader:
+        """Reads `store` off the event loop, for ranked searches (`engine.ranking`)."""
+        ...
+
+    @property
+    def quotas(self) -> QuotaRepository:
+        """Usage reports, and the Store's byte and search accounting (`engine.usage`)."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

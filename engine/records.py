@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 
 from engine.serde import loads
 from engine.spec import MultitaskStrategy, RunOptions
+from engine.usage import RunUsage
 
 #: Status of a run (the LangGraph Platform set).
 RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
@@ -228,4 +229,20 @@ class WebhookQueued:
     body: str
 
 
-RecordChange = RunStatusChange | ThreadStateChange | WebhookQueued
+@dataclass(frozen=True, slots=True)
+class RunUsageRecorded:
+    """A run's LLM usage, written with its terminal status (`engine.usage`).
+
+    Kept apart from the run's row, so a run deleted later still counts toward its
+    owner's month; written once per run (a repeat replaces it).
+    """
+
+    run_id: str
+    owner: str
+    assistant_id: str
+    #: When the run was created (ISO 8601): the per-minute rate counts deleted runs by it.
+    created_at: str
+    usage: RunUsage
+
+
+RecordChange = RunStatusChange | ThreadStateChange | WebhookQueued | RunUsageRecorded

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from engine.assistants import AssistantRecord
 from engine.crons import CronRecord
+from engine.quotas import Limits
 from engine.records import RunRecord, ThreadRecord
 
 
@@ -30,6 +31,7 @@ class CronTick(Protocol):
         *,
         new_thread: ThreadRecord | None = None,
         exclusive: bool = True,
+        limits: Limits | None = None,
     ) -> bool:
         """Record the tick's run (if any) and move `next_run_at` on, in one transaction.
 
@@ -39,10 +41,11 @@ class CronTick(Protocol):
                 skip the tick (its request was refused).
             new_thread: A thread to create with the run.
             exclusive: Store the run only if its thread has no pending or running run.
+            limits: The owner's limits, counted as `RunRepository.insert` counts them.
 
         Returns:
-            Whether the run was stored (False: skipped, or its thread was busy; the
-            tick is spent either way).
+            Whether the run was stored (False: skipped, its thread was busy, or its
+            owner over a limit; the tick is spent either way).
         """
         ...
 
@@ -57,8 +60,12 @@ class CronTick(Protocol):
 class CronRepository(Protocol):
     """Crons, each owned by one API key, and the claiming of their due ticks."""
 
-    async def insert(self, cron: CronRecord) -> None:
-        """Store a new cron."""
+    async def insert(self, cron: CronRecord, *, limit: int | None = None) -> None:
+        """Store a new cron.
+
+        With `limit`, only while its owner has fewer crons, counted in the insert's
+        transaction (in turn with every other process's); else `QuotaExceeded`.
+        """
         ...
 
     async def get(self, owner: str, cron_id: str) -> CronRecord | None:
@@ -125,11 +132,15 @@ class AssistantRepository(Protocol):
     owner's assistant only (None or False for another owner's, as for none).
     """
 
-    async def insert(self, record: AssistantRecord) -> None:
+    async def insert(self, record: AssistantRecord, *, limit: int | None = None) -> None:
         """Store a new assistant with its first version (`record`).
+
+        With `limit`, only while its owner has fewer assistants, counted in the
+        insert's transaction (in turn with every other process's).
 
         Raises:
             AssistantExists: The id is taken, by any owner.
+            QuotaExceeded: The owner has `limit` assistants.
         """
         ...
 

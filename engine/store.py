@@ -15,28 +15,24 @@ Each backend keeps the items in LangGraph's own store implementation
   run's owner (`core.run_config.run_owner`, read from the run's config), and fails in
   a run that has none.
 - A search with a `query` ranks the items under the prefix (after the `filter`) by
-  a `QueryRanker`: by meaning (`SemanticRanker`, cosine similarity of embeddings
-  from the OpenAI-compatible `/embeddings` of `EMBEDDINGS_BASE_URL`) when one is
-  configured, else by the ranker the engine's opener is given (the product's:
-  keyword relevance, `app.composition.KeywordRanker`). Either ranks
-  at most `MAX_CANDIDATES` items, the most recently updated first; an item's text
-  is the string leaves of its value, in order. The vectors of items are computed
-  on first use and kept in memory by (namespace, key, updated_at); a changed item
-  is embedded again. Ranking happens here rather than in the store's vector index
-  because the index needs a SQLite that loads extensions (`sqlite-vec`) or
-  PostgreSQL's `pgvector`, which neither the embedded deployment nor a plain
-  PostgreSQL can count on; ranking the candidates keeps both deployments alike.
+  a `QueryRanker` (by meaning with EMBEDDINGS_BASE_URL, else the product's keyword
+  relevance), off the event loop, in a process of its own (`engine.ranking`: what
+  it reads and ranks, and its bounds). Ranking the candidates here rather than in
+  the store's vector index keeps both deployments alike: the index needs a SQLite
+  that loads extensions (`sqlite-vec`) or PostgreSQL's `pgvector`.
+- Quotas (`engine.quotas`): each ranked search counts toward its key's
+  `store_searches_per_minute`, each put toward its `store_bytes` (the bytes of a
+  value are its JSON's, kept per item by the backend's `QuotaRepository`; a put
+  over the quota writes nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from langchain_core.embeddings import Embeddings
+import orjson
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -52,12 +48,25 @@ from langgraph.store.base import (
 )
 
 from core.run_config import run_owner
-from core.settings import Settings
+from engine.errors import Invalid
+from engine.quotas import UNLIMITED, Limits, LimitsFor, check_store_bytes
+from engine.ranking import (
+    MAX_CANDIDATES,
+    MAX_QUERY_CHARS,
+    MAX_RANKED_CHARS,
+    EmbeddingsUnavailable,
+    QueryRanker,
+    RankedSearch,
+    Ranking,
+    SemanticRanker,
+    StoreReader,
+    item_text,
+    query_ranker,
+)
+from engine.usage import QuotaRepository
 
-#: Items a query ranks at most (the most recently updated under the prefix).
-MAX_CANDIDATES = 1000
-#: Item vectors kept in memory per process.
-MAX_CACHED_VECTORS = 10_000
+#: Candidates read from the store at a time when no reader reads them off the loop.
+CANDIDATE_PAGE = 32
 #: TTL: reading an item renews it; expired items are swept every few minutes.
 STORE_TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": 5}
 
@@ -66,127 +75,42 @@ class NoOwnerError(RuntimeError):
     """The store was used in a run that no API key started (it is scoped to one)."""
 
 
-class EmbeddingsUnavailable(RuntimeError):
-    """The embeddings endpoint failed; a search with a `query` cannot be ranked."""
-
-
-def item_text(value: Mapping[str, Any]) -> str:
-    """Return the text of an item's value: its string leaves, in order, one a line."""
-    parts: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, str):
-            parts.append(node)
-        elif isinstance(node, Mapping):
-            for child in node.values():
-                walk(child)
-        elif isinstance(node, list | tuple):
-            for child in node:
-                walk(child)
-
-    walk(value)
-    return "\n".join(parts)
-
-
-class QueryRanker(Protocol):
-    """Ranks a search's candidate items for its query."""
-
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return (score, item) pairs, best first (stable for ties)."""
-        ...
-
-
-class SemanticRanker:
-    """Ranks by cosine similarity of embeddings; keeps item vectors in memory (LRU)."""
-
-    def __init__(self, embeddings: Embeddings, max_cached: int = MAX_CACHED_VECTORS) -> None:
-        """Rank with `embeddings`, keeping at most `max_cached` item vectors."""
-        self._embeddings = embeddings
-        self._max_cached = max_cached
-        self._vectors: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
-
-    async def rank(self, query: str, items: Sequence[Item]) -> list[tuple[float, Item]]:
-        """Return every item, most similar first."""
-        if not items:
-            return []
-        keys = [(item.namespace, item.key, item.updated_at.isoformat()) for item in items]
-        missing = [i for i, key in enumerate(keys) if key not in self._vectors]
-        try:
-            wanted = await self._embeddings.aembed_query(query)
-            if missing:
-                texts = [item_text(items[i].value) or items[i].key for i in missing]
-                fresh = await self._embeddings.aembed_documents(texts)
-                for i, vector in zip(missing, fresh, strict=True):
-                    self._remember(keys[i], vector)
-        except Exception as exc:
-            raise EmbeddingsUnavailable("the embeddings endpoint failed") from exc
-        scored = []
-        for key, item in zip(keys, items, strict=True):
-            cached = self._vectors.get(key)
-            if cached is None:  # evicted by this very batch (more items than the cache holds)
-                continue
-            self._vectors.move_to_end(key)
-            scored.append((round(_cosine(wanted, cached), 4), item))
-        scored.sort(key=lambda pair: pair[0], reverse=True)
-        return scored
-
-    def _remember(self, key: tuple[Any, ...], vector: list[float]) -> None:
-        self._vectors[key] = vector
-        self._vectors.move_to_end(key)
-        while len(self._vectors) > self._max_cached:
-            self._vectors.popitem(last=False)
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Return the cosine similarity of two vectors (0 when one is zero or sizes differ)."""
-    if len(a) != len(b):
-        return 0.0
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
-
-
-def query_ranker(settings: Settings, fallback: QueryRanker) -> QueryRanker:
-    """Return the ranker `settings` configure: semantic with EMBEDDINGS_BASE_URL, else `fallback`.
-
-    Args:
-        settings: The deployment's settings (EMBEDDINGS_*).
-        fallback: The ranker without an embeddings endpoint (the engine's opener's).
-    """
-    if settings.embeddings_base_url is None:
-        return fallback
-    from langchain_openai import OpenAIEmbeddings
-
-    key = settings.embeddings_api_key
-    embeddings = OpenAIEmbeddings(
-        model=settings.embeddings_model,
-        base_url=settings.embeddings_base_url,
-        api_key=key if key is not None else "unused",  # type: ignore[arg-type]
-        timeout=settings.embeddings_timeout,
-        max_retries=1,
-        # Send text, not tiktoken ids: the endpoint need not be OpenAI's, and tiktoken
-        # would download its encodings.
-        check_embedding_ctx_length=False,
-    )
-    return SemanticRanker(embeddings)
-
-
 class ScopedStore(BaseStore):
     """A store whose every namespace lives under one API key's owner id (module docstring)."""
 
     supports_ttl = True
 
-    def __init__(self, inner: BaseStore, ranker: QueryRanker, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: BaseStore,
+        ranker: QueryRanker,
+        owner: str | None = None,
+        *,
+        quotas: QuotaRepository | None = None,
+        limits: LimitsFor | None = None,
+        reader: StoreReader | None = None,
+        ranking: Ranking | None = None,
+    ) -> None:
         """Scope `inner` to `owner`, or, when None, to the owner of the run calling it.
 
         Args:
             inner: LangGraph's store of the backend.
             ranker: How a search's `query` ranks items.
             owner: The API key's owner id; None: read each call's from the run's config.
+            quotas: The backend's byte accounting and search counts (None: nothing
+                is counted, nothing limited).
+            limits: Each owner's limits (`store_bytes`, `store_searches_per_minute`);
+                None: unlimited.
+            reader: Reads the candidates of a ranked search off the event loop (the
+                backend's); None: they are read here, a page at a time.
+            ranking: Where searches are ranked, to share (the root store's; None: new).
         """
         self._inner = inner
         self._ranker = ranker
         self._owner = owner
+        self._quotas = quotas
+        self._limits = limits
+        self._ranking = ranking or Ranking(ranker, reader)
         # The loop the backend's store lives on (both LangGraph stores keep it as `loop`).
         self._loop: asyncio.AbstractEventLoop | None = getattr(inner, "loop", None)
         # Both backends' stores keep TTLs (AsyncSqliteStore's class says otherwise only
@@ -195,13 +119,27 @@ class ScopedStore(BaseStore):
 
     def for_owner(self, owner: str) -> ScopedStore:
         """Return this store scoped to the key whose owner id is `owner`."""
-        return ScopedStore(self._inner, self._ranker, owner)
+        return ScopedStore(
+            self._inner,
+            self._ranker,
+            owner,
+            quotas=self._quotas,
+            limits=self._limits,
+            ranking=self._ranking,
+        )
+
+    async def close(self) -> None:
+        """Stop ranking (a search under way ends first) and close the reader."""
+        await asyncio.to_thread(self._ranking.close)
 
     def _scope(self) -> str:
         owner = self._owner or run_owner()
         if owner is None:
             raise NoOwnerError("the store is scoped to the run's API key, and this run has none")
         return owner
+
+    async def _limits_of(self, owner: str) -> Limits:
+        return await self._limits(owner) if self._limits is not None else UNLIMITED
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations under the owner's namespace."""
@@ -221,6 +159,25 @@ class ScopedStore(BaseStore):
         return future.result()
 
     async def _run(self, owner: str, ops: list[Op]) -> list[Result]:
+        """Run the operations; puts are accounted for (and limited) as one."""
+        puts = [op for op in ops if isinstance(op, PutOp)]
+        if not puts or self._quotas is None:
+            return await self._answer(owner, ops)
+        writes = [(_prefix(owner, op.namespace), op.key, _value_bytes(op.value)) for op in puts]
+        limit = (await self._limits_of(owner)).store_bytes
+        adding = sum(size or 0 for _, _, size in writes)
+        if limit is None or not adding:
+            results = await self._answer(owner, ops)
+            await self._quotas.store_written(owner, writes)
+            return results
+        async with self._quotas.hold(owner):  # every process's puts of the owner in turn
+            used = await self._quotas.store_bytes(owner, [(p, k) for p, k, _ in writes])
+            check_store_bytes(limit, used, adding)
+            results = await self._answer(owner, ops)
+            await self._quotas.store_written(owner, writes)
+        return results
+
+    async def _answer(self, owner: str, ops: list[Op]) -> list[Result]:
         results: list[Result] = [None] * len(ops)
         plain: list[tuple[int, Op]] = []
         ranked: list[tuple[int, SearchOp]] = []
@@ -238,19 +195,42 @@ class ScopedStore(BaseStore):
         return results
 
     async def _ranked_search(self, owner: str, op: SearchOp) -> list[SearchItem]:
-        """Rank the items under the prefix (after the filter) for the query; return a page."""
-        candidates = await self._inner.asearch(
-            (owner, *op.namespace_prefix),
-            filter=op.filter,
-            limit=MAX_CANDIDATES,
-            offset=0,
-            refresh_ttl=op.refresh_ttl,
-        )
-        scored = await self._ranker.rank(op.query or "", candidates)
-        page = scored[op.offset : op.offset + op.limit]
+        """Rank the items under the prefix (after the filter) for the query; return a page.
+
+        With the backend's reader, everything but the quota check happens off the event
+        loop (`engine.ranking`): reading and decoding the candidates, ranking them,
+        renewing the TTLs of the items answered. Without one, the candidates are read
+        here a page at a time and ranked in a thread.
+
+        Raises:
+            Invalid: The query is longer than `MAX_QUERY_CHARS`.
+            QuotaExceeded: The owner's searches of this minute are used up.
+        """
+        query = op.query or ""
+        if len(query) > MAX_QUERY_CHARS:
+            raise Invalid(f"query must be at most {MAX_QUERY_CHARS} characters", field="query")
+        if self._quotas is not None:
+            limit = (await self._limits_of(owner)).store_searches_per_minute
+            await self._quotas.admit_search(owner, limit)
+        if self._ranking.reader is not None:
+            refresh = op.refresh_ttl is not False and bool(
+                (self.ttl_config or {}).get("refresh_on_read")
+            )
+            search = RankedSearch(
+                prefix=(owner, *op.namespace_prefix),
+                filter=op.filter,
+                query=query,
+                offset=op.offset,
+                limit=op.limit,
+                refresh=refresh,
+            )
+            page = await self._ranking.search(search)
+        else:
+            scored = await self._ranking.rank(query, await self._candidates(owner, op))
+            page = scored[op.offset : op.offset + op.limit]
         return [
             SearchItem(
-                namespace=item.namespace[1:],
+                namespace=tuple(item.namespace[1:]),
                 key=item.key,
                 value=item.value,
                 created_at=item.created_at,
@@ -259,6 +239,32 @@ class ScopedStore(BaseStore):
             )
             for score, item in page
         ]
+
+    async def _candidates(self, owner: str, op: SearchOp) -> list[Item]:
+        """Return the items a query ranks: the most recently updated, a page at a time."""
+        found: list[Item] = []
+        while len(found) < MAX_CANDIDATES:
+            page = await self._inner.asearch(
+                (owner, *op.namespace_prefix),
+                filter=op.filter,
+                limit=min(CANDIDATE_PAGE, MAX_CANDIDATES - len(found)),
+                offset=len(found),
+                refresh_ttl=op.refresh_ttl,
+            )
+            found += page
+            if len(page) < CANDIDATE_PAGE:
+                break
+        return found
+
+
+def _prefix(owner: str, namespace: tuple[str, ...]) -> str:
+    """Return the text both LangGraph stores key an owner's namespace by (labels and dots)."""
+    return ".".join((owner, *namespace))
+
+
+def _value_bytes(value: Mapping[str, Any] | None) -> int | None:
+    """Return the bytes of a put's value as JSON (None: the put deletes the item)."""
+    return None if value is None else len(orjson.dumps(dict(value)))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -318,3 +324,20 @@ def _unscoped(result: Result) -> Result:
                 unscoped.append(entry[1:])
         return unscoped
     return result
+
+
+__all__ = [
+    "CANDIDATE_PAGE",
+    "MAX_CANDIDATES",
+    "MAX_QUERY_CHARS",
+    "MAX_RANKED_CHARS",
+    "STORE_TTL",
+    "EmbeddingsUnavailable",
+    "NoOwnerError",
+    "QueryRanker",
+    "ScopedStore",
+    "SemanticRanker",
+    "StoreReader",
+    "item_text",
+    "query_ranker",
+]

@@ -6,7 +6,8 @@ code that is running it: `metering()` opens one for a block (the pipeline meters
 each node, `graphs.pipeline`), and asyncio tasks started inside the block — the
 team subgraph's nodes, concurrent tool calls — inherit it with their context.
 Outside a metered block calls are not recorded here (the app's `/metrics`
-counts every call on its own).
+counts every call on its own). `RunMeter` keeps a second ledger per run, for the
+engine's record of what each run cost (`engine.usage`, the keys' spend caps).
 
 Tokens come from the provider's answer: the message's `usage_metadata` (the
 factory asks for `stream_usage`, so streamed answers carry it too), else the
@@ -43,6 +44,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
+
+from engine import RunUsage
 
 UNKNOWN_ROLE = "unknown"
 MAX_TRACKED_CALLS = 10_000  # calls in flight remembered; one that never ends is forgotten
@@ -163,6 +166,8 @@ class UsageLedger:
 
 
 _LEDGER: ContextVar[UsageLedger | None] = ContextVar("atelier_usage_ledger", default=None)
+#: The ledger of the whole run the code belongs to (`RunMeter`), beside its node's.
+_RUN_LEDGER: ContextVar[UsageLedger | None] = ContextVar("atelier_run_ledger", default=None)
 
 
 @contextmanager
@@ -232,7 +237,7 @@ class UsageCallback(BaseCallbackHandler):
     def __init__(self, prices: PriceTable | None = None) -> None:
         """Track no call yet; price calls with `prices` (none: every cost unknown)."""
         self._prices = prices or PriceTable()
-        self._started: dict[UUID, tuple[str, str, float, UsageLedger]] = {}
+        self._started: dict[UUID, tuple[str, str, float, list[UsageLedger]]] = {}
 
     def _start(
         self,
@@ -241,14 +246,15 @@ class UsageCallback(BaseCallbackHandler):
         tags: Sequence[str] | None,
         invocation: Mapping[str, Any] | None,
     ) -> None:
-        ledger = _LEDGER.get()
-        if ledger is None:
+        ledgers = [ledger for ledger in (_LEDGER.get(), _RUN_LEDGER.get()) if ledger is not None]
+        if not ledgers:
             return
         if len(self._started) >= MAX_TRACKED_CALLS:
             self._started.pop(next(iter(self._started)))
-        ledger.currency = self._prices.currency
+        for ledger in ledgers:
+            ledger.currency = self._prices.currency
         role, model = call_role(metadata, tags), call_model(metadata, invocation)
-        self._started[run_id] = (role, model, time.perf_counter(), ledger)
+        self._started[run_id] = (role, model, time.perf_counter(), ledgers)
 
     def on_chat_model_start(
         self,
@@ -280,17 +286,70 @@ class UsageCallback(BaseCallbackHandler):
         """Record a finished call with the tokens its answer reported, and their cost."""
         started = self._started.pop(run_id, None)
         if started is not None:
-            role, model, start, ledger = started
+            role, model, start, ledgers = started
             tokens = response_tokens(response)
             cost = self._prices.cost(model, tokens)
-            ledger.record(role, time.perf_counter() - start, tokens, cost)
+            for ledger in ledgers:
+                ledger.record(role, time.perf_counter() - start, tokens, cost)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Record a failed (or cancelled) call: its time, tokens unknown."""
         started = self._started.pop(run_id, None)
         if started is not None:
-            role, _model, start, ledger = started
-            ledger.record(role, time.perf_counter() - start, None)
+            role, _model, start, ledgers = started
+            for ledger in ledgers:
+                ledger.record(role, time.perf_counter() - start, None)
+
+
+class RunReading:
+    """What a `RunMeter` measured of one run so far (an `engine.UsageReading`)."""
+
+    def __init__(self, ledger: UsageLedger) -> None:
+        """Read `ledger`, the run's."""
+        self._ledger = ledger
+
+    def usage(self) -> RunUsage:
+        """Return the run's calls, tokens and cost (known only when every call was priced).
+
+        A run that made no call cost nothing (0, known); tokens are the sums over the
+        metered calls, None when none was metered.
+        """
+        roles = list(self._ledger.roles.values())
+        calls = sum(r.calls for r in roles)
+        metered = sum(r.metered for r in roles)
+        priced = sum(r.priced for r in roles)
+        cost = sum(r.input_cost + r.output_cost for r in roles) if priced == calls else None
+        return RunUsage(
+            calls=calls,
+            prompt_tokens=sum(r.prompt_tokens for r in roles) if metered else None,
+            completion_tokens=sum(r.completion_tokens for r in roles) if metered else None,
+            cost=round(cost, COST_DIGITS) if cost is not None else None,
+            currency=self._ledger.currency,
+        )
+
+
+class RunMeter:
+    """Measures each run's LLM usage for the engine (an `engine.RunMeter`).
+
+    The engine opens `measuring()` around a run's graph; every call a model of
+    `providers.llm` makes inside it (its `UsageCallback`, in tasks the graph starts
+    too) is recorded in the run's ledger, with the same tokens and prices as the
+    node's ledger the run's `result.usage` is summed from.
+    """
+
+    def __init__(self, currency: str = "USD") -> None:
+        """Measure costs in `currency` (LLM_PRICE_CURRENCY)."""
+        self.currency = currency
+
+    @contextmanager
+    def measuring(self) -> Iterator[RunReading]:
+        """Record the LLM calls made inside the block (and in tasks it starts) as one run's."""
+        ledger = UsageLedger(self.currency)
+        token = _RUN_LEDGER.set(ledger)
+        try:
+            yield RunReading(ledger)
+        finally:
+            _RUN_LEDGER.reset(token)
 
 
 def add_usage(

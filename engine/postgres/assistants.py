@@ -17,7 +17,9 @@ from psycopg.types.json import Jsonb
 
 from engine.assistants import AssistantRecord
 from engine.postgres.pool import AsyncPool
+from engine.postgres.quotas import count_owned
 from engine.postgres.threads import stamp
+from engine.quotas import check_count
 from engine.repositories import AssistantExists
 
 _SELECT = (
@@ -99,10 +101,17 @@ class PostgresAssistantRepository:
         async with self._pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
 
-    async def insert(self, record: AssistantRecord) -> None:
-        """Store a new assistant with its first version; raise `AssistantExists` if taken."""
+    async def insert(self, record: AssistantRecord, *, limit: int | None = None) -> None:
+        """Store a new assistant with its first version; raise `AssistantExists` if taken.
+
+        With `limit`, only while its owner has fewer (counted under the owner's lock,
+        every replica's in turn; `QuotaExceeded` otherwise).
+        """
         try:
             async with self._pool.connection() as conn, conn.transaction():
+                if limit is not None:
+                    count = await count_owned(conn, "assistants", record.owner)
+                    check_count("assistants", limit, count)
                 await conn.execute(
                     "INSERT INTO assistants (assistant_id, owner, version, created_at) "
                     "VALUES (%s, %s, %s, %s::timestamptz)",

@@ -30,9 +30,10 @@ from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, Po
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.pool import AsyncPool
 from engine.postgres.queue import QueueExecutor
+from engine.postgres.quotas import PostgresQuotas
 from engine.postgres.resources import PostgresBackend, open_backend
 from engine.postgres.signals import RunSignals
-from engine.postgres.store import open_postgres_store
+from engine.postgres.store import PostgresStoreReader, open_postgres_store
 from engine.postgres.worker import RunWorker
 from engine.protocols import DatabasePools, ExecutorSetup
 from engine.webhooks import Deliverer, webhook_metrics
@@ -55,6 +56,8 @@ class PostgresRunBackend:
     signals: RunSignals
     #: LangGraph's store, in the service's database (`engine.postgres.store`).
     store: AsyncPostgresStore
+    #: Usage reports and the Store's accounting (`engine.postgres.quotas`).
+    quotas: PostgresQuotas
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -69,6 +72,12 @@ class PostgresRunBackend:
     def pools(self) -> DatabasePools:
         """The pools the product's stores (its notes, its assets) share."""
         return DatabasePools(pool=self.resources.pool, sync_pool=self.resources.asset_pool)
+
+    @property
+    def store_reader(self) -> PostgresStoreReader:
+        """Reads the store off the event loop (the ranking process's own connection)."""
+        assert self.settings.database_url is not None
+        return PostgresStoreReader(self.settings.database_url.get_secret_value())
 
     @property
     def ready_checks(self) -> dict[str, Callable[[], Awaitable[None]]]:
@@ -187,5 +196,6 @@ async def open_postgres_backend(
             checkpoints=PostgresCheckpoints(checkpointer),
             signals=RunSignals(storage.runs, resources.redis),
             store=store,
+            quotas=PostgresQuotas(resources.pool),
             metrics=metrics,
         )

@@ -20,8 +20,10 @@ from psycopg.types.json import Jsonb
 
 from engine.crons import CronRecord
 from engine.postgres.pool import AsyncPool
+from engine.postgres.quotas import count_owned
 from engine.postgres.runs import insert_run
 from engine.postgres.threads import stamp
+from engine.quotas import Limits, QuotaExceeded, check_count
 from engine.records import RunRecord, ThreadRecord
 
 _COLUMNS = (
@@ -76,6 +78,32 @@ def _filters(
     return " AND ".join(where), params
 
 
+_INSERT = (
+    f"INSERT INTO crons ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s::timestamptz, %s, %s::timestamptz, %s::timestamptz, %s::timestamptz)"
+)
+
+
+def _insert_params(cron: CronRecord) -> tuple[Any, ...]:
+    """Return the parameters of `_INSERT` for a cron."""
+    return (
+        cron.cron_id,
+        cron.owner,
+        cron.assistant_id,
+        cron.thread_id,
+        cron.schedule,
+        cron.timezone,
+        Jsonb(cron.payload),
+        Jsonb(cron.metadata),
+        cron.on_run_completed,
+        cron.end_time,
+        cron.enabled,
+        cron.next_run_at,
+        cron.created_at,
+        cron.updated_at,
+    )
+
+
 class PostgresCronTick:
     """A due cron locked by this transaction (an `engine.repositories.CronTick`)."""
 
@@ -91,11 +119,21 @@ class PostgresCronTick:
         *,
         new_thread: ThreadRecord | None = None,
         exclusive: bool = True,
+        limits: Limits | None = None,
     ) -> bool:
-        """Record the run (if any) and move `next_run_at` on; both commit with the claim."""
+        """Record the run (if any) and move `next_run_at` on; both commit with the claim.
+
+        A run over its owner's `limits` is not stored (the tick is spent): the refusal
+        comes before any write, so the claim's transaction goes on.
+        """
         stored = False
         if run is not None:
-            stored = await insert_run(self._conn, run, new_thread, exclusive=exclusive)
+            try:
+                stored = await insert_run(
+                    self._conn, run, new_thread, exclusive=exclusive, limits=limits
+                )
+            except QuotaExceeded:
+                stored = False
         await self._conn.execute(
             "UPDATE crons SET next_run_at = %s::timestamptz WHERE cron_id = %s",
             (next_run_at, self.cron.cron_id),
@@ -120,29 +158,12 @@ class PostgresCronRepository:
         async with self._pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
 
-    async def insert(self, cron: CronRecord) -> None:
-        """Store a new cron."""
-        await self._fetch(
-            f"INSERT INTO crons ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s::timestamptz, %s, %s::timestamptz, %s::timestamptz, %s::timestamptz) "
-            "RETURNING cron_id",
-            (
-                cron.cron_id,
-                cron.owner,
-                cron.assistant_id,
-                cron.thread_id,
-                cron.schedule,
-                cron.timezone,
-                Jsonb(cron.payload),
-                Jsonb(cron.metadata),
-                cron.on_run_completed,
-                cron.end_time,
-                cron.enabled,
-                cron.next_run_at,
-                cron.created_at,
-                cron.updated_at,
-            ),
-        )
+    async def insert(self, cron: CronRecord, *, limit: int | None = None) -> None:
+        """Store a new cron; with `limit`, only while its owner has fewer (every replica's)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            if limit is not None:
+                check_count("crons", limit, await count_owned(conn, "crons", cron.owner))
+            await conn.execute(_INSERT, _insert_params(cron))
 
     async def get(self, owner: str, cron_id: str) -> CronRecord | None:
         """Return the owner's cron, or None."""

@@ -32,6 +32,7 @@ from engine.group_commit import (
     write_in_order,
 )
 from engine.postgres.pool import AsyncPool
+from engine.postgres.quotas import run_usage_statement
 from engine.postgres.runs import (
     LOCK_HELD_LEASES,
     Lease,
@@ -47,6 +48,7 @@ from engine.records import (
     Frame,
     RecordChange,
     RunStatusChange,
+    RunUsageRecorded,
     WebhookQueued,
 )
 
@@ -73,11 +75,13 @@ class LeaseLost(RuntimeError):
 
 
 def change_statement(change: RecordChange) -> Statement:
-    """Return the statement that writes a run-status, thread-state or outbox change."""
+    """Return the statement that writes a run-status, thread-state, outbox or usage change."""
     if isinstance(change, RunStatusChange):
         return run_status_statement(change)
     if isinstance(change, WebhookQueued):
         return webhook_queued_statement(change)
+    if isinstance(change, RunUsageRecorded):
+        return run_usage_statement(change)
     return thread_state_statement(change)
 
 

@@ -341,6 +341,46 @@ ALTER TABLE webhook_deliveries ADD CONSTRAINT webhook_deliveries_status_check
     CHECK (status IN ('pending', 'success', 'failed', 'cancelled'));
 """
 
+# Schema version 9. Quotas and usage (engine/quotas.py, engine/usage.py). A run's insert
+# counts its owner's runs under way and of the last minute (indexed by owner); each run's
+# LLM usage is a row of its own, written with its terminal status and kept when the run is
+# deleted (a deleted run still counts toward its owner's month); NULL is unknown, never 0.
+# The Store's bytes per item (joined with LangGraph's `store` when summed) and the
+# per-minute search counts are kept here too.
+_V9 = """
+CREATE INDEX runs_owner_created ON runs (owner, created_at);
+CREATE INDEX runs_owner_active ON runs (owner) WHERE status IN ('pending', 'running');
+CREATE TABLE run_usage (
+    run_id             text PRIMARY KEY,
+    owner              text NOT NULL,
+    assistant_id       text NOT NULL,
+    created_at         timestamptz NOT NULL,     -- the run's
+    ended_at           timestamptz NOT NULL DEFAULT now(),
+    calls              integer CHECK (calls >= 0),
+    prompt_tokens      bigint CHECK (prompt_tokens >= 0),
+    completion_tokens  bigint CHECK (completion_tokens >= 0),
+    cost               double precision CHECK (cost >= 0),
+    currency           text
+);
+CREATE INDEX run_usage_owner_ended ON run_usage (owner, ended_at);
+CREATE INDEX run_usage_owner_created ON run_usage (owner, created_at);
+CREATE TABLE store_item_bytes (
+    prefix  text NOT NULL,
+    key     text NOT NULL,
+    owner   text NOT NULL,
+    bytes   bigint NOT NULL CHECK (bytes >= 0),
+    PRIMARY KEY (prefix, key)
+);
+CREATE INDEX store_item_bytes_owner ON store_item_bytes (owner);
+CREATE TABLE quota_windows (
+    owner         text NOT NULL,
+    kind          text NOT NULL,
+    window_start  timestamptz NOT NULL,
+    count         integer NOT NULL CHECK (count >= 0),
+    PRIMARY KEY (owner, kind, window_start)
+);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -351,6 +391,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "knowledge notes in namespaces, owned by keys", _V6),
     Migration(7, "assistants and their versions", _V7),
     Migration(8, "managed API keys and the audit trail", _V8),
+    Migration(9, "quotas and usage per key", _V9),
 )
 
 _VERSION_TABLE = """

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -32,9 +33,11 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
 from engine.postgres.pool import AsyncPool
+from engine.postgres.quotas import run_counts
 from engine.postgres.threads import Statement, insert_thread, stamp
 from engine.postgres.webhooks import webhook_queued_statement
 from engine.protocols import StorageUnavailable
+from engine.quotas import Limits, check_run_counts
 from engine.records import (
     ACTIVE_STATUSES,
     CancelAction,
@@ -222,12 +225,22 @@ async def insert_run(
     new_thread: ThreadRecord | None,
     *,
     exclusive: bool,
+    limits: Limits | None = None,
 ) -> bool:
     """Insert a run (and its new thread) inside a transaction (see `PostgresRunRepository.insert`).
 
+    With `limits`, the owner's lock is taken first and its runs and spend counted
+    (`engine.postgres.quotas`): every replica's insert of the owner takes its turn.
+
     Returns:
         False when `exclusive` and the thread was busy (nothing is written).
+
+    Raises:
+        QuotaExceeded: The run would go over one of `limits` (nothing is written).
     """
+    if limits is not None and limits.counts_runs:
+        at = datetime.fromisoformat(run.created_at)
+        check_run_counts(limits, await run_counts(conn, run.owner, limits, at), at)
     if new_thread is not None:
         await insert_thread(conn, new_thread)
     await conn.execute(
@@ -271,12 +284,18 @@ class PostgresRunRepository:
     # -- the repository ------------------------------------------------------------
 
     async def insert(
-        self, run: RunRecord, *, new_thread: ThreadRecord | None = None, exclusive: bool
+        self,
+        run: RunRecord,
+        *,
+        new_thread: ThreadRecord | None = None,
+        exclusive: bool,
+        limits: Limits | None = None,
     ) -> bool:
         """Store a pending run (and the thread it creates) in one transaction.
 
         With `exclusive`, the thread's row is locked first (`FOR UPDATE`), so two
         inserts on one thread from any processes take turns and the busy check holds.
+        With `limits`, so do two inserts of one owner, and its runs are counted.
 
         Returns:
             False when `exclusive` and the thread was busy (nothing is written).
@@ -284,10 +303,11 @@ class PostgresRunRepository:
         Raises:
             StorageUnavailable: The database took no write (unreachable, no connection).
             ThreadExists: `new_thread`'s id is taken.
+            QuotaExceeded: The run would go over one of `limits`.
         """
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                return await insert_run(conn, run, new_thread, exclusive=exclusive)
+                return await insert_run(conn, run, new_thread, exclusive=exclusive, limits=limits)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             log.exception("could not record a new run")
             raise StorageUnavailable(str(exc)) from exc
@@ -489,6 +509,13 @@ class PostgresRunRepository:
         sql, params = run_status_statement(RunStatusChange(run_id, "error", error=error))
         await conn.execute(sql, params)
         await PostgresRunRepository._queue_webhook(conn, run_id, error)
+        # Its calls were made, unmetered: its usage is unknown (never 0).
+        await conn.execute(
+            "INSERT INTO run_usage (run_id, owner, assistant_id, created_at) "
+            "SELECT run_id, owner, assistant_id, created_at FROM runs WHERE run_id = %s "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (run_id,),
+        )
         await conn.execute(
             "UPDATE threads SET status = 'error', updated_at = now() WHERE thread_id = %s "
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE thread_id = %s "

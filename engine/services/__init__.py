@@ -9,6 +9,7 @@
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
     keys.py       KeysService: managed API keys, who may act; AuditService: the audit trail
+    usage.py      UsageService: an owner's usage this month and its quotas
 
 The opener (`engine.opener.open_engine`) builds them; adapters reach them through
 `engine.Engine`. See docs/architecture.md.
@@ -21,6 +22,7 @@ from engine.services.feedback import FeedbackService
 from engine.services.keys import AuditService, KeysService
 from engine.services.runs import RunsService
 from engine.services.threads import ThreadsService
+from engine.services.usage import UsageReport, UsageService
 from engine.services.webhooks import WebhooksService
 
 __all__ = [
@@ -32,5 +34,7 @@ __all__ = [
     "KeysService",
     "RunsService",
     "ThreadsService",
+    "UsageReport",
+    "UsageService",
     "WebhooksService",
 ]

@@ -92,7 +92,8 @@ class AssistantsService:
 
         Raises:
             RunsError: Conflict (the id is a built-in one's, or taken: `if_exists`
-                `do_nothing` returns the owner's own), InvalidFields (graph, context).
+                `do_nothing` returns the owner's own), InvalidFields (graph, context),
+                QuotaExceeded (the owner's `assistants`).
         """
         assistant_id = assistant_id or str(uuid.uuid4())
         if assistant_id in self._core.builtins:
@@ -120,8 +121,9 @@ class AssistantsService:
             created_at=stamp,
             updated_at=stamp,
         )
+        limits = await self._core.limits(owner)
         try:
-            await self._created.insert(record)
+            await self._created.insert(record, limit=limits.assistants)
         except AssistantExists:
             raise Conflict(f"assistant {assistant_id!r} already exists") from None
         return self._core.served(record)

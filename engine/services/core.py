@@ -22,6 +22,7 @@ from engine.assistants import Assistant, AssistantRecord
 from engine.errors import NotFound
 from engine.preparation import RunPreparer
 from engine.protocols import ExecutorSetup, RunBackend, RunExecutor, StoreError
+from engine.quotas import UNLIMITED, LimitsFor, fixed_limits
 from engine.records import ThreadRecord, out_of_attempts
 from engine.repositories import AssistantRepository
 
@@ -43,6 +44,7 @@ class EngineCore:
         max_attempts: int,
         event_retention_hours: float = 0,
         recovery_interval: float = RECOVERY_INTERVAL,
+        limits: LimitsFor | None = None,
     ) -> None:
         """Bind the core to a backend, and take the executor it gives for `setup`.
 
@@ -54,6 +56,7 @@ class EngineCore:
             event_retention_hours: EVENT_RETENTION_HOURS (0: event logs are kept).
             recovery_interval: Seconds between recovery sweeps, where the backend
                 leaves recovery to this process (0: none).
+            limits: Each owner's quotas (`engine.quotas`); None: unlimited.
         """
         self.backend = backend
         self.storage = backend.storage
@@ -78,6 +81,8 @@ class EngineCore:
             webhooks=setup.webhooks,
             tracing=setup.tracing,
         )
+        #: Returns an owner's limits, checked where runs, crons and assistants are created.
+        self.limits: LimitsFor = limits or fixed_limits(UNLIMITED)
         #: Serialises run creation (busy checks, strategies) and recovery.
         self.lock = asyncio.Lock()
         self.closing = False

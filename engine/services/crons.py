@@ -134,8 +134,8 @@ class CronsService:
             enabled: False: no tick until it is enabled.
 
         Raises:
-            RunsError: NotFound (assistant, thread) or Invalid (schedule, timezone,
-                end_time, the run options).
+            RunsError: NotFound (assistant, thread), Invalid (schedule, timezone,
+                end_time, the run options) or QuotaExceeded (the owner's `crons`).
         """
         assistant = await self._core.resolve(owner, assistant_id)
         if thread_id is not None:
@@ -161,7 +161,8 @@ class CronsService:
             updated_at=stamp,
         )
         await self._check(cron)
-        await self._crons.insert(cron)
+        limits = await self._core.limits(owner)
+        await self._crons.insert(cron, limit=limits.crons)
         return cron
 
     async def get(self, owner: str, cron_id: str) -> CronRecord:
@@ -318,6 +319,7 @@ class CronsService:
         try:
             spec = cron_spec(cron)
             assistant = await self._core.resolve(cron.owner, cron.assistant_id)
+            limits = await self._core.limits(cron.owner)
             prepared = await self._core.preparation.prepare(spec, assistant)
         except RunsError as exc:
             log.warning("cron %s: tick %s skipped: %s", cron.cron_id, cron.next_run_at, exc)
@@ -330,10 +332,13 @@ class CronsService:
             prepared.run,
             new_thread=prepared.new_thread,
             exclusive=not prepared.after,
+            limits=limits,
         )
         if not stored:
             log.warning(
-                "cron %s: tick %s skipped: its thread is busy", cron.cron_id, cron.next_run_at
+                "cron %s: tick %s skipped: its thread is busy or its key over a quota",
+                cron.cron_id,
+                cron.next_run_at,
             )
             return None
         log.info(

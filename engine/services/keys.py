@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -387,6 +387,11 @@ class KeysService:
             record = await self._keys.get(owner)
             self._by_id.put(owner, record)
         return record
+
+    async def quotas_of(self, owner: str) -> Mapping[str, Any]:
+        """Return the quota overrides of the managed key whose id is `owner` (else none)."""
+        record = await self.record_of(owner)
+        return record.quotas if record is not None else {}
 
     async def active(self, owner: str) -> bool:
         """Return whether things `owner` made may still act (its crons fire).

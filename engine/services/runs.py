@@ -36,12 +36,15 @@ class RunsService:
 
         Raises:
             RunsError: NotFound (assistant, thread), Conflict (busy thread, nothing to
-                resume, shutting down), Invalid, or Unavailable (the database took no write).
+                resume, shutting down), Invalid, Unavailable (the database took no write),
+                or QuotaExceeded (the owner's runs at once, per minute or monthly spend;
+                nothing was written, no LLM was called).
         """
         core = self._core
         if core.closing:
             raise Conflict("the server is shutting down")
         assistant = await core.resolve(spec.owner, spec.assistant_id)
+        limits = await core.limits(spec.owner)
         async with core.lock:
             prepared = await core.preparation.prepare(spec, assistant)
             run = prepared.run
@@ -49,7 +52,10 @@ class RunsService:
                 return run, False
             try:
                 stored = await core.runs.insert(
-                    run, new_thread=prepared.new_thread, exclusive=not prepared.after
+                    run,
+                    new_thread=prepared.new_thread,
+                    exclusive=not prepared.after,
+                    limits=limits,  # counted with the insert, in turn with every process's
                 )
             except StorageUnavailable:  # nothing was written: the client may retry
                 raise Unavailable(

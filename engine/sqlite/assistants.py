@@ -14,9 +14,11 @@ from dataclasses import replace
 from typing import Any
 
 from engine.assistants import AssistantRecord
+from engine.quotas import check_count
 from engine.repositories import AssistantExists
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.quotas import count_owned
 
 _SELECT = (
     "SELECT a.assistant_id, a.owner, a.created_at, v.version, v.graph_id, v.name, "
@@ -94,10 +96,17 @@ class SqliteAssistantRepository:
         """Use the engine's database."""
         self._db = db
 
-    async def insert(self, record: AssistantRecord) -> None:
-        """Store a new assistant with its first version; raise `AssistantExists` if taken."""
+    async def insert(self, record: AssistantRecord, *, limit: int | None = None) -> None:
+        """Store a new assistant with its first version; raise `AssistantExists` if taken.
+
+        With `limit`, only while its owner has fewer (counted in the same transaction;
+        `QuotaExceeded` otherwise).
+        """
         try:
             async with self._db.transaction() as db:
+                if limit is not None:
+                    count = await count_owned(db, "assistants", record.owner)
+                    check_count("assistants", limit, count)
                 await db.execute(
                     "INSERT INTO assistants (assistant_id, owner, version, created_at) "
                     "VALUES (?, ?, ?, ?)",

@@ -31,7 +31,8 @@ from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.ownership import own_data_dir
-from engine.sqlite.store import STORE_FILE, open_sqlite_store
+from engine.sqlite.quotas import SqliteQuotas
+from engine.sqlite.store import STORE_FILE, SqliteStoreReader, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
 
 
@@ -45,6 +46,10 @@ class SqliteRunBackend:
     checkpoints: SqliteCheckpoints
     #: LangGraph's store, in `DATA_DIR/store.db` (`engine.sqlite.store`).
     store: AsyncSqliteStore
+    #: Reads it off the event loop, for ranked searches (`engine.ranking`).
+    store_reader: SqliteStoreReader
+    #: Usage reports and the Store's accounting (`engine.sqlite.quotas`).
+    quotas: SqliteQuotas
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
@@ -132,11 +137,17 @@ async def open_sqlite_backend(
                     settings.data_dir / STORE_FILE, busy_timeout=busy_timeout
                 ) as store,
             ):
+                quotas = SqliteQuotas(storage.database, store)
+                await quotas.setup()
                 yield SqliteRunBackend(
                     storage=storage,
                     live=hub,
                     checkpointer=checkpointer,
                     checkpoints=SqliteCheckpoints(checkpointer),
                     store=store,
+                    store_reader=SqliteStoreReader(
+                        settings.data_dir / STORE_FILE, busy_timeout=busy_timeout
+                    ),
+                    quotas=quotas,
                     ready_checks={"runs": storage.ping},
                 )

@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.crons import CronRecord
+from engine.quotas import Limits, QuotaExceeded, check_count
 from engine.records import RunRecord, ThreadRecord
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.quotas import count_owned
 from engine.sqlite.runs import insert_run
 
 _COLUMNS = (
@@ -86,8 +88,12 @@ class SqliteCronTick:
         *,
         new_thread: ThreadRecord | None = None,
         exclusive: bool = True,
+        limits: Limits | None = None,
     ) -> bool:
-        """Record the run (if any) and move `next_run_at` on, if the tick is still due."""
+        """Record the run (if any) and move `next_run_at` on, if the tick is still due.
+
+        A run over its owner's `limits` is not stored (the tick is spent).
+        """
         async with self._db.transaction() as db:
             cursor = await db.execute(
                 "UPDATE crons SET next_run_at = ? WHERE cron_id = ? AND next_run_at = ?",
@@ -97,7 +103,10 @@ class SqliteCronTick:
                 return False
             if run is None:
                 return False
-            return await insert_run(db, run, new_thread, exclusive=exclusive)
+            try:
+                return await insert_run(db, run, new_thread, exclusive=exclusive, limits=limits)
+            except QuotaExceeded:  # refused before anything of the run was written
+                return False
 
     async def disable(self) -> None:
         """Disable the cron (its owner may no longer run), if the tick is still due."""
@@ -115,11 +124,12 @@ class SqliteCronRepository:
         """Use the engine's database."""
         self._db = db
 
-    async def insert(self, cron: CronRecord) -> None:
-        """Store a new cron."""
-        await self._db.execute(
-            [(f"INSERT INTO crons ({_COLUMNS}) VALUES ({_marks()})", _row(cron))]
-        )
+    async def insert(self, cron: CronRecord, *, limit: int | None = None) -> None:
+        """Store a new cron; with `limit`, only while its owner has fewer (one transaction)."""
+        async with self._db.transaction() as db:
+            if limit is not None:
+                check_count("crons", limit, await count_owned(db, "crons", cron.owner))
+            await db.execute(f"INSERT INTO crons ({_COLUMNS}) VALUES ({_marks()})", _row(cron))
 
     async def get(self, owner: str, cron_id: str) -> CronRecord | None:
         """Return the owner's cron, or None."""

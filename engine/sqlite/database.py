@@ -222,6 +222,26 @@ CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
 BEGIN
     SELECT RAISE(ABORT, 'the audit log is append-only');
 END;
+-- Quotas and usage (engine/quotas.py, engine/usage.py): an owner's runs under way and of
+-- the last minute are counted in the transaction that inserts a run; each run's LLM usage
+-- is written with its terminal status, in a table of its own that outlives the run's row
+-- (a deleted run still counts toward its owner's month). NULL: unknown, never 0.
+CREATE INDEX IF NOT EXISTS runs_owner_created ON runs (owner, created_at);
+CREATE INDEX IF NOT EXISTS runs_owner_active ON runs (owner)
+    WHERE status IN ('pending', 'running');
+CREATE TABLE IF NOT EXISTS run_usage (
+    run_id             TEXT PRIMARY KEY,
+    owner              TEXT NOT NULL,
+    assistant_id       TEXT NOT NULL,
+    created_at         TEXT NOT NULL,   -- the run's
+    ended_at           TEXT NOT NULL,
+    calls              INTEGER,
+    prompt_tokens      INTEGER,
+    completion_tokens  INTEGER,
+    cost               REAL,
+    currency           TEXT
+CREATE INDEX IF NOT EXISTS run_usage_owner_ended ON run_usage (owner, ended_at);
+CREATE INDEX IF NOT EXISTS run_usage_owner_created ON run_usage (owner, created_at);
 """
 
 

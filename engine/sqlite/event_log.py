@@ -18,9 +18,11 @@ from engine.records import (
     Frame,
     RecordChange,
     RunStatusChange,
+    RunUsageRecorded,
     WebhookQueued,
 )
 from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.quotas import run_usage_statement
 from engine.sqlite.runs import run_status_statement
 from engine.sqlite.threads import Statement, thread_state_statement
 from engine.sqlite.webhooks import webhook_queued_statement
@@ -31,11 +33,13 @@ __all__ = ["RETRY_FOR", "SqliteEventLog", "change_statement"]
 
 
 def change_statement(change: RecordChange) -> Statement:
-    """Return the statement that writes a run-status, thread-state or outbox change."""
+    """Return the statement that writes a run-status, thread-state, outbox or usage change."""
     if isinstance(change, RunStatusChange):
         return run_status_statement(change)
     if isinstance(change, WebhookQueued):
         return webhook_queued_statement(change)
+    if isinstance(change, RunUsageRecorded):
+        return run_usage_statement(change)
     return thread_state_statement(change)
 
 

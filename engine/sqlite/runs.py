@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
 from engine.protocols import StorageUnavailable
+from engine.quotas import Limits, check_run_counts
 from engine.records import (
     ACTIVE_STATUSES,
     RunRecord,
@@ -20,6 +22,7 @@ from engine.records import (
 )
 from engine.serde import dumps
 from engine.sqlite.database import SqliteDatabase
+from engine.sqlite.quotas import run_counts
 from engine.sqlite.threads import Statement, insert_thread
 
 log = logging.getLogger(__name__)
@@ -70,13 +73,27 @@ def _run_params(run: RunRecord) -> tuple[Any, ...]:
 
 
 async def insert_run(
-    db: aiosqlite.Connection, run: RunRecord, new_thread: ThreadRecord | None, *, exclusive: bool
+    db: aiosqlite.Connection,
+    run: RunRecord,
+    new_thread: ThreadRecord | None,
+    *,
+    exclusive: bool,
+    limits: Limits | None = None,
 ) -> bool:
     """Insert a run (and its new thread) inside a write transaction (see `insert`).
 
+    With `limits`, the owner's runs and spend are counted first, in the same
+    transaction (SQLite's one writer: nobody inserts in between).
+
     Returns:
         False when `exclusive` and the thread was busy (nothing is written).
+
+    Raises:
+        QuotaExceeded: The run would go over one of `limits` (nothing is written).
     """
+    if limits is not None and limits.counts_runs:
+        stamp = datetime.fromisoformat(run.created_at)
+        check_run_counts(limits, await run_counts(db, run.owner, limits, stamp), stamp)
     if new_thread is not None:
         await insert_thread(db, new_thread)
     if exclusive:
@@ -108,7 +125,12 @@ class SqliteRunRepository:
         self._db = db
 
     async def insert(
-        self, run: RunRecord, *, new_thread: ThreadRecord | None = None, exclusive: bool
+        self,
+        run: RunRecord,
+        *,
+        new_thread: ThreadRecord | None = None,
+        exclusive: bool,
+        limits: Limits | None = None,
     ) -> bool:
         """Store a run (and the thread it creates) in one transaction.
 
@@ -118,6 +140,7 @@ class SqliteRunRepository:
             exclusive: Store the run only if its thread has no pending or running run;
                 the check and the insert are one statement, so two racing requests
                 cannot both pass it.
+            limits: The owner's limits, counted in the same transaction (None: none).
 
         Returns:
             False when `exclusive` and the thread was busy (nothing is written).
@@ -125,18 +148,24 @@ class SqliteRunRepository:
         Raises:
             StorageUnavailable: The database took no write (locked, full).
             ThreadExists: `new_thread`'s id is taken.
+            QuotaExceeded: The run would go over one of `limits`.
         """
         try:
-            return await self._insert(run, new_thread, exclusive=exclusive)
+            return await self._insert(run, new_thread, exclusive=exclusive, limits=limits)
         except sqlite3.OperationalError as exc:  # nothing was written: the client may retry
             log.exception("could not record a new run")
             raise StorageUnavailable(str(exc)) from exc
 
     async def _insert(
-        self, run: RunRecord, new_thread: ThreadRecord | None, *, exclusive: bool
+        self,
+        run: RunRecord,
+        new_thread: ThreadRecord | None,
+        *,
+        exclusive: bool,
+        limits: Limits | None,
     ) -> bool:
         async with self._db.transaction() as db:
-            return await insert_run(db, run, new_thread, exclusive=exclusive)
+            return await insert_run(db, run, new_thread, exclusive=exclusive, limits=limits)
 
     async def get(self, run_id: str) -> RunRecord | None:
         """Return a run by id."""

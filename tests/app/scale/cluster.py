@@ -288,6 +288,9 @@ TEST_DATA_TABLES = (
     "assistant_versions",
     "api_keys",
     "audit_log",
+    "run_usage",
+    "store_item_bytes",
+    "quota_windows",
 )
 
 
