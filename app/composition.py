@@ -30,6 +30,7 @@ from engine import (
     Engine,
     Role,
     RunTracing,
+    WebhookSecrets,
     item_text,
     open_engine,
     registry,
@@ -107,6 +108,7 @@ async def open_product(
     callbacks: Sequence[BaseCallbackHandler] = (),
     assistant_factory: AssistantFactory | None = None,
     concurrency: int | None = None,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> AsyncIterator[Engine]:
     """Open Atelier's engine for the block (see the module docstring); yield it.
 
@@ -119,6 +121,8 @@ async def open_product(
         assistant_factory: Builds the assistants served (default: `ASSISTANTS`);
             tests serve small graphs through it.
         concurrency: A worker's runs at once (`role="worker"`).
+        webhook_secrets: The API keys' own webhook signing secrets
+            (`engine.WebhookSecrets`); None: every delivery is signed with WEBHOOK_SECRET.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     every_run = [*callbacks, *([metrics.callback] if metrics is not None else [])]
@@ -134,6 +138,7 @@ async def open_product(
             tracing=tracing,
             public_errors=PUBLIC_ERRORS,
             concurrency=concurrency,
+            webhook_secrets=webhook_secrets,
         ) as engine:
             yield engine
 

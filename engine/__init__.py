@@ -47,19 +47,24 @@ from engine.opener import ContextOpener, Engine, Role, open_engine
 from engine.protocols import DatabasePools, RunFrames
 from engine.records import (
     RUN_STATUSES,
+    TTL_STRATEGIES,
     CancelAction,
     Frame,
     RunRecord,
     RunStatus,
     ThreadRecord,
     ThreadStatus,
+    ThreadTTL,
+    TtlStrategy,
 )
 from engine.request_scope import request_scope
+from engine.retention import MAX_TTL_MINUTES, RetentionConfig, SweepReport
 from engine.serde import dumps, loads, to_jsonable
 from engine.services import (
     AssistantsService,
     CronsService,
     FeedbackService,
+    RetentionService,
     RunsService,
     ThreadsService,
     WebhooksService,
@@ -69,6 +74,7 @@ from engine.sqlite.database import query_database_file
 from engine.sqlite.ownership import DataDirInUse
 from engine.store import EmbeddingsUnavailable, QueryRanker, ScopedStore, item_text
 from engine.tracing import GraphSpans, RunTracing, trace_headers
+from engine.webhook_signing import MappingWebhookSecrets, WebhookSecrets
 from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
 
 
@@ -93,9 +99,11 @@ __all__ = [
     "MAX_COMMENT_CHARS",
     "MAX_FEEDBACK_PER_RUN",
     "MAX_SCORE",
+    "MAX_TTL_MINUTES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STREAM_MODES",
+    "TTL_STRATEGIES",
     "UNSUPPORTED_STREAM_MODES",
     "Assistant",
     "AssistantFactory",
@@ -120,12 +128,15 @@ __all__ = [
     "IfNotExists",
     "Invalid",
     "InvalidFields",
+    "MappingWebhookSecrets",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
     "OnRunCompleted",
     "OutboxTotals",
     "QueryRanker",
+    "RetentionConfig",
+    "RetentionService",
     "Role",
     "RunFrames",
     "RunOptions",
@@ -138,10 +149,14 @@ __all__ = [
     "ScopedStore",
     "Stopped",
     "StreamModeName",
+    "SweepReport",
     "ThreadRecord",
     "ThreadStatus",
+    "ThreadTTL",
     "ThreadsService",
+    "TtlStrategy",
     "Unavailable",
+    "WebhookSecrets",
     "WebhooksService",
     "build_assistants",
     "check_schedule",

@@ -6,9 +6,10 @@ process that runs one: `atelier serve` (both stores), `atelier worker` and
 DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor,
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler. What the product brings (its
-assistants, its context, the Store's ranking, its tracing callbacks, the errors
-whose messages users may read) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler, the retention sweep. What the
+product brings (its assistants, its context, the Store's ranking, its tracing
+callbacks, the errors whose messages users may read, the API keys' webhook signing
+secrets) comes in as arguments. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,11 +27,13 @@ from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
 from engine.crons import CRON_POLL, utc_now
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
+from engine.retention import RetentionConfig
 from engine.services import (
     AssistantsService,
     CronsService,
     EngineCore,
     FeedbackService,
+    RetentionService,
     RunsService,
     ThreadsService,
     WebhooksService,
@@ -39,6 +42,7 @@ from engine.services.core import RECOVERY_INTERVAL
 from engine.sqlite.backend import open_sqlite_backend
 from engine.store import QueryRanker, ScopedStore, query_ranker
 from engine.tracing import RunTracing
+from engine.webhook_signing import WebhookSecrets
 from engine.webhooks import WebhookConfig
 
 #: What a process runs the engine for: the HTTP API (with its workers, scale-out), a
@@ -59,6 +63,8 @@ class Engine:
     crons: CronsService
     feedback: FeedbackService
     webhooks: WebhooksService
+    #: The retention sweep (thread TTLs, ended webhook deliveries, old event logs).
+    retention: RetentionService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -91,12 +97,13 @@ async def open_engine(
     clock: Callable[[], datetime] = utc_now,
     backend: AbstractAsyncContextManager[RunBackend] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
     Args:
         settings: The deployment's settings (DATA_DIR, or DATABASE_URL and REDIS_URL;
-            the run limits; webhooks; CRON_SCHEDULER).
+            the run limits; webhooks; CRON_SCHEDULER; retention).
         assistants: Builds the served assistants on the backend's checkpointer.
         context: Opens the runtime context of runs on the backend's pools.
         ranker: Ranks a Store search's items for its query without EMBEDDINGS_BASE_URL.
@@ -108,10 +115,14 @@ async def open_engine(
         tracing: Traces runs (`engine.tracing`); None: they are not traced.
         public_errors: Errors whose messages a failed run's `error` frame may show.
         concurrency: A worker's runs at once (default RUN_WORKER_CONCURRENCY).
-        clock: The crons' clock (tests move it on instead of waiting).
+        clock: The clock of the crons and of the retention sweep (tests move it on
+            instead of waiting).
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
         recovery_interval: Seconds between recovery sweeps (embedded).
+        webhook_secrets: Each API key's webhook signing secrets
+            (`engine.webhook_signing`); None: every delivery is signed with
+            WEBHOOK_SECRET.
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -128,19 +139,23 @@ async def open_engine(
             run_timeout=settings.run_timeout,
             metrics=metrics,
             callbacks=callbacks,
-            webhooks=WebhookConfig.from_settings(settings),
+            webhooks=replace(WebhookConfig.from_settings(settings), secrets=webhook_secrets),
             tracing=tracing,
             public_errors=public_errors,
         )
+        retention_config = RetentionConfig.from_settings(settings)
         core = EngineCore(
             backend=parts,
             setup=setup,
             max_attempts=settings.run_max_attempts,
             event_retention_hours=settings.event_retention_hours if role != "worker" else 0,
             recovery_interval=recovery_interval,
+            default_ttl=retention_config.default_ttl,
         )
         runs = RunsService(core)
+        threads = ThreadsService(core)
         crons = CronsService(core, parts.crons, interval=CRON_POLL, clock=clock)
+        retention = RetentionService(core, threads, parts.retention, retention_config, clock=clock)
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -150,16 +165,20 @@ async def open_engine(
         else:
             await stack.enter_async_context(core)
             workers = await stack.enter_async_context(parts.workers(setup))
+        if role != "run":  # stopped before the core: no thread is swept while it stops
+            retention.start()
+            stack.push_async_callback(retention.stop)
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
         yield Engine(
             runs=runs,
-            threads=ThreadsService(core),
+            threads=threads,
             assistants=AssistantsService(core),
             crons=crons,
             feedback=FeedbackService(core, parts.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
+            retention=retention,
             store=store,
             context=opened,
             graphs=sorted(graphs),

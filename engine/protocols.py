@@ -75,8 +75,10 @@ from engine.records import (
     RunStatus,
     ThreadRecord,
     ThreadStatus,
+    ThreadTTL,
 )
 from engine.repositories import AssistantRepository, CronRepository
+from engine.retention import RetentionRepository
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 
@@ -112,12 +114,13 @@ class ThreadRepository(Protocol):
         ...
 
     async def merge_metadata(
-        self, owner: str, thread_id: str, metadata: dict[str, Any]
+        self, owner: str, thread_id: str, metadata: dict[str, Any], ttl: ThreadTTL | None = None
     ) -> ThreadRecord | None:
         """Merge keys into the owner's thread's metadata atomically; return the thread.
 
         Concurrent merges into one thread all land (one statement, or the read and the
         write under the database's write lock). None when the owner has no such thread.
+        With `ttl`, the thread's TTL is replaced too (`engine.retention`).
         """
         ...
 
@@ -415,6 +418,10 @@ class CheckpointHousekeeping(Protocol):
         """Copy every checkpoint (subgraphs' too) and pending write of a thread to another."""
         ...
 
+    async def keep_latest(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints but the latest of each namespace (its state stays)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DatabasePools:
@@ -496,6 +503,11 @@ class RunBackend(Protocol):
     @property
     def assistants(self) -> AssistantRepository:
         """The assistants clients created, with their versions."""
+        ...
+
+    @property
+    def retention(self) -> RetentionRepository:
+        """The threads' TTLs: claiming the expired ones for a sweep (`engine.retention`)."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

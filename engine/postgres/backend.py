@@ -33,6 +33,7 @@ from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
 from engine.postgres.resources import PostgresBackend, open_backend
+from engine.postgres.retention import PostgresRetention
 from engine.postgres.signals import RunSignals
 from engine.postgres.store import open_postgres_store
 from engine.postgres.worker import RunWorker
@@ -63,6 +64,8 @@ class PostgresRunBackend:
     store: AsyncPostgresStore
     #: The assistants clients created, with their versions.
     assistants: PostgresAssistantRepository
+    #: The retention sweep's claims on expired threads; every process's sweep shares them.
+    retention: PostgresRetention
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -192,5 +195,6 @@ async def open_postgres_backend(
             feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
             assistants=PostgresAssistantRepository(resources.pool),
+            retention=PostgresRetention(resources.pool),
             metrics=metrics,
         )

@@ -22,7 +22,7 @@ from engine.assistants import Assistant, AssistantRecord
 from engine.errors import NotFound
 from engine.preparation import RunPreparer
 from engine.protocols import ExecutorSetup, RunBackend, RunExecutor, StoreError
-from engine.records import ThreadRecord, out_of_attempts
+from engine.records import ThreadRecord, ThreadTTL, out_of_attempts
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class EngineCore:
         max_attempts: int,
         event_retention_hours: float = 0,
         recovery_interval: float = RECOVERY_INTERVAL,
+        default_ttl: ThreadTTL | None = None,
     ) -> None:
         """Bind the core to a backend, and take the executor it gives for `setup`.
 
@@ -51,6 +52,7 @@ class EngineCore:
             event_retention_hours: EVENT_RETENTION_HOURS (0: event logs are kept).
             recovery_interval: Seconds between recovery sweeps, where the backend
                 leaves recovery to this process (0: none).
+            default_ttl: The TTL of a thread created without one (`engine.retention`).
         """
         self.backend = backend
         self.storage = backend.storage
@@ -65,6 +67,8 @@ class EngineCore:
         self.builtins: Mapping[str, Assistant] = setup.assistants
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
+        #: The TTL a new thread gets when it is given none (None: kept until deleted).
+        self.default_ttl = default_ttl
         self.recovery_interval = recovery_interval if backend.recovers_runs else 0
         self.executor: RunExecutor = backend.executor(setup)
         self.preparation = RunPreparer(
@@ -73,6 +77,7 @@ class EngineCore:
             checkpointer=self.checkpointer,
             webhooks=setup.webhooks,
             tracing=setup.tracing,
+            default_ttl=default_ttl,
         )
         #: Serialises run creation (busy checks, strategies) and recovery.
         self.lock = asyncio.Lock()

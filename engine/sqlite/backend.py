@@ -31,6 +31,7 @@ from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
 from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
+from engine.sqlite.retention import SqliteRetention
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
 from engine.webhooks import Deliverer, webhook_metrics
 
@@ -51,6 +52,8 @@ class SqliteRunBackend:
     store: AsyncSqliteStore
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
+    #: The claims of the retention sweep on expired threads, in the same file.
+    retention: SqliteRetention
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
@@ -141,5 +144,6 @@ async def open_sqlite_backend(
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
                     assistants=SqliteAssistantRepository(storage.database),
+                    retention=SqliteRetention(storage.database),
                     ready_checks={"runs": storage.ping},
                 )
