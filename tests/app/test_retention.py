@@ -11,6 +11,8 @@ sweep one thread is tests/engine/test_retention.py's.
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import NotFoundError
 
 from core.settings import Settings
+from tests.app.atelier_llm import atelier_responder
 from tests.app.harness import (
     DEPLOYMENTS,
     LiveServer,
@@ -35,6 +38,7 @@ from tests.app.harness import (
     wait_until,
 )
 from tests.app.sample_graphs import sample_assistants, scripted_reply
+from tests.support.docs import code_blocks
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -273,3 +277,34 @@ def test_each_deployments_sweep_acts_on_an_expired_thread(server: Served) -> Non
     ttl = sdk.threads.get(kept, include=["ttl"])["ttl"]
     assert expires_at({"ttl": ttl}) > datetime.now(UTC)  # counted again from the sweep
     assert sdk.threads.get(plain)["thread_id"] == plain
+
+
+async def test_the_retention_pages_examples_run_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/retention.md's snippets, one after the other, on the real pipeline."""
+    snippets = code_blocks("retention", "python")
+    assert len(snippets) == 2
+    url = "http://localhost:8000"
+    with (
+        ScriptedOpenAIServer(atelier_responder()) as model,
+        LiveServer(
+            service_settings(tmp_path / "data", model.base_url, auth_api_keys=[KEY]), None
+        ) as live,
+    ):
+        namespace: dict[str, Any] = {"KEY": KEY}
+        for number, source in enumerate(snippets):
+            code = compile(
+                source.replace(url, live.url),
+                f"retention-{number}",
+                "exec",
+                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+            )
+            await asyncio.wait_for(eval(code, namespace), timeout=120)
+        printed = capsys.readouterr().out.splitlines()
+        assert printed == ["keep_latest 1440.0", "{'pruned_count': 1}", "1", "{'pruned_count': 1}"]
+        state = namespace["state"]
+        assert state["values"]["result"]["outcome"] == "completed"
+        sdk = get_sync_client(url=live.url, api_key=KEY)
+        with pytest.raises(NotFoundError):
+            sdk.threads.get(namespace["thread"]["thread_id"])
