@@ -11,6 +11,7 @@ time is given, never waited for.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -430,3 +431,25 @@ async def sweep_together(sweepers: list[Any]) -> list[Any]:
     """Sweep with each at once, two minutes ahead."""
     at = datetime.now(UTC) + timedelta(minutes=2)
     return list(await asyncio.gather(*(sweeper.sweep(at) for sweeper in sweepers)))
+
+
+@pytest.mark.parametrize("hours", [168, 0])
+async def test_the_sweep_prunes_ended_deliveries_past_webhook_retention_hours(
+    tmp_path: Path, llm: ScriptedOpenAIServer, hours: int
+) -> None:
+    async with engine_on(tmp_path, llm.base_url, webhook_retention_hours=hours) as engine:
+        core = engine.core
+        outbox = core.storage.deliveries
+        # A private address: the engine's own deliverer fails it at its first attempt,
+        # without a connection.
+        core.events.record(dataclasses.replace(queued("ended"), url="https://10.0.0.1/in"))
+        await core.events.flush()
+        for _ in range(200):  # at most 10 s
+            if (await outbox.for_run("run-ended"))[0]["status"] != "pending":
+                break
+            await asyncio.sleep(0.05)
+        swept = await engine.retention.sweep(datetime.now(UTC) + timedelta(hours=hours - 1))
+        assert swept.deliveries == 0  # not that old yet (or kept for ever)
+        later = await engine.retention.sweep(datetime.now(UTC) + timedelta(hours=hours + 1))
+        assert later.deliveries == (1 if hours else 0)
+        assert (await outbox.for_run("run-ended") == []) is bool(hours)
