@@ -453,3 +453,34 @@ async def test_the_sweep_prunes_ended_deliveries_past_webhook_retention_hours(
         later = await engine.retention.sweep(datetime.now(UTC) + timedelta(hours=hours + 1))
         assert later.deliveries == (1 if hours else 0)
         assert (await outbox.for_run("run-ended") == []) is bool(hours)
+
+
+async def test_an_older_sqlite_database_gets_the_ttl_columns_in_place(tmp_path: Path) -> None:
+    """A database made before retention (its tables as SCHEMA makes them) upgrades when opened."""
+    import sqlite3
+
+    from engine.sqlite import SqliteRunStorage
+    from engine.sqlite.database import SCHEMA
+
+    path = str(tmp_path / "atelier.db")
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA)
+        conn.execute(
+            "INSERT INTO threads (thread_id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)",
+            ("old", OWNER, now(), now()),
+        )
+    columns = {row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(threads)")}
+    assert "expires_at" not in columns
+    from engine.sqlite.retention import SqliteRetention
+
+    async with SqliteRunStorage(path) as storage:
+        old = await storage.threads.get(OWNER, "old")
+        assert old is not None and old.ttl is None
+        await storage.threads.merge_metadata(OWNER, "old", {}, ThreadTTL("delete", 1))
+    async with SqliteRunStorage(path) as storage:  # opened again: nothing to add
+        old = await storage.threads.get(OWNER, "old")
+        assert old is not None and old.ttl is not None and old.ttl.minutes == 1
+        claimed = await SqliteRetention(storage.database).claim_expired(
+            "a", datetime.now(UTC) + timedelta(minutes=2), 10, 1
+        )
+        assert [t.thread_id for t in claimed] == ["old"]
