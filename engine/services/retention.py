@@ -118,8 +118,8 @@ class RetentionService:
         elif await self._threads.keep_latest(thread_id):
             await repository.rearm(self.worker, thread_id, now)
             report.kept_latest.append(thread_id)
-        else:  # a run began on it meanwhile: its end counts the TTL again
-            await repository.release(self.worker, thread_id)
+        else:  # a run began on it meanwhile, or its saver cannot prune it: not before a TTL
+            await repository.rearm(self.worker, thread_id, now)
 
 
 __all__ = ["RetentionService"]

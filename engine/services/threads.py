@@ -12,6 +12,7 @@ See docs/architecture.md and docs/retention.md.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from engine.records import (
     now,
 )
 from engine.services.core import EngineCore
+
+log = logging.getLogger(__name__)
 
 
 class ThreadsService:
@@ -161,13 +164,18 @@ class ThreadsService:
         """Drop a thread's checkpoints but the latest of each namespace; False while it is busy.
 
         Its state (`state`) reads as before and a new run continues from it; its runs
-        and their logs stay.
+        and their logs stay. False too for a thread the saver cannot prune (a graph
+        with delta channels, which PostgreSQL's saver refuses).
         """
         core = self._core
         async with core.lock:  # no run is being created on it meanwhile (this process)
             if await core.runs.active(thread_id):
                 return False
-            await core.checkpoints.keep_latest(thread_id)
+            try:
+                await core.checkpoints.keep_latest(thread_id)
+            except NotImplementedError:  # the saver cannot rebuild its graph's delta channels
+                log.warning("thread %s cannot be pruned to its latest state", thread_id)
+                return False
         return True
 
     async def prune(self, owner: str, thread_ids: Sequence[str], strategy: TtlStrategy) -> int:
