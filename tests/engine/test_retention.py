@@ -376,10 +376,10 @@ async def test_prune_acts_on_exactly_the_callers_threads_it_names(
 
 
 async def test_the_default_ttl_applies_to_new_threads_runs_create_too(
-    tmp_path: Path, llm: ScriptedOpenAIServer
+    tmp_path: Path, llm: ScriptedOpenAIServer, backend: dict[str, Any]
 ) -> None:
     defaults = {"thread_ttl_minutes": 30, "thread_ttl_strategy": "keep_latest"}
-    async with engine_on(tmp_path, llm.base_url, **defaults) as engine:
+    async with engine_on(tmp_path, llm.base_url, **defaults, **backend) as engine:
         made = await engine.threads.create(OWNER, "made", {})
         await finish(engine, "by-run", "slow", {"steps": 1, "delay": 0.01})
         given = await engine.threads.create(OWNER, "given", {}, ttl=ThreadTTL("delete", 5))
