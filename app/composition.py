@@ -33,6 +33,7 @@ from engine import (
     QuotaOverrides,
     Role,
     RunTracing,
+    WebhookSecrets,
     open_engine,
     registry,
 )
@@ -102,6 +103,7 @@ async def open_product(
     assistant_factory: AssistantFactory | None = None,
     concurrency: int | None = None,
     quota_overrides: QuotaOverrides | None = None,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> AsyncIterator[Engine]:
     """Open Atelier's engine for the block (see the module docstring); yield it.
 
@@ -116,6 +118,8 @@ async def open_product(
         concurrency: A worker's runs at once (`role="worker"`).
         quota_overrides: Returns a key's quota overrides by owner id (its managed key's
             `quotas`), over the `QUOTA_*` settings; None: the settings for every key.
+        webhook_secrets: The API keys' own webhook signing secrets
+            (`engine.WebhookSecrets`); None: every delivery is signed with WEBHOOK_SECRET.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.quota_monthly_spend is not None and not settings.llm_prices:
@@ -135,6 +139,7 @@ async def open_product(
             concurrency=concurrency,
             meter=RunMeter(settings.llm_price_currency),
             quota_overrides=quota_overrides,
+            webhook_secrets=webhook_secrets,
         ) as engine:
             yield engine
 

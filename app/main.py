@@ -42,7 +42,7 @@ from app.routes import (
 from app.routes.ops import NotReadyError
 from app.security import announce_auth_mode, announce_ignored_keys, install_security
 from core.settings import Settings
-from engine import AssistantFactory
+from engine import AssistantFactory, WebhookSecrets
 from providers.fonts import web_cjk_font
 
 VERSION = "0.1.0"
@@ -68,6 +68,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         role="serve",
         metrics=app.state.metrics,
         assistant_factory=app.state.assistant_factory,
+        webhook_secrets=app.state.webhook_secrets,
     ) as engine:
         context = engine.context
         app.state.engine = engine
@@ -98,7 +99,10 @@ def model_check(models: Any) -> Callable[[], Awaitable[None]]:
 
 
 def create_app(
-    settings: Settings | None = None, *, assistant_factory: AssistantFactory | None = None
+    settings: Settings | None = None,
+    *,
+    assistant_factory: AssistantFactory | None = None,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> FastAPI:
     """Build the Atelier ASGI app for `settings` (read from the environment when None).
 
@@ -107,6 +111,8 @@ def create_app(
         assistant_factory: Builds the assistants served, given the checkpointer
             (default: `graphs.assistants.ASSISTANTS`, `app.composition`); tests serve
             small graphs through it.
+        webhook_secrets: The API keys' own webhook signing secrets (default: none,
+            every delivery signed with WEBHOOK_SECRET).
     """
     settings = settings or Settings()
     app = FastAPI(
@@ -117,6 +123,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.assistant_factory = assistant_factory
+    app.state.webhook_secrets = webhook_secrets
     install_metrics(app)
     install_security(app, settings)
     install_error_handlers(app)

@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StringConstraints,
     field_validator,
@@ -30,6 +31,7 @@ from pydantic import (
 
 from agentkit.brand import BrandPreset
 from engine import (
+    MAX_TTL_MINUTES,
     SCHEMA_VERSION,
     STREAM_MODES,
     UNSUPPORTED_STREAM_MODES,
@@ -38,6 +40,8 @@ from engine import (
     RunStatus,
     StreamModeName,
     ThreadStatus,
+    ThreadTTL,
+    TtlStrategy,
 )
 
 #: Ids of threads (client-chosen or generated UUIDs) and runs.
@@ -429,12 +433,45 @@ class RunOut(BaseModel):
 # --------------------------------------------------------------------------- threads
 
 
+class ThreadTTLIn(_Strict):
+    """A thread's time to live, as the LangGraph Platform takes it (docs/retention.md)."""
+
+    strategy: TtlStrategy = Field(
+        default="delete",
+        description="When it runs out: `delete` the thread with its runs and checkpoints, "
+        "or `keep_latest` (drop its checkpoints but the latest; the thread stays).",
+    )
+    ttl: StrictFloat = Field(
+        gt=0,
+        le=MAX_TTL_MINUTES,
+        allow_inf_nan=False,
+        description="Minutes from now, and again from each run's start and end, until "
+        "the retention sweep acts on the thread.",
+        examples=[43200],
+    )
+
+    def record(self) -> ThreadTTL:
+        """Return the TTL for the engine (counted from when it is stored)."""
+        return ThreadTTL(self.strategy, float(self.ttl))
+
+
+class ThreadTTLOut(BaseModel):
+    """A thread's TTL, shown by `GET /threads/{thread_id}?include=ttl`."""
+
+    strategy: TtlStrategy
+    ttl_minutes: float = Field(description="The TTL in minutes.")
+    expires_at: str | None = Field(description="When the sweep may act on the thread.")
+
+
 class ThreadCreate(_Strict):
     """Body of POST /threads."""
 
     thread_id: ResourceId | None = Field(default=None, description="Id; a UUID when unset.")
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
+    ttl: ThreadTTLIn | None = Field(
+        default=None, description="Its TTL (default: THREAD_TTL_MINUTES, if set)."
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -443,9 +480,10 @@ class ThreadCreate(_Strict):
 
 
 class ThreadPatch(_Strict):
-    """Body of PATCH /threads/{thread_id}: metadata merged into the thread's."""
+    """Body of PATCH /threads/{thread_id}: metadata merged into the thread's, a new TTL."""
 
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl: ThreadTTLIn | None = Field(default=None, description="A new TTL, counted from now.")
 
     @field_validator("metadata")
     @classmethod
@@ -510,6 +548,35 @@ class ThreadOut(BaseModel):
     status: ThreadStatus
     values: dict[str, Any] | None = Field(description="State after the thread's last run.")
     interrupts: dict[str, list[dict[str, Any]]] = Field(description="Pending, by task id.")
+
+
+class ThreadWithTTLOut(ThreadOut):
+    """A thread, with its TTL when `include=ttl` asks for it (null: it has none)."""
+
+    ttl: ThreadTTLOut | None = Field(
+        default=None, description="Only present with `include=ttl`; null: no TTL."
+    )
+
+
+class ThreadPrune(_Strict):
+    """Body of POST /threads/prune (the Platform's)."""
+
+    thread_ids: list[ResourceId] = Field(
+        max_length=1000,
+        description="The caller's threads to prune; ids of no thread of the caller's are "
+        "left alone and not counted.",
+    )
+    strategy: TtlStrategy = Field(
+        default="delete",
+        description="`delete` each thread with its runs and checkpoints; `keep_latest` "
+        "drops its checkpoints but the latest (a thread with an active run is skipped).",
+    )
+
+
+class ThreadPruneOut(BaseModel):
+    """What POST /threads/prune did."""
+
+    pruned_count: int = Field(description="Threads pruned.", examples=[2])
 
 
 class HistoryRequest(_Strict):

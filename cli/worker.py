@@ -41,7 +41,7 @@ from app.composition import open_product
 from app.metrics import AtelierMetrics
 from cli.common import settings_or_exit
 from core.settings import Settings
-from engine import AssistantFactory
+from engine import AssistantFactory, WebhookSecrets
 from providers.usage import PriceTable
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,13 @@ async def serve_worker(
     *,
     stop: asyncio.Event | None = None,
     assistant_factory: AssistantFactory | None = None,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> None:
     """Run a worker until `stop` is set (or SIGTERM/SIGINT arrive).
 
     `assistant_factory` builds the assistants it executes runs of (default: what the
-    API replicas serve, `app.composition`).
+    API replicas serve, `app.composition`); `webhook_secrets` holds the API keys' own
+    signing secrets of the deliveries it sends (default: none, WEBHOOK_SECRET).
     """
     if settings.database_url is None:
         raise ValueError("atelier worker needs DATABASE_URL (the shared queue)")
@@ -88,6 +90,7 @@ async def serve_worker(
                 metrics=metrics,
                 assistant_factory=assistant_factory,
                 concurrency=concurrency,
+                webhook_secrets=webhook_secrets,
             )
         )
         (worker,) = engine.workers

@@ -327,8 +327,9 @@ class Settings(BaseSettings):
     # --- webhooks (engine/webhooks.py) ------------------------------------------
     webhook_secret: SecretStr | None = Field(
         default=None,
-        description="Key of the HMAC-SHA256 `X-Atelier-Signature` of every webhook delivery. "
-        "Unset: deliveries are sent unsigned (a warning says so at start-up).",
+        description="Key of the HMAC-SHA256 `X-Atelier-Signature` of the webhook deliveries "
+        "of API keys without a signing secret of their own (`AUTH_API_KEYS`, open mode). "
+        "Unset: those are sent unsigned (a warning says so at start-up).",
     )
     webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -364,6 +365,40 @@ class Settings(BaseSettings):
         description="Hours a managed key's previous webhook signing secret still signs "
         "deliveries after `POST /keys/{key_id}/webhook-secret` rotated it, so receivers "
         "can switch to the new one (docs/keys.md).",
+    )
+
+    # --- retention (engine/retention.py, docs/retention.md) ----------------------
+    thread_ttl_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        le=5_256_000,
+        allow_inf_nan=False,
+        description="TTL (minutes) of a thread created without one: after that long "
+        "without a run it is swept with THREAD_TTL_STRATEGY. Unset: such threads are kept "
+        "until deleted. Applies to threads created from now on.",
+    )
+    thread_ttl_strategy: Literal["delete", "keep_latest"] = Field(
+        default="delete",
+        description="What the default TTL does: `delete` the thread with its runs and "
+        "checkpoints, or `keep_latest` (drop its checkpoints but the latest).",
+    )
+    retention_sweep_minutes: float = Field(
+        default=5.0,
+        ge=0,
+        le=1440,
+        allow_inf_nan=False,
+        description="Minutes between this process's retention sweeps (expired threads, "
+        "ended webhook deliveries, old event logs); sweeps claim what they act on, so "
+        "several processes never do it twice. 0: this process sweeps nothing (keep it on "
+        "in at least one).",
+    )
+    webhook_retention_hours: float = Field(
+        default=168.0,
+        ge=0,
+        le=87600,
+        allow_inf_nan=False,
+        description="Hours a webhook delivery that ended (delivered or failed) is kept "
+        "with its attempts; pending ones are never pruned. 0 keeps them forever.",
     )
 
     # --- crons (engine/crons.py) ------------------------------------------------

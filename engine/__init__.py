@@ -69,14 +69,18 @@ from engine.quotas import (
 )
 from engine.records import (
     RUN_STATUSES,
+    TTL_STRATEGIES,
     CancelAction,
     Frame,
     RunRecord,
     RunStatus,
     ThreadRecord,
     ThreadStatus,
+    ThreadTTL,
+    TtlStrategy,
 )
 from engine.request_scope import request_scope
+from engine.retention import MAX_TTL_MINUTES, RetentionConfig, SweepReport
 from engine.serde import dumps, loads, to_jsonable
 from engine.services import (
     AssistantsService,
@@ -84,6 +88,7 @@ from engine.services import (
     CronsService,
     FeedbackService,
     KeysService,
+    RetentionService,
     RunsService,
     ThreadsService,
     UsageReport,
@@ -105,6 +110,7 @@ from engine.store import (
 )
 from engine.tracing import GraphSpans, RunTracing, trace_headers
 from engine.usage import RunMeter, RunUsage, UsageReading, UsageTotals
+from engine.webhook_signing import MappingWebhookSecrets, WebhookSecrets
 from engine.webhooks import ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, OutboxTotals
 
 
@@ -138,10 +144,12 @@ __all__ = [
     "MAX_QUOTA",
     "MAX_RANKED_CHARS",
     "MAX_SCORE",
+    "MAX_TTL_MINUTES",
     "QUOTA_NAMES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STREAM_MODES",
+    "TTL_STRATEGIES",
     "UNSUPPORTED_STREAM_MODES",
     "Actor",
     "Assistant",
@@ -176,6 +184,7 @@ __all__ = [
     "KeyState",
     "KeysService",
     "Limits",
+    "MappingWebhookSecrets",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
@@ -185,6 +194,8 @@ __all__ = [
     "QueryRanker",
     "QuotaExceeded",
     "QuotaOverrides",
+    "RetentionConfig",
+    "RetentionService",
     "Revocation",
     "Role",
     "RunFrames",
@@ -201,14 +212,18 @@ __all__ = [
     "SigningSecrets",
     "Stopped",
     "StreamModeName",
+    "SweepReport",
     "ThreadRecord",
     "ThreadStatus",
+    "ThreadTTL",
     "ThreadsService",
+    "TtlStrategy",
     "Unavailable",
     "UsageReading",
     "UsageReport",
     "UsageService",
     "UsageTotals",
+    "WebhookSecrets",
     "WebhooksService",
     "build_assistants",
     "check_quotas",

@@ -7,9 +7,10 @@ DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor
 (with each owner's limits: the `QUOTA_*` settings under the key's overrides),
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler. What the product brings (its
-assistants, its context, the Store's ranking, its tracing callbacks, the errors
-whose messages users may read) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler, the retention sweep. What the
+product brings (its assistants, its context, the Store's ranking, its tracing
+callbacks, the errors whose messages users may read, the API keys' webhook signing
+secrets) comes in as arguments. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -32,11 +33,13 @@ from engine.keys import KeyRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.quotas import limits_from_settings, limits_with_overrides
 from engine.repositories import AssistantRepository, CronRepository
+from engine.retention import RetentionConfig, RetentionRepository
 from engine.services import (
     AssistantsService,
     CronsService,
     EngineCore,
     FeedbackService,
+    RetentionService,
     RunsService,
     ThreadsService,
     WebhooksService,
@@ -50,6 +53,7 @@ from engine.sqlite.keys import SqliteAuditRepository, SqliteKeyRepository
 from engine.store import QueryRanker, ScopedStore, query_ranker
 from engine.tracing import RunTracing
 from engine.usage import RunMeter
+from engine.webhook_signing import WebhookSecrets
 from engine.webhooks import WebhookConfig
 
 #: What a process runs the engine for: the HTTP API (with its workers, scale-out), a
@@ -78,6 +82,8 @@ class Engine:
     audit: AuditService
     #: Each owner's usage this month and its quotas.
     usage: UsageService
+    #: The retention sweep (thread TTLs, ended webhook deliveries, old event logs).
+    retention: RetentionService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -112,12 +118,13 @@ async def open_engine(
     recovery_interval: float = RECOVERY_INTERVAL,
     meter: RunMeter | None = None,
     quota_overrides: QuotaOverrides | None = None,
+    webhook_secrets: WebhookSecrets | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
     Args:
         settings: The deployment's settings (DATA_DIR, or DATABASE_URL and REDIS_URL;
-            the run limits; webhooks; CRON_SCHEDULER).
+            the run limits; webhooks; CRON_SCHEDULER; retention).
         assistants: Builds the served assistants on the backend's checkpointer.
         context: Opens the runtime context of runs on the backend's pools.
         ranker: Ranks a Store search's items for its query without EMBEDDINGS_BASE_URL.
@@ -129,7 +136,8 @@ async def open_engine(
         tracing: Traces runs (`engine.tracing`); None: they are not traced.
         public_errors: Errors whose messages a failed run's `error` frame may show.
         concurrency: A worker's runs at once (default RUN_WORKER_CONCURRENCY).
-        clock: The crons' clock (tests move it on instead of waiting).
+        clock: The clock of the crons and of the retention sweep (tests move it on
+            instead of waiting).
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
         recovery_interval: Seconds between recovery sweeps (embedded).
@@ -138,6 +146,9 @@ async def open_engine(
         quota_overrides: Returns an owner's quota overrides (its key's `quotas`) to
             put over the `QUOTA_*` settings (`engine.quotas`); None: the managed keys'
             own `quotas` (`KeysService.quotas_of`).
+        webhook_secrets: Each API key's webhook signing secrets
+            (`engine.webhook_signing`); None: the managed keys' own (`KeysService`),
+            WEBHOOK_SECRET for the others.
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -167,11 +178,15 @@ async def open_engine(
             run_timeout=settings.run_timeout,
             metrics=metrics,
             callbacks=callbacks,
-            webhooks=WebhookConfig.from_settings(settings),
+            # A managed key's own webhook secrets, unless the caller brings others.
+            webhooks=replace(
+                WebhookConfig.from_settings(settings), secrets=webhook_secrets or keys
+            ),
             tracing=tracing,
             public_errors=public_errors,
             meter=meter,
         )
+        retention_config = RetentionConfig.from_settings(settings)
         core = EngineCore(
             backend=parts,
             setup=setup,
@@ -180,9 +195,14 @@ async def open_engine(
             event_retention_hours=settings.event_retention_hours if role != "worker" else 0,
             recovery_interval=recovery_interval,
             limits=limits,
+            default_ttl=retention_config.default_ttl,
         )
         runs = RunsService(core)
+        threads = ThreadsService(core)
         crons = CronsService(core, repositories.crons, interval=CRON_POLL, clock=clock, owners=keys)
+        retention = RetentionService(
+            core, threads, repositories.retention, retention_config, clock=clock
+        )
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -192,12 +212,15 @@ async def open_engine(
         else:
             await stack.enter_async_context(core)
             workers = await stack.enter_async_context(parts.workers(setup))
+        if role != "run":  # stopped before the core: no thread is swept while it stops
+            retention.start()
+            stack.push_async_callback(retention.stop)
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
         yield Engine(
             runs=runs,
-            threads=ThreadsService(core),
+            threads=threads,
             assistants=AssistantsService(core),
             crons=crons,
             feedback=FeedbackService(core, repositories.feedback, runs),
@@ -205,6 +228,7 @@ async def open_engine(
             keys=keys,
             audit=AuditService(repositories.audit),
             usage=UsageService(core, parts.quotas),
+            retention=retention,
             store=store,
             context=opened,
             graphs=sorted(graphs),
@@ -224,6 +248,7 @@ class _Repositories:
     assistants: AssistantRepository
     keys: KeyRepository
     audit: AuditRepository
+    retention: RetentionRepository
 
 
 def _repositories(parts: RunBackend) -> _Repositories:
@@ -235,6 +260,7 @@ def _repositories(parts: RunBackend) -> _Repositories:
         from engine.sqlite.assistants import SqliteAssistantRepository
         from engine.sqlite.crons import SqliteCronRepository
         from engine.sqlite.feedback import SqliteFeedbackRepository
+        from engine.sqlite.retention import SqliteRetention
 
         return _Repositories(
             crons=SqliteCronRepository(parts.database),
@@ -242,11 +268,13 @@ def _repositories(parts: RunBackend) -> _Repositories:
             assistants=SqliteAssistantRepository(parts.database),
             keys=SqliteKeyRepository(parts.database),
             audit=SqliteAuditRepository(parts.database),
+            retention=SqliteRetention(parts.database),
         )
     from engine.postgres.assistants import PostgresAssistantRepository  # the scale-out extra
     from engine.postgres.crons import PostgresCronRepository
     from engine.postgres.feedback import PostgresFeedbackRepository
     from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
+    from engine.postgres.retention import PostgresRetention
 
     return _Repositories(
         crons=PostgresCronRepository(parts.database),
@@ -254,6 +282,7 @@ def _repositories(parts: RunBackend) -> _Repositories:
         assistants=PostgresAssistantRepository(parts.database),
         keys=PostgresKeyRepository(parts.database),
         audit=PostgresAuditRepository(parts.database),
+        retention=PostgresRetention(parts.database),
     )
 
 

@@ -27,7 +27,7 @@ from engine.assistants import Assistant, AssistantSpec
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
 from engine.execution import graph_config
 from engine.protocols import RunExecutor, RunStorage
-from engine.records import RunRecord, ThreadRecord, now
+from engine.records import RunRecord, ThreadRecord, ThreadTTL, now
 from engine.spec import RunOptions, RunSpec
 from engine.tracing import RunTracing
 from engine.webhooks import WebhookConfig, check_webhook
@@ -92,11 +92,13 @@ class RunPreparer:
         checkpointer: BaseCheckpointSaver,
         webhooks: WebhookConfig | None = None,
         tracing: RunTracing | None = None,
+        default_ttl: ThreadTTL | None = None,
     ) -> None:
         """Read threads and runs from `storage`; cancel through `executor`.
 
         `webhooks` holds the rules a run's `webhook` URL is checked against; with
-        `tracing`, a new run carries the context of its trace (`engine.tracing`).
+        `tracing`, a new run carries the context of its trace (`engine.tracing`); a
+        thread a run creates gets `default_ttl` (`engine.retention`).
         """
         self.threads = storage.threads
         self.runs = storage.runs
@@ -104,6 +106,7 @@ class RunPreparer:
         self.checkpointer = checkpointer
         self.webhooks = webhooks or WebhookConfig()
         self.tracing = tracing
+        self.default_ttl = default_ttl
 
     async def prepare(self, spec: RunSpec, assistant: Assistant) -> PreparedRun:
         """Check a run request and apply its thread's multitask strategy.
@@ -146,6 +149,7 @@ class RunPreparer:
                 created_at=stamp,
                 updated_at=stamp,
                 metadata=labels,
+                ttl=self.default_ttl.starting() if self.default_ttl is not None else None,
             )
         tid = new_thread.thread_id if new_thread else thread_id
         assert tid is not None

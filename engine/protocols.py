@@ -76,6 +76,7 @@ from engine.records import (
     RunStatus,
     ThreadRecord,
     ThreadStatus,
+    ThreadTTL,
 )
 from engine.tracing import RunTracing
 from engine.usage import QuotaRepository, RunMeter
@@ -113,12 +114,13 @@ class ThreadRepository(Protocol):
         ...
 
     async def merge_metadata(
-        self, owner: str, thread_id: str, metadata: dict[str, Any]
+        self, owner: str, thread_id: str, metadata: dict[str, Any], ttl: ThreadTTL | None = None
     ) -> ThreadRecord | None:
         """Merge keys into the owner's thread's metadata atomically; return the thread.
 
         Concurrent merges into one thread all land (one statement, or the read and the
         write under the database's write lock). None when the owner has no such thread.
+        With `ttl`, the thread's TTL is replaced too (`engine.retention`).
         """
         ...
 
@@ -424,6 +426,10 @@ class CheckpointHousekeeping(Protocol):
 
     async def copy_thread(self, source: str, target: str) -> None:
         """Copy every checkpoint (subgraphs' too) and pending write of a thread to another."""
+        ...
+
+    async def keep_latest(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints but the latest of each namespace (its state stays)."""
         ...
 
 

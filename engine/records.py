@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 from engine.serde import loads
@@ -25,11 +25,15 @@ RunStatus = Literal["pending", "running", "error", "success", "timeout", "interr
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 #: How a cancel ends a run: keep its checkpoints (interrupt) or delete them (rollback).
 CancelAction = Literal["interrupt", "rollback"]
+#: What becomes of a thread whose TTL ran out, or that is pruned (the Platform's names):
+#: deleted with its runs and checkpoints, or its checkpoints but the latest dropped.
+TtlStrategy = Literal["delete", "keep_latest"]
 
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 THREAD_STATUSES: tuple[ThreadStatus, ...] = get_args(ThreadStatus)
 MULTITASK_STRATEGIES: tuple[MultitaskStrategy, ...] = get_args(MultitaskStrategy)
 CANCEL_ACTIONS: tuple[CancelAction, ...] = get_args(CancelAction)
+TTL_STRATEGIES: tuple[TtlStrategy, ...] = get_args(TtlStrategy)
 #: Statuses of a run that still owns its thread.
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("pending", "running")
 #: Frames a pruned event log keeps, so a late rejoin still ends the way the run did.
@@ -63,6 +67,39 @@ class Frame:
         return f"id: {self.id}\nevent: {self.event}\ndata: {self.data}\n\n".encode()
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadTTL:
+    """A thread's time to live: what the retention sweep does with it, and when.
+
+    `expires_at` is `minutes` after the TTL was set, moved on whenever a run starts or
+    ends on the thread (`engine.retention`); None on a TTL not stored yet.
+    """
+
+    strategy: TtlStrategy
+    minutes: float
+    #: ISO 8601 UTC: when the sweep may act on the thread.
+    expires_at: str | None = None
+
+    def starting(self, moment: datetime | None = None) -> ThreadTTL:
+        """Return this TTL counted from `moment` (default: now)."""
+        start = moment or datetime.now(UTC)
+        return ThreadTTL(
+            self.strategy, self.minutes, (start + timedelta(minutes=self.minutes)).isoformat()
+        )
+
+    def stored(self) -> ThreadTTL:
+        """Return this TTL as stored: its expiry as set, or counted from now."""
+        return self if self.expires_at is not None else self.starting()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the TTL as the Platform shows it (`GET /threads/{t}?include=ttl`)."""
+        return {
+            "strategy": self.strategy,
+            "ttl_minutes": self.minutes,
+            "expires_at": self.expires_at,
+        }
+
+
 @dataclass(slots=True)
 class ThreadRecord:
     """A thread: a checkpointed conversation owned by one API key."""
@@ -75,10 +112,12 @@ class ThreadRecord:
     status: ThreadStatus = "idle"
     values: dict[str, Any] | None = None
     interrupts: dict[str, Any] = field(default_factory=dict)
+    #: Its time to live, or None: kept until deleted.
+    ttl: ThreadTTL | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the thread in the LangGraph Platform shape."""
-        return {
+    def to_json(self, *, include_ttl: bool = False) -> dict[str, Any]:
+        """Return the thread in the LangGraph Platform shape (`ttl` only when asked for)."""
+        shown = {
             "thread_id": self.thread_id,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -87,6 +126,9 @@ class ThreadRecord:
             "values": self.values,
             "interrupts": self.interrupts,
         }
+        if include_ttl:
+            shown["ttl"] = self.ttl.to_json() if self.ttl is not None else None
+        return shown
 
 
 @dataclass(slots=True)

@@ -30,24 +30,30 @@ Every attempt stays in the outbox; `DeliveryStore.totals` counts them, and the
 deliveries by status, for `/metrics` at scrape time (`OutboxTotals`): the whole
 deployment's, whichever process sent them.
 
-Each attempt is signed when WEBHOOK_SECRET is set: `X-Atelier-Signature:
-sha256=<hex HMAC-SHA256 of "<X-Atelier-Timestamp>.<body>">`, the timestamp being
-the attempt's Unix seconds; `X-Atelier-Delivery` is the same on every attempt.
-Without a secret, deliveries are sent unsigned (a warning says so at start-up).
+Each attempt is signed with the secrets of the API key that owns the run
+(`engine.webhook_signing`): `X-Atelier-Signature: sha256=<hex HMAC-SHA256 of
+"<X-Atelier-Delivery>.<X-Atelier-Timestamp>.<body>">`, the timestamp being the
+attempt's Unix seconds; `X-Atelier-Delivery` is the same on every attempt. A key
+without a secret of its own is signed with WEBHOOK_SECRET; without that either, its
+deliveries go unsigned (a warning says so at start-up). A secret that cannot be read
+now is a failed attempt, retried: a delivery is never signed with another secret.
+
+Delivered and failed deliveries, with their attempts, are pruned once older than
+WEBHOOK_RETENTION_HOURS (`DeliveryStore.prune`, called by the retention sweep,
+`engine.retention`); a pending one never is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import httpx
@@ -56,6 +62,7 @@ from core.outbound import AddressRefused, OutboundRules, guarded_client
 from engine.outbound import check_outbound_url
 from engine.records import RecordChange, RunRecord, WebhookQueued, now
 from engine.serde import dumps
+from engine.webhook_signing import WebhookSecrets, secrets_of, signature_header
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,9 @@ class WebhookConfig:
     lease_seconds: float = 60.0
     #: Deliveries sent at once by one deliverer.
     concurrency: int = 8
+    #: Each API key's own signing secrets (`engine.webhook_signing`); None: every
+    #: delivery is signed with `secret`.
+    secrets: WebhookSecrets | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> WebhookConfig:
@@ -132,12 +142,6 @@ def check_webhook(url: Any, config: WebhookConfig, *, field_name: str = "webhook
         InvalidFields: The URL breaks a rule (a 422 naming `field_name` and the rule).
     """
     return check_outbound_url(url, config.rules, field_name=field_name)
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """Return the `X-Atelier-Signature` of a body sent at `timestamp` (Unix seconds)."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
 
 
 def delivery_id(run_id: str, url: str) -> str:
@@ -242,6 +246,8 @@ class Delivery:
     attempts: int
     #: Unix seconds the delivery was queued (the run's end).
     queued_at: float
+    #: The API key (owner id) whose secret signs it.
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,11 @@ class DeliveryStore(Protocol):
         """Return how many deliveries the outbox holds by status, and attempts by outcome."""
         ...
 
+    async def prune(self, before: datetime) -> int:
+        """Delete the deliveries that ended (success, failed) before `before`, with their
+        attempts; return how many. Pending deliveries are never pruned."""
+        ...
+
 
 @dataclass(frozen=True)
 class OutboxTotals:
@@ -346,7 +357,7 @@ def retry_delay(attempts: int, backoff: float) -> float:
 async def send(
     client: httpx.AsyncClient, config: WebhookConfig, delivery: Delivery, number: int
 ) -> Attempt:
-    """POST a delivery's body once, signed, and say how it went.
+    """POST a delivery's body once, signed with its owner's secrets, and say how it went.
 
     Never raises: whatever fails is the attempt's outcome and reason.
     """
@@ -376,6 +387,11 @@ async def send(
     why = config.refusal(delivery.url)
     if why is not None:
         return attempt("refused", error=f"refused: {why}")
+    try:
+        secrets = await secrets_of(config.secrets, delivery.owner, config.secret)
+    except Exception as exc:  # never sign with another secret, nor send unsigned: retry
+        log.warning("webhook %s: could not read its signing secret", delivery.delivery_id)
+        return attempt("network_error", error=f"signing secret unreadable ({type(exc).__name__})")
     body = delivery.body.encode()
     timestamp = str(int(time.time()))
     headers = {
@@ -384,8 +400,9 @@ async def send(
         "X-Atelier-Delivery": delivery.delivery_id,
         "X-Atelier-Timestamp": timestamp,
     }
-    if config.secret:
-        headers["X-Atelier-Signature"] = sign(config.secret, timestamp, body)
+    signature = signature_header(secrets, delivery.delivery_id, timestamp, body)
+    if signature is not None:
+        headers["X-Atelier-Signature"] = signature
     try:
         async with asyncio.timeout(config.connect_timeout + 2 * config.read_timeout):
             async with client.stream(
@@ -446,7 +463,10 @@ class Deliverer:
     async def start(self) -> None:
         """Start delivering in a task of this event loop."""
         if not self.config.secret:
-            log.warning("WEBHOOK_SECRET is not set: webhook deliveries are sent unsigned")
+            log.warning(
+                "WEBHOOK_SECRET is not set: webhook deliveries of API keys without a "
+                "signing secret of their own are sent unsigned"
+            )
         self._client = guarded_client(
             allow_private=self.config.allow_private,
             connect_timeout=self.config.connect_timeout,

@@ -1,11 +1,13 @@
 """Threads: create, read, update metadata, delete, search, and their checkpointed state.
 
-    POST   /threads                         create (if_exists raise | do_nothing)
-    GET    /threads/{t}                     one thread (values after its last run)
-    PATCH  /threads/{t}                     merge metadata
+    POST   /threads                         create (if_exists raise | do_nothing; ttl)
+    GET    /threads/{t}                     one thread (values after its last run;
+                                            include=ttl: its TTL)
+    PATCH  /threads/{t}                     merge metadata, set a new TTL
     DELETE /threads/{t}                     cancel its runs, delete it and its checkpoints
     POST   /threads/search                  filter by metadata, status, ids
     POST   /threads/count                   how many match metadata and status
+    POST   /threads/prune                   delete threads, or keep only their latest state
     GET    /threads/{t}/state               the latest checkpointed state
     GET    /threads/{t}/state/{checkpoint}  a past state
     POST   /threads/{t}/state/checkpoint    a past state, the checkpoint in the body (SDKs)
@@ -14,8 +16,9 @@
                                             with checkpoint and metadata filters)
     POST   /threads/{t}/copy                a new thread with the same checkpoints
 
-A thread belongs to the API key that created it; another key gets 404. Every handler
-asks the threads service (`app.deps.ThreadsDep`); the states are read from the checkpoints.
+A thread belongs to the API key that created it; another key gets 404 (and prune
+leaves it alone). Every handler asks the threads service (`app.deps.ThreadsDep`); the
+states are read from the checkpoints. TTLs and prunes: docs/retention.md.
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ from app.schemas import (
     ThreadCreate,
     ThreadOut,
     ThreadPatch,
+    ThreadPrune,
+    ThreadPruneOut,
     ThreadSearch,
     ThreadStateOut,
+    ThreadWithTTLOut,
 )
 
 router = APIRouter(tags=["threads"])
@@ -55,9 +61,34 @@ async def create_thread(
 ) -> dict[str, Any]:
     """Create a thread (a UUID unless `thread_id` is given)."""
     thread = await threads.create(
-        owner, body.thread_id, body.metadata or {}, if_exists=body.if_exists
+        owner,
+        body.thread_id,
+        body.metadata or {},
+        if_exists=body.if_exists,
+        ttl=body.ttl.record() if body.ttl is not None else None,
     )
     return thread.to_json()
+
+
+@router.post(
+    "/threads/prune",
+    response_model=ThreadPruneOut,
+    summary="Prune threads",
+    dependencies=[WRITE],
+)
+async def prune_threads(
+    body: ThreadPrune, threads: ThreadsDep, owner: PrincipalDep
+) -> dict[str, Any]:
+    """Prune the caller's threads it names: delete them, or keep only their latest state.
+
+    `delete` removes each thread with its runs, logs and checkpoints (its active runs
+    cancelled first), as DELETE does; `keep_latest` drops each one's checkpoints but
+    the latest, so its state reads the same and a new run continues from it (a
+    thread with an active run is skipped). Ids of no thread of the caller's are left
+    alone; `pruned_count` counts the threads pruned.
+    """
+    pruned = await threads.prune(owner, body.thread_ids, body.strategy)
+    return {"pruned_count": pruned}
 
 
 @router.post(
@@ -87,13 +118,27 @@ async def count_threads(body: ThreadCount, threads: ThreadsDep, owner: Principal
 
 
 @router.get(
-    "/threads/{thread_id}", response_model=ThreadOut, summary="Get a thread", dependencies=[READ]
+    "/threads/{thread_id}",
+    response_model=ThreadWithTTLOut,
+    response_model_exclude_unset=True,
+    summary="Get a thread",
+    dependencies=[READ],
 )
 async def get_thread(
-    thread_id: ThreadId, threads: ThreadsDep, owner: PrincipalDep
+    thread_id: ThreadId,
+    threads: ThreadsDep,
+    owner: PrincipalDep,
+    include: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=r"^ttl(,ttl)*$",
+            description="`ttl`: add the thread's TTL (`ttl`, null when it has none).",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
-    """Return one thread."""
-    return (await threads.get(owner, thread_id)).to_json()
+    """Return one thread (with `include=ttl`, its TTL too)."""
+    return (await threads.get(owner, thread_id)).to_json(include_ttl=include is not None)
 
 
 @router.patch(
@@ -105,8 +150,9 @@ async def get_thread(
 async def patch_thread(
     thread_id: ThreadId, body: ThreadPatch, threads: ThreadsDep, owner: PrincipalDep
 ) -> dict[str, Any]:
-    """Merge metadata into the thread's."""
-    return (await threads.patch(owner, thread_id, body.metadata)).to_json()
+    """Merge metadata into the thread's; with `ttl`, give it a new TTL counted from now."""
+    ttl = body.ttl.record() if body.ttl is not None else None
+    return (await threads.patch(owner, thread_id, body.metadata, ttl=ttl)).to_json()
 
 
 @router.delete(

@@ -10,6 +10,8 @@
     queue.py        QueueExecutor: the API's executor, which leaves runs to the workers
     worker.py       RunWorker: claims runs, executes them under a lease, hands them back
     webhooks.py     PostgresDeliveryStore: the webhook outbox, claimed with SKIP LOCKED
+    retention.py    PostgresRetention: the retention sweep's claims on expired threads,
+                    with SKIP LOCKED (schema v10)
     assistants.py   PostgresAssistantRepository (AssistantRepository): created assistants
                     and their versions (schema v5)
     backend.py      open_postgres_backend: all of the above for one process (RunBackend)

@@ -150,6 +150,10 @@ class PostgresCheckpoints:
         """Delete the checkpoints (and their pending writes) a run wrote; return how many."""
         return await delete_run_checkpoints(self.checkpointer.conn, thread_id, run_id)  # type: ignore[arg-type]
 
+    async def keep_latest(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints but the latest of each namespace (the saver's prune)."""
+        await self.checkpointer.aprune([thread_id], strategy="keep_latest")
+
     async def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint (subgraphs' too) and pending write of a thread."""
         await delete_thread_checkpoints(self.checkpointer, thread_id)

@@ -381,6 +381,21 @@ CREATE TABLE quota_windows (
 );
 """
 
+# Schema version 10. Retention (engine/retention.py): a thread's TTL, when it runs out, and
+# the sweep that claimed it (`sweep_owner` until `sweep_until`; sweeps claim expired
+# threads with FOR UPDATE SKIP LOCKED, so two processes never sweep one thread); ended
+# webhook deliveries are found by age to be pruned.
+_V10 = """
+ALTER TABLE threads ADD COLUMN ttl_strategy text CHECK (ttl_strategy IN ('delete', 'keep_latest'));
+ALTER TABLE threads ADD COLUMN ttl_minutes double precision CHECK (ttl_minutes > 0);
+ALTER TABLE threads ADD COLUMN expires_at timestamptz;
+ALTER TABLE threads ADD COLUMN sweep_owner text;
+ALTER TABLE threads ADD COLUMN sweep_until timestamptz;
+CREATE INDEX threads_expiry ON threads (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX webhook_deliveries_ended ON webhook_deliveries (updated_at)
+    WHERE status <> 'pending';
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -392,6 +407,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "assistants and their versions", _V7),
     Migration(8, "managed API keys and the audit trail", _V8),
     Migration(9, "quotas and usage per key", _V9),
+    Migration(10, "thread TTLs and retention sweeps", _V10),
 )
 
 _VERSION_TABLE = """
@@ -437,7 +453,7 @@ async def upgrade(pool: AsyncPool) -> int:
                     version,
                     latest_version(),
                 )
-            for migration in MIGRATIONS[version:]:
+            for migration in [m for m in MIGRATIONS if m.version > version]:
                 async with conn.transaction():
                     await conn.execute(migration.sql, prepare=False)
                     await conn.execute(

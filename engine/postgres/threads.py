@@ -1,4 +1,8 @@
-"""Threads in the scale-out backend's PostgreSQL database (`ThreadRepository`)."""
+"""Threads in the scale-out backend's PostgreSQL database (`ThreadRepository`).
+
+A thread's TTL (`engine.retention`) is kept in its row (schema v10), `expires_at`
+moved on by every status change a run records (`thread_state_statement`).
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,21 @@ from psycopg.types.json import Jsonb
 
 from engine.postgres.pool import AsyncPool
 from engine.protocols import ThreadExists
-from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus
+from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, ThreadTTL
 from engine.serde import dumps, loads
 
 #: A statement and its parameters (positional `%s`, or named `%(name)s`).
 Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
 
-THREAD_COLUMNS = "thread_id, owner, created_at, updated_at, metadata, status, state, interrupts"
+THREAD_COLUMNS = (
+    "thread_id, owner, created_at, updated_at, metadata, status, state, interrupts, "
+    "ttl_strategy, ttl_minutes, expires_at"
+)
+#: Moves a TTL's expiry on to `minutes` from now.
+REARM = (
+    "expires_at = CASE WHEN ttl_minutes IS NULL THEN NULL "
+    "ELSE now() + make_interval(secs => ttl_minutes * 60) END"
+)
 
 
 def stamp(value: datetime | None) -> str | None:
@@ -38,19 +50,38 @@ def thread_from_row(row: DictRow) -> ThreadRecord:
         status=row["status"],
         values=loads(row["state"]),
         interrupts=loads(row["interrupts"]) or {},
+        ttl=ttl_from_row(row),
     )
 
 
+def ttl_from_row(row: DictRow) -> ThreadTTL | None:
+    """Return the TTL a `threads` row holds, or None."""
+    if row["ttl_strategy"] is None or row["ttl_minutes"] is None:
+        return None
+    return ThreadTTL(row["ttl_strategy"], float(row["ttl_minutes"]), stamp(row["expires_at"]))
+
+
+def ttl_columns(ttl: ThreadTTL | None) -> tuple[str | None, float | None, str | None]:
+    """Return the (strategy, minutes, expiry) columns of a TTL (counted from now if unset)."""
+    if ttl is None:
+        return None, None, None
+    stored = ttl.stored()
+    return stored.strategy, stored.minutes, stored.expires_at
+
+
 def thread_state_statement(change: ThreadStateChange) -> Statement:
-    """Return the statement that records a thread's status (and state, when given)."""
+    """Return the statement that records a thread's status (and state, when given).
+
+    A run's start and end are activity: a thread's TTL counts again from now.
+    """
     if change.values is None:
         return (
-            "UPDATE threads SET status = %s, updated_at = now() WHERE thread_id = %s",
+            f"UPDATE threads SET status = %s, updated_at = now(), {REARM} WHERE thread_id = %s",
             (change.status, change.thread_id),
         )
     return (
-        "UPDATE threads SET status = %s, state = %s, interrupts = %s, updated_at = now() "
-        "WHERE thread_id = %s",
+        "UPDATE threads SET status = %s, state = %s, interrupts = %s, updated_at = now(), "
+        f"{REARM} WHERE thread_id = %s",
         (change.status, dumps(change.values), dumps(change.interrupts or {}), change.thread_id),
     )
 
@@ -61,7 +92,8 @@ async def insert_thread(conn: AsyncConnection[DictRow], thread: ThreadRecord) ->
         async with conn.transaction():  # a savepoint: the caller's transaction survives
             await conn.execute(
                 f"INSERT INTO threads ({THREAD_COLUMNS}) "
-                "VALUES (%s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s)",
+                "VALUES (%s, %s, %s::timestamptz, %s::timestamptz, %s, %s, %s, %s, %s, %s, "
+                "%s::timestamptz)",
                 (
                     thread.thread_id,
                     thread.owner,
@@ -71,6 +103,7 @@ async def insert_thread(conn: AsyncConnection[DictRow], thread: ThreadRecord) ->
                     thread.status,
                     None if thread.values is None else dumps(thread.values),
                     dumps(thread.interrupts),
+                    *ttl_columns(thread.ttl),
                 ),
             )
     except psycopg.errors.UniqueViolation:
@@ -132,18 +165,28 @@ class PostgresThreadRepository:
             await insert_thread(conn, thread)
 
     async def merge_metadata(
-        self, owner: str, thread_id: str, metadata: dict[str, Any]
+        self, owner: str, thread_id: str, metadata: dict[str, Any], ttl: ThreadTTL | None = None
     ) -> ThreadRecord | None:
         """Merge keys into the owner's thread's metadata; return the thread, or None.
 
         One statement (`jsonb ||` merges the top-level keys), so concurrent merges into
-        one thread all land.
+        one thread all land. With `ttl`, the thread's TTL is replaced (counted from its
+        `expires_at`, or now) and a sweep's claim on it void.
         """
-        rows = await self._fetch(
-            "UPDATE threads SET metadata = metadata || %s, updated_at = now() "
-            f"WHERE thread_id = %s AND owner = %s RETURNING {THREAD_COLUMNS}",
-            (Jsonb(metadata), thread_id, owner),
-        )
+        if ttl is None:
+            rows = await self._fetch(
+                "UPDATE threads SET metadata = metadata || %s, updated_at = now() "
+                f"WHERE thread_id = %s AND owner = %s RETURNING {THREAD_COLUMNS}",
+                (Jsonb(metadata), thread_id, owner),
+            )
+        else:
+            rows = await self._fetch(
+                "UPDATE threads SET metadata = metadata || %s, updated_at = now(), "
+                "ttl_strategy = %s, ttl_minutes = %s, expires_at = %s::timestamptz, "
+                "sweep_owner = NULL, sweep_until = NULL "
+                f"WHERE thread_id = %s AND owner = %s RETURNING {THREAD_COLUMNS}",
+                (Jsonb(metadata), *ttl_columns(ttl), thread_id, owner),
+            )
         return thread_from_row(rows[0]) if rows else None
 
     async def search(

@@ -9,6 +9,7 @@ an attempt is fenced by the lease owner.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from engine.postgres.pool import AsyncPool
@@ -46,7 +47,7 @@ UPDATE webhook_deliveries d
 SET lease_owner = %(worker)s,
     lease_expires_at = now() + make_interval(secs => %(lease)s)
 FROM due WHERE d.delivery_id = due.delivery_id
-RETURNING d.delivery_id, d.run_id, d.url, d.body, d.attempts,
+RETURNING d.delivery_id, d.run_id, d.owner, d.url, d.body, d.attempts,
           extract(epoch FROM d.created_at)::float8 AS queued_at
 """
 
@@ -74,6 +75,7 @@ class PostgresDeliveryStore:
                 body=row["body"],
                 attempts=row["attempts"],
                 queued_at=row["queued_at"],
+                owner=row["owner"],
             )
             for row in rows
         ]
@@ -180,3 +182,16 @@ class PostgresDeliveryStore:
             ((row["status"], row["n"]) for row in deliveries),
             ((row["outcome"], row["n"]) for row in attempts),
         )
+
+    async def prune(self, before: datetime) -> int:
+        """Delete the deliveries that ended before `before`; return how many.
+
+        Their attempts go with them (a foreign key, `ON DELETE CASCADE`); pending
+        deliveries are never pruned.
+        """
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND updated_at < %s",
+                (before,),
+            )
+            return cursor.rowcount

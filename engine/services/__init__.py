@@ -3,7 +3,8 @@
     core.py       EngineCore: the backend's storage, the executor, the served assistants,
                   the creation lock, recovery and retention (what every service shares)
     runs.py       RunsService: create (from a `RunSpec`), read, cancel, wait, follow
-    threads.py    ThreadsService: threads, their state, history, updates and copies
+    threads.py    ThreadsService: threads, their state, history, updates, copies, TTLs, prunes
+    retention.py  RetentionService: the sweep of expired threads, ended deliveries, old logs
     assistants.py AssistantsService: the built-in assistants, created ones and versions
     crons.py      CronsService: crons, and the scheduler that fires their ticks
     feedback.py   FeedbackService: feedback on runs
@@ -20,6 +21,7 @@ from engine.services.core import EngineCore
 from engine.services.crons import CronsService
 from engine.services.feedback import FeedbackService
 from engine.services.keys import AuditService, KeysService
+from engine.services.retention import RetentionService
 from engine.services.runs import RunsService
 from engine.services.threads import ThreadsService
 from engine.services.usage import UsageReport, UsageService
@@ -32,6 +34,7 @@ __all__ = [
     "EngineCore",
     "FeedbackService",
     "KeysService",
+    "RetentionService",
     "RunsService",
     "ThreadsService",
     "UsageReport",

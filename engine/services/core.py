@@ -23,7 +23,7 @@ from engine.errors import NotFound
 from engine.preparation import RunPreparer
 from engine.protocols import ExecutorSetup, RunBackend, RunExecutor, StoreError
 from engine.quotas import UNLIMITED, LimitsFor, fixed_limits
-from engine.records import ThreadRecord, out_of_attempts
+from engine.records import ThreadRecord, ThreadTTL, out_of_attempts
 from engine.repositories import AssistantRepository
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class EngineCore:
         event_retention_hours: float = 0,
         recovery_interval: float = RECOVERY_INTERVAL,
         limits: LimitsFor | None = None,
+        default_ttl: ThreadTTL | None = None,
     ) -> None:
         """Bind the core to a backend, and take the executor it gives for `setup`.
 
@@ -57,6 +58,7 @@ class EngineCore:
             recovery_interval: Seconds between recovery sweeps, where the backend
                 leaves recovery to this process (0: none).
             limits: Each owner's quotas (`engine.quotas`); None: unlimited.
+            default_ttl: The TTL of a thread created without one (`engine.retention`).
         """
         self.backend = backend
         self.storage = backend.storage
@@ -72,6 +74,8 @@ class EngineCore:
         self.created = created
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
+        #: The TTL a new thread gets when it is given none (None: kept until deleted).
+        self.default_ttl = default_ttl
         self.recovery_interval = recovery_interval if backend.recovers_runs else 0
         self.executor: RunExecutor = backend.executor(setup)
         self.preparation = RunPreparer(
@@ -80,6 +84,7 @@ class EngineCore:
             checkpointer=self.checkpointer,
             webhooks=setup.webhooks,
             tracing=setup.tracing,
+            default_ttl=default_ttl,
         )
         #: Returns an owner's limits, checked where runs, crons and assistants are created.
         self.limits: LimitsFor = limits or fixed_limits(UNLIMITED)

@@ -416,6 +416,10 @@ class KeysService:
         record = await self.record_of(owner)
         return [] if record is None else record.signing_secrets(self.clock())
 
+    async def for_owner(self, owner: str) -> list[str]:
+        """`engine.WebhookSecrets`: the secrets the deliverer signs `owner`'s deliveries with."""
+        return await self.signing_secrets(owner)
+
     async def delivers_for(self, owner: str) -> bool:
         """Return whether deliveries of `owner`'s runs may still be sent."""
         return await self.active(owner)

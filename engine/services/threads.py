@@ -3,12 +3,16 @@
 A thread's state is read from its graph's checkpoints (`engine.reads`); a state
 update goes through the graph's own `aupdate_state`, refused while a run is active
 on the thread. Deleting a thread cancels its runs, then deletes it with its runs,
-logs and checkpoints. See docs/architecture.md.
+logs and checkpoints. A thread may have a TTL (`engine.retention`), given on create
+or update (the deployment's default otherwise); `prune` applies a TTL strategy to
+the threads a caller names at once, as the retention sweep does to expired ones.
+See docs/architecture.md and docs/retention.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -17,8 +21,17 @@ from engine.errors import Conflict, Invalid, NotFound
 from engine.frames import public_error
 from engine.protocols import ThreadExists
 from engine.reads import history, state, state_at, thread_values
-from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, now
+from engine.records import (
+    ThreadRecord,
+    ThreadStateChange,
+    ThreadStatus,
+    ThreadTTL,
+    TtlStrategy,
+    now,
+)
 from engine.services.core import EngineCore
+
+log = logging.getLogger(__name__)
 
 
 class ThreadsService:
@@ -40,6 +53,7 @@ class ThreadsService:
         metadata: dict[str, Any],
         *,
         if_exists: str = "raise",
+        ttl: ThreadTTL | None = None,
     ) -> ThreadRecord:
         """Create a thread (a UUID unless `thread_id` is given); return it.
 
@@ -48,6 +62,7 @@ class ThreadsService:
             thread_id: The id asked for, or None.
             metadata: Its metadata.
             if_exists: `do_nothing` returns the caller's thread that has the id already.
+            ttl: Its TTL, counted from now (default: the deployment's, if any).
 
         Raises:
             Conflict: The id is taken (by another owner, or with `raise`).
@@ -57,8 +72,14 @@ class ThreadsService:
         if existing is not None and if_exists == "do_nothing":
             return existing
         stamp = now()
+        ttl = ttl or self._core.default_ttl
         thread = ThreadRecord(
-            thread_id=thread_id, owner=owner, created_at=stamp, updated_at=stamp, metadata=metadata
+            thread_id=thread_id,
+            owner=owner,
+            created_at=stamp,
+            updated_at=stamp,
+            metadata=metadata,
+            ttl=ttl.starting() if ttl is not None else None,
         )
         try:
             await self._core.threads.insert(thread)
@@ -70,9 +91,20 @@ class ThreadsService:
         """Return the owner's thread; raise NotFound (also when another owner has it)."""
         return await self._core.thread(owner, thread_id)
 
-    async def patch(self, owner: str, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord:
-        """Merge keys into a thread's metadata (atomically: concurrent patches all land)."""
-        thread = await self._core.threads.merge_metadata(owner, thread_id, metadata)
+    async def patch(
+        self,
+        owner: str,
+        thread_id: str,
+        metadata: dict[str, Any],
+        *,
+        ttl: ThreadTTL | None = None,
+    ) -> ThreadRecord:
+        """Merge keys into a thread's metadata (atomically: concurrent patches all land).
+
+        With `ttl`, the thread's TTL becomes it, counted from now.
+        """
+        ttl = ttl.starting() if ttl is not None else None
+        thread = await self._core.threads.merge_metadata(owner, thread_id, metadata, ttl)
         if thread is None:
             raise NotFound(f"thread {thread_id!r} not found")
         return thread
@@ -113,13 +145,57 @@ class ThreadsService:
 
     async def delete(self, owner: str, thread_id: str) -> None:
         """Cancel a thread's runs, then delete it with its runs, logs and checkpoints."""
+        await self._core.thread(owner, thread_id)
+        await self.remove(thread_id)
+
+    async def remove(self, thread_id: str) -> None:
+        """Cancel a thread's runs, then delete it with its runs, logs and checkpoints.
+
+        Whoever owns it: the caller checked that it may (`delete`, `prune`, the sweep).
+        """
         core = self._core
-        await core.thread(owner, thread_id)
         busy = await core.runs.active(thread_id)
         await core.executor.cancel_all([r.run_id for r in busy], "interrupt")
         await core.events.flush()
         await core.threads.delete(thread_id)
         await core.checkpoints.delete_thread(thread_id)
+
+    async def keep_latest(self, thread_id: str) -> bool:
+        """Drop a thread's checkpoints but the latest of each namespace; False while it is busy.
+
+        Its state (`state`) reads as before and a new run continues from it; its runs
+        and their logs stay. False too for a thread the saver cannot prune (a graph
+        with delta channels, which PostgreSQL's saver refuses).
+        """
+        core = self._core
+        async with core.lock:  # no run is being created on it meanwhile (this process)
+            if await core.runs.active(thread_id):
+                return False
+            try:
+                await core.checkpoints.keep_latest(thread_id)
+            except NotImplementedError:  # the saver cannot rebuild its graph's delta channels
+                log.warning("thread %s cannot be pruned to its latest state", thread_id)
+                return False
+        return True
+
+    async def prune(self, owner: str, thread_ids: Sequence[str], strategy: TtlStrategy) -> int:
+        """Apply a TTL strategy to the caller's threads among `thread_ids`; return how many.
+
+        `delete` deletes each as `delete` does (its runs cancelled first);
+        `keep_latest` prunes each one's checkpoints to the latest, skipping a thread
+        with an active run. Ids the caller has no thread by (another key's, unknown)
+        are left alone and not counted.
+        """
+        pruned = 0
+        for thread_id in dict.fromkeys(thread_ids):
+            if await self._core.threads.get(owner, thread_id) is None:
+                continue
+            if strategy == "delete":
+                await self.remove(thread_id)
+                pruned += 1
+            elif await self.keep_latest(thread_id):
+                pruned += 1
+        return pruned
 
     async def copy(self, owner: str, thread_id: str) -> ThreadRecord:
         """Copy a thread with every checkpoint (subgraphs' too) under a new id; return it.
@@ -127,8 +203,13 @@ class ThreadsService:
         The runs and their event logs stay with the original (as on the Platform).
         """
         thread = await self._core.thread(owner, thread_id)
+        ttl = thread.ttl
         copy = dataclasses.replace(
-            thread, thread_id=str(uuid.uuid4()), created_at=now(), updated_at=now()
+            thread,
+            thread_id=str(uuid.uuid4()),
+            created_at=now(),
+            updated_at=now(),
+            ttl=ThreadTTL(ttl.strategy, ttl.minutes).starting() if ttl is not None else None,
         )
         if copy.status == "busy":
             copy.status = "idle"

@@ -6,6 +6,7 @@
     event_log.py    SqliteEventLog (EventLog), group-committed appends
     checkpoints.py  SqliteCheckpoints: housekeeping of LangGraph's SQLite saver
     webhooks.py     SqliteDeliveryStore: the webhook outbox (engine.webhooks.DeliveryStore)
+    retention.py    SqliteRetention: the retention sweep's claims on expired threads
     assistants.py   SqliteAssistantRepository (AssistantRepository): created assistants
                     and their versions
     backend.py      open_sqlite_backend: the saver and the storage (a RunBackend)

@@ -244,6 +244,40 @@ CREATE INDEX IF NOT EXISTS run_usage_owner_ended ON run_usage (owner, ended_at);
 CREATE INDEX IF NOT EXISTS run_usage_owner_created ON run_usage (owner, created_at);
 """
 
+#: Columns added to tables after their first release, by table: a database made by an
+#: older version gets them when it is opened (`ALTER TABLE … ADD COLUMN`, in place).
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    # Retention (engine/retention.py): a thread's TTL, when it runs out (Unix seconds),
+    # and the sweep that claimed it (`sweep_owner` until `sweep_until`, Unix seconds).
+    "threads": (
+        ("ttl_strategy", "TEXT"),
+        ("ttl_minutes", "REAL"),
+        ("expires_at", "REAL"),
+        ("sweep_owner", "TEXT"),
+        ("sweep_until", "REAL"),
+    ),
+}
+
+#: What needs the added columns, run once they exist.
+AFTER_COLUMNS = """
+CREATE INDEX IF NOT EXISTS threads_expiry ON threads (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_deliveries_ended
+    ON webhook_deliveries (updated_at) WHERE status <> 'pending';
+"""
+
+
+async def add_columns(conn: aiosqlite.Connection) -> None:
+    """Add the columns of `ADDED_COLUMNS` a table lacks, then their indexes (in a transaction)."""
+    for table, columns in ADDED_COLUMNS.items():
+        async with conn.execute(f"PRAGMA table_info({table})") as cursor:
+            present = {row[1] for row in await cursor.fetchall()}
+        for name, kind in columns:
+            if name not in present:
+                await conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+    for statement in AFTER_COLUMNS.split(";"):
+        if statement.strip():
+            await conn.execute(statement)
+
 
 class SqliteDatabase:
     """The writer and reader connections to one SQLite file, with the run engine's tables."""
@@ -272,13 +306,16 @@ class SqliteDatabase:
         return conn
 
     async def open(self) -> Self:
-        """Connect (a writer and a reader) and create the tables."""
+        """Connect (a writer and a reader), create the tables and add the columns they lack."""
         conn = await self._connect(query_only=False)
         try:
             async with self._write_lock:
                 await conn.execute("BEGIN IMMEDIATE")
                 try:
                     await conn.executescript(SCHEMA)  # commits
+                    await conn.execute("BEGIN IMMEDIATE")
+                    await add_columns(conn)
+                    await conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
                         await conn.execute("ROLLBACK")

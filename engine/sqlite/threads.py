@@ -1,19 +1,52 @@
-"""Threads in the run engine's SQLite database (`ThreadRepository`)."""
+"""Threads in the run engine's SQLite database (`ThreadRepository`).
+
+A thread's TTL (`engine.retention`) is kept in its row: `expires_at` in Unix seconds,
+moved on by every status change a run records (`thread_state_statement`).
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
 from engine.protocols import ThreadExists
-from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, now
+from engine.records import ThreadRecord, ThreadStateChange, ThreadStatus, ThreadTTL, now
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
 
 Statement = tuple[str, Sequence[Any]]
+
+
+#: Moves a TTL's expiry on to `minutes` from now (the parameter: now, Unix seconds).
+REARM = "expires_at = CASE WHEN ttl_minutes IS NULL THEN NULL ELSE ? + ttl_minutes * 60 END"
+
+
+def unix(moment: str | datetime) -> float:
+    """Return an ISO 8601 time (or a datetime) as Unix seconds."""
+    value = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    return value.timestamp()
+
+
+def ttl_from_row(row: sqlite3.Row) -> ThreadTTL | None:
+    """Return the TTL a `threads` row holds, or None."""
+    if row["ttl_strategy"] is None or row["ttl_minutes"] is None:
+        return None
+    expires = row["expires_at"]
+    shown = None if expires is None else datetime.fromtimestamp(expires, UTC).isoformat()
+    return ThreadTTL(row["ttl_strategy"], float(row["ttl_minutes"]), shown)
+
+
+def ttl_columns(ttl: ThreadTTL | None) -> tuple[str | None, float | None, float | None]:
+    """Return the (strategy, minutes, expiry) columns of a TTL (counted from now if unset)."""
+    if ttl is None:
+        return None, None, None
+    stored = ttl.stored()
+    return stored.strategy, stored.minutes, unix(stored.expires_at or "")
 
 
 def thread_from_row(row: sqlite3.Row) -> ThreadRecord:
@@ -27,24 +60,29 @@ def thread_from_row(row: sqlite3.Row) -> ThreadRecord:
         status=row["status"],
         values=loads(row["state"]),
         interrupts=loads(row["interrupts"]) or {},
+        ttl=ttl_from_row(row),
     )
 
 
 def thread_state_statement(change: ThreadStateChange) -> Statement:
-    """Return the statement that records a thread's status (and state, when given)."""
+    """Return the statement that records a thread's status (and state, when given).
+
+    A run's start and end are activity: a thread's TTL counts again from now.
+    """
     if change.values is None:
         return (
-            "UPDATE threads SET status = ?, updated_at = ? WHERE thread_id = ?",
-            (change.status, now(), change.thread_id),
+            f"UPDATE threads SET status = ?, updated_at = ?, {REARM} WHERE thread_id = ?",
+            (change.status, now(), time.time(), change.thread_id),
         )
     return (
-        "UPDATE threads SET status = ?, state = ?, interrupts = ?, updated_at = ? "
+        f"UPDATE threads SET status = ?, state = ?, interrupts = ?, updated_at = ?, {REARM} "
         "WHERE thread_id = ?",
         (
             change.status,
             dumps(change.values),
             dumps(change.interrupts or {}),
             now(),
+            time.time(),
             change.thread_id,
         ),
     )
@@ -55,7 +93,8 @@ async def insert_thread(db: aiosqlite.Connection, thread: ThreadRecord) -> None:
     try:
         await db.execute(
             "INSERT INTO threads (thread_id, owner, created_at, updated_at, metadata, status, "
-            "state, interrupts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "state, interrupts, ttl_strategy, ttl_minutes, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread.thread_id,
                 thread.owner,
@@ -65,6 +104,7 @@ async def insert_thread(db: aiosqlite.Connection, thread: ThreadRecord) -> None:
                 thread.status,
                 None if thread.values is None else dumps(thread.values),
                 dumps(thread.interrupts),
+                *ttl_columns(thread.ttl),
             ),
         )
     except sqlite3.IntegrityError:
@@ -116,12 +156,13 @@ class SqliteThreadRepository:
             await insert_thread(db, thread)
 
     async def merge_metadata(
-        self, owner: str, thread_id: str, metadata: dict[str, Any]
+        self, owner: str, thread_id: str, metadata: dict[str, Any], ttl: ThreadTTL | None = None
     ) -> ThreadRecord | None:
         """Merge keys into the owner's thread's metadata; return the thread, or None.
 
         The read and the write share one write transaction (the database's write lock),
-        so concurrent merges into one thread all land.
+        so concurrent merges into one thread all land. With `ttl`, the thread's TTL is
+        replaced (counted from its `expires_at`, or now) and a sweep's claim on it void.
         """
         async with self._db.transaction() as db:
             rows = list(
@@ -138,6 +179,13 @@ class SqliteThreadRepository:
                 "UPDATE threads SET metadata = ?, updated_at = ? WHERE thread_id = ?",
                 (dumps(thread.metadata), thread.updated_at, thread_id),
             )
+            if ttl is not None:
+                thread.ttl = ttl.stored()
+                await db.execute(
+                    "UPDATE threads SET ttl_strategy = ?, ttl_minutes = ?, expires_at = ?, "
+                    "sweep_owner = NULL, sweep_until = NULL WHERE thread_id = ?",
+                    (*ttl_columns(thread.ttl), thread_id),
+                )
         return thread
 
     async def search(

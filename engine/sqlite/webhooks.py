@@ -61,7 +61,7 @@ class SqliteDeliveryStore:
                 "WHERE status = 'pending' AND next_attempt_at <= ? "
                 "AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
                 "ORDER BY next_attempt_at LIMIT ?) "
-                "RETURNING delivery_id, run_id, url, body, attempts, created_at",
+                "RETURNING delivery_id, run_id, owner, url, body, attempts, created_at",
                 (worker, clock + lease_seconds, clock, clock, limit),
             )
             rows = list(await cursor.fetchall())
@@ -73,6 +73,7 @@ class SqliteDeliveryStore:
                 body=row["body"],
                 attempts=row["attempts"],
                 queued_at=datetime.fromisoformat(row["created_at"]).timestamp(),
+                owner=row["owner"],
             )
             for row in rows
         ]
@@ -165,3 +166,20 @@ class SqliteDeliveryStore:
         return OutboxTotals.of(
             ((row[0], row[1]) for row in deliveries), ((row[0], row[1]) for row in attempts)
         )
+
+    async def prune(self, before: datetime) -> int:
+        """Delete the deliveries that ended before `before`, with their attempts; return how many.
+
+        Pending deliveries are never pruned. `updated_at` of an ended delivery is when
+        its last attempt was recorded.
+        """
+        cutoff = before.astimezone(UTC).isoformat()
+        ended = "status <> 'pending' AND updated_at < ?"
+        async with self._db.transaction() as db:
+            await db.execute(
+                "DELETE FROM webhook_attempts WHERE delivery_id IN "
+                f"(SELECT delivery_id FROM webhook_deliveries WHERE {ended})",
+                (cutoff,),
+            )
+            cursor = await db.execute(f"DELETE FROM webhook_deliveries WHERE {ended}", (cutoff,))
+            return cursor.rowcount

@@ -77,8 +77,12 @@ def serve_deployment(
     settings: Callable[..., Settings],
     assistant_factory: AssistantFactory | None,
     headers: dict[str, str] | None = None,
+    **app_options: Any,
 ) -> Iterator[Served]:
     """Serve a service-suite test in the deployment `request.param` (of `DEPLOYMENTS`).
+
+    `app_options` go to `create_app` in the two in-process deployments (the
+    processes' counterparts are the module's `processes` fixture's to set up).
 
     * "embedded": `settings()` (SQLite);
     * "scale-out": `settings(database_url=…, redis_url=…)`, on the throwaway
@@ -106,7 +110,7 @@ def serve_deployment(
             "database_url": request.getfixturevalue("migrated_postgres_url"),
             "redis_url": request.getfixturevalue("redis_server").url,
         }
-    with LiveServer(settings(**scale), assistant_factory) as live:
+    with LiveServer(settings(**scale), assistant_factory, **app_options) as live:
         yield live
 
 
@@ -135,10 +139,15 @@ def processes_deployment(
 class LiveServer:
     """The app on a real uvicorn in a background thread."""
 
-    def __init__(self, settings: Settings, assistant_factory: AssistantFactory | None) -> None:
-        """Serve `create_app(settings, assistant_factory=...)` once started."""
+    def __init__(
+        self,
+        settings: Settings,
+        assistant_factory: AssistantFactory | None,
+        **app_options: Any,
+    ) -> None:
+        """Serve `create_app(settings, assistant_factory=..., **app_options)` once started."""
         self.settings = settings
-        self.app = create_app(settings, assistant_factory=assistant_factory)
+        self.app = create_app(settings, assistant_factory=assistant_factory, **app_options)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0

@@ -15,11 +15,16 @@ can outlast it without a 30-second outage.
 
 `ATELIER_TEST_ROLE=worker` runs `atelier worker` instead (the scale-out deployment's
 executor process, `cli.worker`), with the same graphs and no HTTP port.
+
+`ATELIER_TEST_WEBHOOK_SECRETS` (JSON: owner id → its signing secrets, current first)
+gives API keys webhook signing secrets of their own (`engine.MappingWebhookSecrets`),
+as the key table will.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
@@ -63,15 +68,25 @@ def main() -> None:
         from tests.app.sample_graphs import sample_assistants
 
         factory = sample_assistants
+    secrets = None
+    if os.environ.get("ATELIER_TEST_WEBHOOK_SECRETS"):
+        from engine import MappingWebhookSecrets
+
+        secrets = MappingWebhookSecrets(json.loads(os.environ["ATELIER_TEST_WEBHOOK_SECRETS"]))
     if os.environ.get("ATELIER_TEST_ROLE") == "worker":
         from cli.worker import serve_worker
 
         settings = Settings()
         asyncio.run(
-            serve_worker(settings, settings.run_worker_concurrency, assistant_factory=factory)
+            serve_worker(
+                settings,
+                settings.run_worker_concurrency,
+                assistant_factory=factory,
+                webhook_secrets=secrets,
+            )
         )
         return
-    app = create_app(Settings(), assistant_factory=factory)
+    app = create_app(Settings(), assistant_factory=factory, webhook_secrets=secrets)
     uvicorn.run(
         app,
         host="127.0.0.1",

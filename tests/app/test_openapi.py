@@ -136,6 +136,7 @@ def test_401_is_documented_on_every_protected_operation_when_keyed(
     [
         ("/threads", "post", {"200", "400", "409", "413", "422"}),
         ("/threads/{thread_id}", "get", {"200", "404", "422"}),
+        ("/threads/prune", "post", {"200", "400", "413", "422"}),
         ("/threads/{thread_id}/runs/stream", "post", {"200", "404", "409", "413", "422"}),
         ("/runs/wait", "post", {"200", "404", "409", "413", "422"}),
         ("/threads/{thread_id}/runs/{run_id}", "delete", {"204", "404", "409", "422"}),

@@ -416,6 +416,7 @@ async def test_no_service_exposes_a_repository(tmp_path: Path, llm: Any) -> None
             "crons": engine.crons,
             "feedback": engine.feedback,
             "webhooks": engine.webhooks,
+            "retention": engine.retention,
         }
         leaked = [
             f"{name}.{k}"

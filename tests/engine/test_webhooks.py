@@ -6,6 +6,7 @@ import ipaddress
 import json
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,12 @@ from core import outbound as guarded_http
 from core.outbound import GuardedTransport, OutboundRules, address_refusal, url_refusal
 from engine.errors import InvalidFields
 from engine.outbound import check_outbound_url
+from engine.webhook_signing import (
+    MAX_SIGNATURES,
+    MappingWebhookSecrets,
+    sign,
+    signature_header,
+)
 from engine.webhooks import (
     EXCERPT_CHARS,
     MAX_BACKOFF,
@@ -25,12 +32,17 @@ from engine.webhooks import (
     delivery_id,
     retry_delay,
     send,
-    sign,
 )
 from tests.support.docs import code_block
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = json.loads((ROOT / "../shared/cases/webhook_signatures.json").read_text())["cases"]
+SHARED_CASES = ROOT / "../shared/cases"
+#: Today's scheme: the owning key's secret over "<delivery id>.<timestamp>.<body>".
+PER_KEY = json.loads((SHARED_CASES / "webhook_signatures_per_key.json").read_text())
+#: The scheme before issue 33: WEBHOOK_SECRET over "<timestamp>.<body>", which it replaced.
+OLD_SCHEME = json.loads((SHARED_CASES / "webhook_signatures.json").read_text())["cases"]
+#: A tolerance no vector's timestamp is too old for.
+FOREVER = 10**10
 
 
 def readme_verify() -> Any:
@@ -40,17 +52,74 @@ def readme_verify() -> Any:
     return namespace["verify"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["signature"][7:15])
+def headers_of(case: dict[str, Any]) -> dict[str, str]:
+    """Return the headers a receiver got with a case's delivery."""
+    return {
+        "X-Atelier-Delivery": case["delivery_id"],
+        "X-Atelier-Timestamp": case["timestamp"],
+        "X-Atelier-Signature": case["signature"],
+    }
+
+
+@pytest.mark.parametrize("case", PER_KEY["cases"], ids=lambda c: c["signature"][7:15])
 def test_signature_vectors(case: dict[str, str]) -> None:
     body = case["body"].encode()
-    assert sign(case["secret"], case["timestamp"], body) == case["signature"]
+    assert sign(case["secret"], case["delivery_id"], case["timestamp"], body) == case["signature"]
     verify = readme_verify()
-    headers = {"X-Atelier-Timestamp": case["timestamp"], "X-Atelier-Signature": case["signature"]}
-    forever = 10**10
-    assert verify(case["secret"], headers, body, tolerance=forever)
-    assert not verify(case["secret"], headers, body + b" ", tolerance=forever)
-    assert not verify("another secret", headers, body, tolerance=forever)
+    headers = headers_of(case)
+    assert verify(case["secret"], headers, body, tolerance=FOREVER)
+    assert not verify(case["secret"], headers, body + b" ", tolerance=FOREVER)
+    later = {**headers, "X-Atelier-Timestamp": str(int(case["timestamp"]) + 1)}
+    assert not verify(case["secret"], later, body, tolerance=FOREVER)
     assert not verify(case["secret"], headers, body)  # an old timestamp: a replay
+    # Another key's secret verifies none of this key's deliveries.
+    others = {c["secret"] for c in PER_KEY["cases"]} - {case["secret"]}
+    assert others and not any(verify(o, headers, body, tolerance=FOREVER) for o in others)
+
+
+@pytest.mark.parametrize("replay", PER_KEY["replays"], ids=lambda c: c["delivery_id"][-4:])
+def test_a_delivery_replayed_under_another_id_does_not_verify(replay: dict[str, Any]) -> None:
+    assert replay["verifies"] is False
+    body = replay["body"].encode()
+    verify = readme_verify()
+    assert not verify(replay["secret"], headers_of(replay), body, tolerance=FOREVER)
+    assert (
+        sign(replay["secret"], replay["delivery_id"], replay["timestamp"], body)
+        != (replay["signature"])
+    )
+    (original,) = [c for c in PER_KEY["cases"] if c["signature"] == replay["signature"]]
+    assert original["delivery_id"] != replay["delivery_id"]
+    assert verify(original["secret"], headers_of(original), body, tolerance=FOREVER)
+
+
+@pytest.mark.parametrize("case", OLD_SCHEME, ids=lambda c: c["signature"][7:15])
+def test_the_replaced_schemes_signatures_no_longer_verify(case: dict[str, str]) -> None:
+    """A signature over "<timestamp>.<body>" alone verifies under no delivery id now."""
+    body = case["body"].encode()
+    verify = readme_verify()
+    for delivery in ("", "1f0c8a2e-0000-4000-8000-000000000101", case["timestamp"]):
+        headers = {**headers_of({**case, "delivery_id": delivery})}
+        assert not verify(case["secret"], headers, body, tolerance=FOREVER)
+        assert sign(case["secret"], delivery, case["timestamp"], body) != case["signature"]
+
+
+def test_during_a_rotation_a_delivery_carries_a_signature_per_secret() -> None:
+    body, verify = b'{"status":"success"}', readme_verify()
+    header = signature_header(["whsec_new", "whsec_old"], "d-1", "1764147600", body)
+    assert header == ",".join(
+        [sign("whsec_new", "d-1", "1764147600", body), sign("whsec_old", "d-1", "1764147600", body)]
+    )
+    headers = {"X-Atelier-Delivery": "d-1", "X-Atelier-Timestamp": "1764147600"}
+    headers["X-Atelier-Signature"] = header
+    assert verify("whsec_new", headers, body, tolerance=FOREVER)
+    assert verify("whsec_old", headers, body, tolerance=FOREVER)
+    assert not verify("whsec_other", headers, body, tolerance=FOREVER)
+    assert not verify("whsec_new", {**headers, "X-Atelier-Delivery": "d-2"}, body, FOREVER)
+    # Empty and repeated secrets are skipped; no secret at all: unsigned.
+    assert signature_header(["a", "", "a"], "d", "1", b"") == sign("a", "d", "1", b"")
+    assert signature_header(["", ""], "d", "1", b"") is None
+    many = [f"s{i}" for i in range(MAX_SIGNATURES + 3)]
+    assert len((signature_header(many, "d", "1", b"") or "").split(",")) == MAX_SIGNATURES
 
 
 REFUSED = [
@@ -329,12 +398,17 @@ async def test_a_name_the_resolver_cannot_encode_is_a_connect_error() -> None:
             await client.get("https://a..b.example.com/hook")
 
 
-def delivery(url: str = "https://hooks.example.com/in") -> Delivery:
-    return Delivery(delivery_id("run-1", url), "run-1", url, '{"status":"success"}', 0, time.time())
+def delivery(url: str = "https://hooks.example.com/in", owner: str = "key_a") -> Delivery:
+    return Delivery(
+        delivery_id("run-1", url), "run-1", url, '{"status":"success"}', 0, time.time(), owner
+    )
 
 
 async def attempt_against(
-    answer: httpx.Response | Exception, config: WebhookConfig, url: str | None = None
+    answer: httpx.Response | Exception,
+    config: WebhookConfig,
+    url: str | None = None,
+    owner: str = "key_a",
 ) -> Any:
     def respond(request: httpx.Request) -> httpx.Response:
         respond.request = request  # type: ignore[attr-defined]
@@ -342,9 +416,23 @@ async def attempt_against(
             raise answer
         return answer
 
+    sent = delivery(url, owner) if url else delivery(owner=owner)
     async with httpx.AsyncClient(transport=httpx.MockTransport(respond)) as client:
-        attempt = await send(client, config, delivery(url) if url else delivery(), 1)
+        attempt = await send(client, config, sent, 1)
     return attempt, getattr(respond, "request", None)
+
+
+def received(request: httpx.Request) -> dict[str, str]:
+    """Return the Atelier headers of a request as a receiver reads them (by their names)."""
+    names = ("X-Atelier-Delivery", "X-Atelier-Timestamp", "X-Atelier-Signature")
+    return {name: request.headers[name] for name in names if name in request.headers}
+
+
+def signature_of(request: httpx.Request, secret: str) -> str:
+    """Return the signature `secret` gives the request's delivery id, timestamp and body."""
+    headers = request.headers
+    delivery, stamp = headers["X-Atelier-Delivery"], headers["X-Atelier-Timestamp"]
+    return sign(secret, delivery, stamp, request.content)
 
 
 async def test_an_attempt_is_signed_and_carries_the_delivery_id() -> None:
@@ -352,10 +440,51 @@ async def test_an_attempt_is_signed_and_carries_the_delivery_id() -> None:
     assert attempt.outcome == "success" and attempt.status_code == 200
     stamp = request.headers["X-Atelier-Timestamp"]
     assert abs(int(stamp) - time.time()) < 5
-    assert request.headers["X-Atelier-Signature"] == sign("s3cret", stamp, request.content)
     assert request.headers["X-Atelier-Delivery"] == delivery().delivery_id
+    assert request.headers["X-Atelier-Signature"] == signature_of(request, "s3cret")
+    assert readme_verify()("s3cret", received(request), request.content)
     _, request = await attempt_against(httpx.Response(200), WebhookConfig())
     assert "X-Atelier-Signature" not in request.headers
+
+
+async def test_each_keys_deliveries_are_signed_with_its_own_secrets() -> None:
+    secrets = MappingWebhookSecrets({"key_a": ["whsec_a"], "key_b": ["whsec_b2", "whsec_b1"]})
+    config = WebhookConfig(secret="whsec_shared", secrets=secrets)
+    _, to_a = await attempt_against(httpx.Response(200), config, owner="key_a")
+    _, to_b = await attempt_against(httpx.Response(200), config, owner="key_b")
+    _, to_c = await attempt_against(httpx.Response(200), config, owner="key_c")
+    verify = readme_verify()
+    assert to_a.headers["X-Atelier-Signature"] == signature_of(to_a, "whsec_a")
+    assert verify("whsec_a", received(to_a), to_a.content)
+    assert not verify("whsec_shared", received(to_a), to_a.content)
+    assert not verify("whsec_b2", received(to_a), to_a.content)
+    # B is rotating: both of its secrets sign, the current one first.
+    assert to_b.headers["X-Atelier-Signature"] == ",".join(
+        [signature_of(to_b, "whsec_b2"), signature_of(to_b, "whsec_b1")]
+    )
+    assert verify("whsec_b1", received(to_b), to_b.content)
+    assert not verify("whsec_a", received(to_b), to_b.content)
+    # C has no secret of its own (AUTH_API_KEYS, open mode): WEBHOOK_SECRET signs it.
+    assert to_c.headers["X-Atelier-Signature"] == signature_of(to_c, "whsec_shared")
+    _, unsigned = await attempt_against(
+        httpx.Response(200), WebhookConfig(secrets=secrets), owner="key_c"
+    )
+    assert "X-Atelier-Signature" not in unsigned.headers
+
+
+class BrokenSecrets:
+    """A key table that cannot be read now."""
+
+    async def for_owner(self, owner: str) -> Sequence[str]:
+        raise ConnectionError("the key table at 10.0.0.5 is down")
+
+
+async def test_an_unreadable_secret_is_a_failed_attempt_and_nothing_is_sent() -> None:
+    config = WebhookConfig(secret="whsec_shared", secrets=BrokenSecrets())
+    attempt, request = await attempt_against(httpx.Response(200), config)
+    assert request is None  # neither unsigned nor signed with another secret
+    assert attempt.outcome == "network_error"
+    assert attempt.error == "signing secret unreadable (ConnectionError)"  # no internals
 
 
 async def test_a_failing_answer_keeps_only_a_short_excerpt_and_redirects_are_not_followed() -> None:
