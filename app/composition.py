@@ -7,7 +7,8 @@ says what the generic engine (`engine.open_engine`) runs here: the assistants
 `agentkit.services.open_services`, with the knowledge notes and assets in the
 engine's database in scale-out), the Store's keyword ranking, the embedded model's
 crash as an error users may read, and OpenTelemetry tracing with the GenAI spans of
-the graphs (`providers.tracing`). `langgraph dev` opens the same services
+the graphs (`providers.tracing`), and the evaluation hooks (`graphs.evaluation`)
+with the judges as hidden assistants. `langgraph dev` opens the same services
 (`graphs.served`). See docs/architecture.md.
 """
 
@@ -34,7 +35,8 @@ from engine import (
     open_engine,
     registry,
 )
-from graphs.assistants import ASSISTANTS
+from graphs.assistants import ASSISTANTS, INTERNAL_ASSISTANTS
+from graphs.evaluation import AtelierEvaluation
 from knowledge.repository import NoteRepository
 from knowledge.retriever import query_words, text_relevance
 from providers.assets import AssetStore
@@ -126,7 +128,7 @@ async def open_product(
         async with open_engine(
             settings,
             role=role,
-            assistants=assistant_factory or registry(ASSISTANTS),
+            assistants=assistant_factory or registry((*ASSISTANTS, *INTERNAL_ASSISTANTS)),
             context=context_opener(settings, observer=metrics),
             ranker=KeywordRanker(),
             metrics=metrics,
@@ -134,6 +136,7 @@ async def open_product(
             tracing=tracing,
             public_errors=PUBLIC_ERRORS,
             concurrency=concurrency,
+            evaluation=AtelierEvaluation(),
         ) as engine:
             yield engine
 

@@ -13,6 +13,9 @@ servers, which FastAPI does not call, pass theirs).
     CronsDep       CronsService        crons
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
+    DatasetsDep    DatasetsService     datasets and their examples
+    ExperimentsDep ExperimentsService  experiments: create, read, follow, cancel
+    EvaluationDep  OnlineEvaluationService  sampling rates on assistants, their report
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
     NotesDep, AssetsDep, ContextDep    the product's vault, assets, runtime context
     SettingsDep, AssetLinksDep, ReadyChecksDep, GraphsDep, QueueDepthDep
@@ -31,8 +34,11 @@ from core.settings import Settings
 from engine import (
     AssistantsService,
     CronsService,
+    DatasetsService,
     Engine,
+    ExperimentsService,
     FeedbackService,
+    OnlineEvaluationService,
     RunsService,
     ScopedStore,
     ThreadsService,
@@ -132,6 +138,21 @@ def get_webhooks(request: Request) -> WebhooksService:
     return get_engine(request).webhooks
 
 
+def get_datasets(request: Request) -> DatasetsService:
+    """Return the datasets service."""
+    return get_engine(request).datasets
+
+
+def get_experiments(request: Request) -> ExperimentsService:
+    """Return the experiments service."""
+    return get_engine(request).experiments
+
+
+def get_evaluation(request: Request) -> OnlineEvaluationService:
+    """Return the online evaluation service."""
+    return get_engine(request).evaluation
+
+
 def get_store(request: Request) -> ScopedStore:
     """Return the Store, scoped per API key (bind it to the caller with `for_owner`)."""
     return get_engine(request).store
@@ -154,6 +175,9 @@ CronsDep = Annotated[CronsService, Depends(get_crons)]
 FeedbackDep = Annotated[FeedbackService, Depends(get_feedback)]
 WebhooksDep = Annotated[WebhooksService, Depends(get_webhooks)]
 StoreDep = Annotated[ScopedStore, Depends(get_store)]
+DatasetsDep = Annotated[DatasetsService, Depends(get_datasets)]
+ExperimentsDep = Annotated[ExperimentsService, Depends(get_experiments)]
+EvaluationDep = Annotated[OnlineEvaluationService, Depends(get_evaluation)]
 
 PrincipalDep = Annotated[str, Security(get_principal)]
 """The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
@@ -164,6 +188,9 @@ __all__ = [
     "AssistantsDep",
     "ContextDep",
     "CronsDep",
+    "DatasetsDep",
+    "EvaluationDep",
+    "ExperimentsDep",
     "FeedbackDep",
     "GraphsDep",
     "NotesDep",

@@ -27,6 +27,9 @@ from app.routes import (
     assets,
     assistants,
     crons,
+    datasets,
+    evaluation,
+    experiments,
     exports,
     feedback,
     knowledge,
@@ -126,6 +129,9 @@ def create_app(
     app.include_router(crons.router)
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(store.router)
+    app.include_router(datasets.router)
+    app.include_router(experiments.router)
+    app.include_router(evaluation.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

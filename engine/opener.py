@@ -6,9 +6,10 @@ process that runs one: `atelier serve` (both stores), `atelier worker` and
 DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor,
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler. What the product brings (its
-assistants, its context, the Store's ranking, its tracing callbacks, the errors
-whose messages users may read) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler, the schedulers that advance
+experiments and judge sampled live runs. What the product brings (its assistants,
+its context, the Store's ranking, its tracing callbacks, the errors whose messages
+users may read, its evaluation hooks) comes in as arguments. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from langchain_core.callbacks import BaseCallbackHandler
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
 from engine.crons import CRON_POLL, utc_now
+from engine.experiments import NO_EVALUATION, EvaluationHooks
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.services import (
     AssistantsService,
     CronsService,
+    DatasetsService,
     EngineCore,
+    ExperimentsService,
     FeedbackService,
+    OnlineEvaluationService,
     RunsService,
     ThreadsService,
     WebhooksService,
@@ -59,6 +64,9 @@ class Engine:
     crons: CronsService
     feedback: FeedbackService
     webhooks: WebhooksService
+    datasets: DatasetsService
+    experiments: ExperimentsService
+    evaluation: OnlineEvaluationService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -91,6 +99,7 @@ async def open_engine(
     clock: Callable[[], datetime] = utc_now,
     backend: AbstractAsyncContextManager[RunBackend] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL,
+    evaluation: EvaluationHooks | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
@@ -112,6 +121,8 @@ async def open_engine(
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
         recovery_interval: Seconds between recovery sweeps (embedded).
+        evaluation: The product's side of datasets, experiments and online evaluation
+            (None: datasets hold any input, and nothing is run or judged).
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -153,6 +164,13 @@ async def open_engine(
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
+        hooks = evaluation or NO_EVALUATION
+        experiments = ExperimentsService(core, runs, parts.experiments, parts.datasets, hooks)
+        online = OnlineEvaluationService(core, runs, parts.evaluations, hooks)
+        if role != "run" and evaluation is not None:  # `atelier eval` drives its own
+            for scheduler in (experiments, online):
+                scheduler.start()
+                stack.push_async_callback(scheduler.stop)
         yield Engine(
             runs=runs,
             threads=ThreadsService(core),
@@ -160,9 +178,12 @@ async def open_engine(
             crons=crons,
             feedback=FeedbackService(core, parts.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
+            datasets=DatasetsService(core, parts.datasets, hooks),
+            experiments=experiments,
+            evaluation=online,
             store=store,
             context=opened,
-            graphs=sorted(graphs),
+            graphs=sorted(core.builtins),
             ready_checks=dict(parts.ready_checks),
             queue_depth=parts.queue_depth,
             workers=workers,

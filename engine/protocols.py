@@ -76,7 +76,13 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
-from engine.repositories import AssistantRepository, CronRepository
+from engine.repositories import (
+    AssistantRepository,
+    CronRepository,
+    DatasetRepository,
+    ExperimentRepository,
+    OnlineEvaluationRepository,
+)
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 
@@ -496,6 +502,21 @@ class RunBackend(Protocol):
     @property
     def assistants(self) -> AssistantRepository:
         """The assistants clients created, with their versions."""
+        ...
+
+    @property
+    def datasets(self) -> DatasetRepository:
+        """Datasets and their examples (`engine.datasets`)."""
+        ...
+
+    @property
+    def experiments(self) -> ExperimentRepository:
+        """Experiments, their tasks and progress (`engine.experiments`)."""
+        ...
+
+    @property
+    def evaluations(self) -> OnlineEvaluationRepository:
+        """Online evaluation's rates and judgements (`engine.online_evaluation`)."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

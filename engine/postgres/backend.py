@@ -29,6 +29,9 @@ from engine.postgres import PostgresRunStorage
 from engine.postgres.assistants import PostgresAssistantRepository
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from engine.postgres.crons import PostgresCronRepository
+from engine.postgres.datasets import PostgresDatasetRepository
+from engine.postgres.evaluation import PostgresOnlineEvaluationRepository
+from engine.postgres.experiments import PostgresExperimentRepository
 from engine.postgres.feedback import PostgresFeedbackRepository
 from engine.postgres.live import RedisLiveFrames
 from engine.postgres.queue import QueueExecutor
@@ -63,6 +66,10 @@ class PostgresRunBackend:
     store: AsyncPostgresStore
     #: The assistants clients created, with their versions.
     assistants: PostgresAssistantRepository
+    #: Datasets, experiments and online evaluation.
+    datasets: PostgresDatasetRepository
+    experiments: PostgresExperimentRepository
+    evaluations: PostgresOnlineEvaluationRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -192,5 +199,8 @@ async def open_postgres_backend(
             feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
             assistants=PostgresAssistantRepository(resources.pool),
+            datasets=PostgresDatasetRepository(resources.pool),
+            experiments=PostgresExperimentRepository(resources.pool),
+            evaluations=PostgresOnlineEvaluationRepository(resources.pool),
             metrics=metrics,
         )

@@ -8,6 +8,10 @@
     crons.py      CronsService: crons, and the scheduler that fires their ticks
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
+    datasets.py   DatasetsService: datasets and their examples
+    experiments.py ExperimentsService: experiments, and the scheduler that advances them
+                  (one pass over one experiment: experiment_pass.py)
+    evaluation.py OnlineEvaluationService: sampling rates, judging live runs, the report
 
 The opener (`engine.opener.open_engine`) builds them; adapters reach them through
 `engine.Engine`. See docs/architecture.md.
@@ -16,6 +20,9 @@ The opener (`engine.opener.open_engine`) builds them; adapters reach them throug
 from engine.services.assistants import AssistantsService
 from engine.services.core import EngineCore
 from engine.services.crons import CronsService
+from engine.services.datasets import DatasetsService
+from engine.services.evaluation import OnlineEvaluationService
+from engine.services.experiments import ExperimentsService
 from engine.services.feedback import FeedbackService
 from engine.services.runs import RunsService
 from engine.services.threads import ThreadsService
@@ -24,8 +31,11 @@ from engine.services.webhooks import WebhooksService
 __all__ = [
     "AssistantsService",
     "CronsService",
+    "DatasetsService",
     "EngineCore",
+    "ExperimentsService",
     "FeedbackService",
+    "OnlineEvaluationService",
     "RunsService",
     "ThreadsService",
     "WebhooksService",

@@ -28,7 +28,10 @@ from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.assistants import SqliteAssistantRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
+from engine.sqlite.datasets import SqliteDatasetRepository
+from engine.sqlite.evaluation import SqliteOnlineEvaluationRepository
 from engine.sqlite.event_log import RETRY_FOR
+from engine.sqlite.experiments import SqliteExperimentRepository
 from engine.sqlite.feedback import SqliteFeedbackRepository
 from engine.sqlite.ownership import own_data_dir
 from engine.sqlite.store import STORE_FILE, open_sqlite_store
@@ -51,6 +54,10 @@ class SqliteRunBackend:
     store: AsyncSqliteStore
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
+    #: Datasets, experiments and online evaluation, in the same file.
+    datasets: SqliteDatasetRepository
+    experiments: SqliteExperimentRepository
+    evaluations: SqliteOnlineEvaluationRepository
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
@@ -141,5 +148,8 @@ async def open_sqlite_backend(
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
                     assistants=SqliteAssistantRepository(storage.database),
+                    datasets=SqliteDatasetRepository(storage.database),
+                    experiments=SqliteExperimentRepository(storage.database),
+                    evaluations=SqliteOnlineEvaluationRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )
