@@ -5,6 +5,8 @@
     atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] …        cli/run.py
     atelier run --resume RUN_ID [--auto-confirm] [--json]             cli/run.py
     atelier notes import notes.jsonl | export [notes.jsonl]           cli/notes.py
+    atelier datasets import briefs.jsonl | export ID [out.jsonl] | list  cli/datasets.py
+    atelier eval DATASET --arm atelier --arm <preset>[@version]       cli/eval.py
     atelier db upgrade                                                cli/db.py
 
 What `run` prints follows the request's language, in the words of `app.texts`
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import typer
 
-from cli import db, notes, serve, worker
+from cli import datasets, db, notes, serve, worker
+from cli import eval as eval_command
 from cli import run as run_command
 
 cli = typer.Typer(
@@ -28,6 +31,8 @@ cli = typer.Typer(
 cli.command()(serve.serve)
 cli.command()(worker.worker)
 cli.command()(run_command.run)
+cli.command("eval")(eval_command.eval_command)
+cli.add_typer(datasets.app, name="datasets")
 cli.add_typer(notes.app, name="notes")
 cli.add_typer(db.app, name="db")
 

@@ -34,7 +34,6 @@ from tests.app.harness import (
     processes_deployment,
     serve_deployment,
     service_settings,
-    wait_until,
 )
 from tests.support.fake_models import HAPPY_BODY, HAPPY_TITLE
 from tests.support.judges import (
@@ -106,9 +105,7 @@ class EvaluationModel:
 
     async def write(self, req: ChatRequest) -> Reply:
         """Answer as the writer, once the test lets writers answer (on the server's loop)."""
-        deadline = time.monotonic() + 60
-        while not self.hold.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(self.hold.wait, 60)
         return Reply.text(_post(marked=TERM not in req.all_text), chunk_chars=16)
 
 
@@ -179,10 +176,11 @@ def other(server: Served) -> Any:
 async def _dataset(http: Any, briefs: list[str] = BRIEFS) -> str:
     dataset = await http.post("/datasets", json={"name": "护肤简报"})
     examples = [
-        {"input": {"request": brief, "auto_confirm": True, "fast_mode": True}}
-        for brief in briefs
+        {"input": {"request": brief, "auto_confirm": True, "fast_mode": True}} for brief in briefs
     ]
-    added = await http.post(f"/datasets/{dataset['dataset_id']}/examples", json={"examples": examples})
+    added = await http.post(
+        f"/datasets/{dataset['dataset_id']}/examples", json={"examples": examples}
+    )
     assert [e["position"] for e in added] == list(range(len(briefs)))
     return str(dataset["dataset_id"])
 
@@ -203,8 +201,8 @@ async def _arms(http: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def _finished(http: Any, experiment_id: str, timeout: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+async def _finished(http: Any, experiment_id: str, within: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + within
     while True:
         experiment = await http.get(f"/experiments/{experiment_id}", params={"limit": 10})
         if experiment["status"] not in ("pending", "running"):
@@ -355,9 +353,7 @@ async def test_cancel_and_delete_stop_the_remaining_runs(
 
     async def started(experiment_id: str) -> list[dict[str, Any]]:
         return list(
-            await http.post(
-                "/threads/search", json={"metadata": {"experiment_id": experiment_id}}
-            )
+            await http.post("/threads/search", json={"metadata": {"experiment_id": experiment_id}})
         )
 
     for experiment in (cancelled, deleted):

@@ -241,14 +241,13 @@ async def test_postgres_claims_skip_an_experiment_another_pass_holds(opened: Ope
     _, experiments, _ = _repositories(opened)
     await _insert(experiments, _experiment("x1"))
     await _insert(experiments, _experiment("x2"))
-    async with experiments.claim() as first:
-        async with experiments.claim() as second:
-            assert {first.experiment.experiment_id, second.experiment.experiment_id} == {
-                "x1",
-                "x2",
-            }
-            async with experiments.claim() as third:
-                assert third is None
+    async with experiments.claim() as first, experiments.claim() as second:
+        assert {first.experiment.experiment_id, second.experiment.experiment_id} == {
+            "x1",
+            "x2",
+        }
+        async with experiments.claim() as third:
+            assert third is None
 
 
 async def test_a_judgement_and_its_feedback_are_recorded_once(opened: Opened) -> None:
