@@ -279,7 +279,9 @@ class OpenAIModelFactory:
         key = role if not isinstance(name, str) else f"{role}@{name}"
         model = self._cache.get(key)
         if model is None:
-            if len(self._cache) >= len(LLM_ROLES) + MAX_RUN_MODELS:
+            if key != role and sum(1 for k in self._cache if k != k.split("@")[0]) >= (
+                MAX_RUN_MODELS
+            ):
                 raise ValueError(f"runs asked for more than {MAX_RUN_MODELS} other models")
             model = self._build(role, name if isinstance(name, str) else None)
             self._cache[key] = model

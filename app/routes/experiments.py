@@ -117,7 +117,7 @@ class ArmIn(BaseModel):
     models: dict[Role, ModelName] | None = Field(
         default=None,
         max_length=16,
-        description='A model per LLM role for this arm\'s runs (e.g. {"writer": '
+        description='A model per LLM role for this arm\'s runs (e.g. {"writer_agent": '
         '"gpt-4o-mini"}); other roles use the deployment\'s.',
     )
 

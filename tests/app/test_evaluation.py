@@ -81,6 +81,8 @@ class EvaluationModel:
         self.hold.set()
         self.lock = threading.Lock()
         self.forced: list[str] = []
+        #: The model each writer request named, with whether it was asked for TERM.
+        self.writers: list[tuple[str, bool]] = []
 
     def count(self, tool: str) -> int:
         with self.lock:
@@ -89,6 +91,7 @@ class EvaluationModel:
     def reset(self) -> None:
         with self.lock:
             self.forced.clear()
+            self.writers.clear()
         self.pairwise = position_biased_judge("1")
         self.hold.set()
 
@@ -100,6 +103,8 @@ class EvaluationModel:
         if req.forced_tool == "PostScore":
             return self.post(req)
         if not req.tools:
+            with self.lock:
+                self.writers.append((req.model, TERM in req.all_text))
             return self.write(req)
         return self.pipeline(req)
 
@@ -312,12 +317,15 @@ async def test_a_judge_preferring_one_posts_content_wins_it_every_pair(
 ) -> None:
     model.pairwise = content_judge(MARKER)
     dataset_id = await _dataset(http)
+    arms = await _arms(http)
+    arms[1]["models"] = {"writer_agent": "scripted-mini"}  # B's writer: another model
     experiment = await http.post(
-        "/experiments",
-        json={"dataset_id": dataset_id, "arms": await _arms(http), "max_concurrency": 8},
+        "/experiments", json={"dataset_id": dataset_id, "arms": arms, "max_concurrency": 8}
     )
+    assert experiment["arms"][1]["models"] == {"writer_agent": "scripted-mini"}
     done = await _finished(http, experiment["experiment_id"])
     assert done["status"] == "success", done["error"]
+    assert sorted(set(model.writers)) == [("scripted", False), ("scripted-mini", True)]
     a, b = _arm(done["summary"], "A"), _arm(done["summary"], "B")
     assert (a["wins"], a["ties"], a["losses"]) == (4, 0, 0)
     assert (b["wins"], b["ties"], b["losses"]) == (0, 0, 4)

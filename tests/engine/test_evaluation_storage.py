@@ -140,7 +140,7 @@ def _experiment(experiment_id: str = "x1", owner: str = "alice") -> ExperimentRe
         owner=owner,
         dataset_id="d1",
         name="v2 vs v3",
-        arms=[Arm("v2", "preset", 2), Arm("v3", "preset", 3, {"writer": "gpt-4o"})],
+        arms=[Arm("v2", "preset", 2), Arm("v3", "preset", 3, {"writer_agent": "gpt-4o"})],
         repetitions=1,
         max_concurrency=2,
         status="pending",
@@ -166,7 +166,7 @@ async def test_a_pass_commits_its_changes_together_and_not_after_a_cancel(opened
     _, experiments, _ = _repositories(opened)
     await _insert(experiments, _experiment())
     stored = await experiments.get("alice", "x1")
-    assert stored.arms[1].models == {"writer": "gpt-4o"} and stored.arms[0].version == 2
+    assert stored.arms[1].models == {"writer_agent": "gpt-4o"} and stored.arms[0].version == 2
     assert await experiments.get("bob", "x1") is None
     assert [f.event for f in await experiments.events("x1", 0)] == ["metadata"]
 
