@@ -333,9 +333,9 @@ async def import_examples(
     body: Annotated[
         str,
         Body(
-            media_type=JSONL,
+            media_type="text/plain",
             description='One example a line: `{"input": {…}, "expectations": {…}}` (what '
-            "`export.jsonl` writes). Send it as application/x-ndjson or text/plain.",
+            "`export.jsonl` writes), as text/plain or application/x-ndjson.",
         ),
     ],
 ) -> list[dict[str, Any]]:

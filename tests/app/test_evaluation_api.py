@@ -322,7 +322,7 @@ def test_the_document_lists_every_evaluation_route_with_typed_bodies(http: httpx
         ok = paths[path][method]["responses"]["200"]["content"]["application/json"]["schema"]
         assert ok == {"$ref": f"#/components/schemas/{model}"}
     imported = paths["/datasets/{dataset_id}/examples/import"]["post"]["requestBody"]["content"]
-    assert list(imported) == ["application/x-ndjson"]
+    assert list(imported) == ["text/plain"]
     stream = paths["/experiments/{experiment_id}/stream"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in stream
     assert {"404", "409", "422"} <= set(paths["/experiments"]["post"]["responses"])
