@@ -282,6 +282,10 @@ class EvaluationHooks(Protocol):
         """Return the example input a past run's input makes (None: it makes none)."""
         ...
 
+    def run_input(self, example_input: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the input an experiment's run of an example starts with."""
+        ...
+
     def score_post(
         self, run_input: Any, values: Mapping[str, Any] | None, expectations: Any
     ) -> PostOutcome:
@@ -352,6 +356,10 @@ class NoEvaluation:
     def example_of(self, run_input: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the run input as it is."""
         return dict(run_input) if isinstance(run_input, Mapping) else None
+
+    def run_input(self, example_input: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the example's input as it is."""
+        return dict(example_input)
 
     def score_post(
         self, run_input: Any, values: Mapping[str, Any] | None, expectations: Any

@@ -4,6 +4,7 @@ The engine runs datasets, experiments and online evaluation without knowing what
 post is (`engine.experiments.EvaluationHooks`); `AtelierEvaluation` tells it:
 
 - examples are inputs of the `atelier` assistant, with `agentkit.expectations.Expectations`;
+  an experiment's runs never stop to ask (`auto_confirm`, unless the example says so);
 - an arm's models per role go into its runs' config (`configurable.models`), which the
   model factory reads (`providers.llm.run_models`);
 - a finished run's post is its `result.post`, checked by `agentkit.expectations.check_post`
@@ -119,6 +120,14 @@ class AtelierEvaluation:
                 return None
             example["request"] = request
         return example
+
+    def run_input(self, example_input: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the example's input, never stopping to ask unless it says so.
+
+        Nobody answers the planner's clarification question in an experiment, so
+        `auto_confirm` is on unless the example sets it.
+        """
+        return {"auto_confirm": True, **example_input}
 
     def score_post(
         self, run_input: Any, values: Mapping[str, Any] | None, expectations: Any

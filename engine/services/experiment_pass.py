@@ -325,7 +325,7 @@ class ExperimentAdvance:
         spec = experiment_spec(
             owner=e.owner,
             assistant_id=arm.assistant_id,
-            run_input=example.input,
+            run_input=self.hooks.run_input(example.input),
             config=self.hooks.arm_config(arm.models),
             metadata={
                 "experiment_id": e.experiment_id,

@@ -367,17 +367,33 @@ class ExperimentsService:
         advanced: set[str] = set()
         async with self._pass_lock:
             for _ in range(1 if only else EXPERIMENTS_PER_PASS):
-                if self._core.closing:
+                if self._core.closing or not await self._advance_one(advanced, only):
                     break
-                async with self._experiments.claim(advanced, only) as claimed:
-                    if claimed is None:
-                        break
-                    advanced.add(claimed.experiment.experiment_id)
-                    step = ExperimentAdvance(
-                        self._core, self._runs, self._experiments, self._hooks, claimed
-                    )
-                    await step.run()
         return len(advanced)
+
+    async def _advance_one(self, advanced: set[str], only: str | None) -> bool:
+        """Claim one experiment not in `advanced` and run a pass over it; False: none is free.
+
+        A pass that fails writes nothing (its transaction, if any, rolls back) and is
+        logged; the experiment is advanced again next time, its runs found again by
+        their idempotency keys.
+        """
+        claimed_id = None
+        try:
+            async with self._experiments.claim(advanced, only) as claimed:
+                if claimed is None:
+                    return False
+                claimed_id = claimed.experiment.experiment_id
+                advanced.add(claimed_id)
+                step = ExperimentAdvance(
+                    self._core, self._runs, self._experiments, self._hooks, claimed
+                )
+                await step.run()
+        except Exception:
+            if claimed_id is None:
+                raise  # the claim itself failed (the database): the scheduler logs it
+            log.exception("experiment %s: a pass failed; the next one goes on", claimed_id)
+        return True
 
     async def drive(self, owner: str, experiment_id: str) -> ExperimentRecord:
         """Advance one experiment until it ends; return it (`atelier eval`)."""
