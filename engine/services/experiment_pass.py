@@ -31,6 +31,7 @@ from typing import Any
 
 from engine.assistants import Assistant
 from engine.errors import Conflict, NotFound, RunsError, Unavailable
+from engine.experiment_summary import summarize
 from engine.experiments import (
     Arm,
     EvaluationHooks,
@@ -40,7 +41,6 @@ from engine.experiments import (
     ExperimentRun,
     PairOutcome,
     PairWinner,
-    summarize,
 )
 from engine.records import RunRecord, now
 from engine.repositories import ExperimentPass, ExperimentRepository

@@ -23,6 +23,7 @@ from typing import Any
 from engine.crons import CronScheduler
 from engine.datasets import MAX_EXAMPLES_PER_DATASET
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
+from engine.experiment_summary import results_by_example, summarize
 from engine.experiments import (
     DEFAULT_CONCURRENCY,
     MAX_ACTIVE_EXPERIMENTS,
@@ -39,8 +40,6 @@ from engine.experiments import (
     ExperimentRecord,
     ExperimentRun,
     ExperimentStatus,
-    results_by_example,
-    summarize,
 )
 from engine.follow import IDLE, Idle
 from engine.records import Frame, now
