@@ -19,9 +19,12 @@ See docs/evaluate.md.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pydantic import ValidationError
 
 from agentkit.chat import chat_request
 from agentkit.expectations import Expectations, FinishedPost, check_post, run_constraints
@@ -53,24 +56,45 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _post_of(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Return a run's finished post (`result.post`), or None when it wrote none."""
+    """Return a run's finished post (`result.post`), or None when it wrote none (or junk)."""
     post = _mapping(_mapping(_mapping(values).get("result")).get("post"))
-    finished = FinishedPost.model_validate(post) if post else None
+    try:
+        finished = FinishedPost.model_validate(post) if post else None
+    except ValidationError:
+        return None
     if finished is None or not (finished.title.strip() or finished.body_text.strip()):
         return None
     return dict(post)
 
 
+def _number(value: Any) -> float | None:
+    """Return a finite number as a float, None for anything else (junk, NaN, infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _cost(usage: Any) -> tuple[float | None, int, int | None, int | None]:
-    """Return a usage total's cost, calls and tokens."""
+    """Return a usage total's cost, calls and tokens (unknown where it holds junk)."""
     total = _mapping(usage)
     cost = _mapping(total.get("cost")).get("total")  # {"input", "output", "total", "currency"}
     return (
-        float(cost) if isinstance(cost, int | float) else None,
-        int(total.get("calls") or 0),
-        total.get("prompt_tokens"),
-        total.get("completion_tokens"),
+        _number(cost),
+        _count(total.get("calls")) or 0,
+        _count(total.get("prompt_tokens")),
+        _count(total.get("completion_tokens")),
     )
+
+
+def _judge_usage(usage: Any) -> Any:
+    """Return the total of a judge's usage by role (`providers.usage`), or None for junk."""
+    if not isinstance(usage, Mapping) or not all(isinstance(u, Mapping) for u in usage.values()):
+        return None
+    return usage_totals(usage)
 
 
 class AtelierEvaluation:
@@ -161,7 +185,7 @@ class AtelierEvaluation:
             post=post,
             passed=checks.passed,
             failing=checks.failing,
-            critic_score=float(score) if isinstance(score, int | float) else None,
+            critic_score=_number(score),
             cost=cost,
             calls=calls,
             prompt_tokens=prompt,
@@ -190,7 +214,7 @@ class AtelierEvaluation:
         """Read the pairwise judge's verdict; no answer is a tie, unavailable."""
         answer = _mapping(values)
         winner = answer.get("winner")
-        cost, calls, _prompt, _completion = _cost(usage_totals(answer.get("usage")))
+        cost, calls, _prompt, _completion = _cost(_judge_usage(answer.get("usage")))
         if winner not in ("a", "b", "tie"):
             return PairOutcome(winner="tie", unavailable=True, cost=cost, calls=calls)
         orders = [
@@ -225,13 +249,13 @@ class AtelierEvaluation:
     def post_judgement(self, values: Mapping[str, Any] | None) -> PostJudgement:
         """Read the post judge's verdict and the feedback entry it made."""
         answer = _mapping(values)
-        cost, _calls, _prompt, _completion = _cost(usage_totals(answer.get("usage")))
-        score = answer.get("score")
+        cost, _calls, _prompt, _completion = _cost(_judge_usage(answer.get("usage")))
+        score = _number(answer.get("score"))
         feedback = answer.get("feedback")
-        if answer.get("status") != "ok" or not isinstance(score, int | float):
+        if answer.get("status") != "ok" or score is None:
             return PostJudgement(score=None, passed=None, feedback=None, cost=cost)
         return PostJudgement(
-            score=float(score),
+            score=score,
             passed=bool(answer.get("passed")),
             feedback=dict(feedback) if isinstance(feedback, Mapping) else None,
             cost=cost,

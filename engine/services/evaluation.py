@@ -14,6 +14,8 @@ run's feedback (key `judge`) with the judgement's end, in one transaction. See
 from __future__ import annotations
 
 import logging
+import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from engine.crons import CronScheduler
 from engine.errors import Conflict, RunsError, Unavailable
 from engine.experiments import EvaluationHooks
-from engine.feedback import FeedbackRecord
+from engine.feedback import FEEDBACK_KEY_PATTERN, MAX_COMMENT_CHARS, MAX_SCORE, FeedbackRecord
 from engine.online_evaluation import (
     JUDGE_BATCH,
     MAX_REPORT_ROWS,
@@ -58,6 +60,27 @@ def judge_spec(
         metadata=metadata,
         multitask_strategy="reject",
         idempotency_key=f"online-judge:{run_id}",
+    )
+
+
+def _feedback(judgement: OnlineJudgement, entry: Mapping[str, Any]) -> FeedbackRecord | None:
+    """Return the feedback entry a verdict makes on the judged run (None: a malformed one)."""
+    key, score, comment = entry.get("key"), entry.get("score"), entry.get("comment")
+    if not isinstance(key, str) or not re.match(FEEDBACK_KEY_PATTERN, key):
+        return None
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        return None
+    if not math.isfinite(score) or abs(score) > MAX_SCORE:
+        return None
+    return FeedbackRecord(
+        feedback_id=str(uuid.uuid4()),
+        run_id=judgement.run_id,
+        thread_id=judgement.thread_id,
+        owner=judgement.owner,
+        key=key,
+        score=float(score),
+        comment=str(comment)[:MAX_COMMENT_CHARS] if comment is not None else None,
+        created_at=now(),
     )
 
 
@@ -171,6 +194,8 @@ class OnlineEvaluationService:
                     await self._collect(judgement)
             except (Unavailable, Conflict):
                 break  # the engine takes no run now: next pass
+            except Exception:  # one run's judging must not hold the others up
+                log.exception("online evaluation of run %s failed", judgement.run_id)
         return started
 
     async def _start(self, judgement: OnlineJudgement) -> int:
@@ -219,17 +244,7 @@ class OnlineEvaluationService:
         verdict = self._hooks.post_judgement(values)
         feedback = None
         if verdict.feedback is not None and verdict.score is not None:
-            entry = verdict.feedback
-            feedback = FeedbackRecord(
-                feedback_id=str(uuid.uuid4()),
-                run_id=judgement.run_id,
-                thread_id=judgement.thread_id,
-                owner=judgement.owner,
-                key=str(entry["key"]),
-                score=float(entry["score"]),
-                comment=entry.get("comment"),
-                created_at=now(),
-            )
+            feedback = _feedback(judgement, verdict.feedback)
         judgement.status = "done" if verdict.score is not None else "error"
         judgement.score, judgement.passed = verdict.score, verdict.passed
         judgement.error = None if verdict.score is not None else "the judge gave no usable answer"
