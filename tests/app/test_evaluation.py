@@ -234,6 +234,26 @@ def _frames(url: str, path: str, last_id: int | None = None) -> list[SseFrame]:
     return frames
 
 
+def _heartbeats(url: str, experiment_id: str, seconds: float = 3.5) -> list[str]:
+    """Read an experiment's stream for a few seconds: its frames' events and its comments."""
+    seen: list[str] = []
+    deadline = time.monotonic() + seconds
+    with (
+        httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=2)) as client,
+        client.stream(
+            "GET", f"/experiments/{experiment_id}/stream", headers={"X-Api-Key": KEY}
+        ) as stream,
+    ):
+        try:
+            for item in parse_sse(stream.iter_lines()):
+                seen.append(item.event if isinstance(item, SseFrame) else item)
+                if time.monotonic() > deadline:
+                    break
+        except httpx.ReadTimeout:
+            pass
+    return seen
+
+
 async def test_a_position_biased_judge_ties_every_pair_and_the_code_checks_tell_the_arms_apart(
     server: Served, http: Any, other: Any, model: EvaluationModel
 ) -> None:
@@ -369,6 +389,9 @@ async def test_cancel_and_delete_stop_the_remaining_runs(
         while len(await started(experiment["experiment_id"])) < 2:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.3)
+    # While nothing happens (the writers wait), the stream sends heartbeats.
+    heard = await asyncio.to_thread(_heartbeats, server.url, cancelled["experiment_id"])
+    assert heard[0] == "metadata" and ": heartbeat" in heard
     ended = await http.post(f"/experiments/{cancelled['experiment_id']}/cancel", json=None)
     assert ended["status"] == "cancelled"
     await http.delete(f"/experiments/{deleted['experiment_id']}")
