@@ -15,7 +15,6 @@ cost and time per post, LLM calls; `--json` prints the experiment as
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -29,7 +28,14 @@ from rich.table import Table
 from cli.common import settings_or_exit
 from cli.datasets import fail, import_file, run_or_exit
 from cli.run import cli_owner, open_embedded_engine
-from engine import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_REPETITIONS, Arm, Engine
+from engine import (
+    DEFAULT_CONCURRENCY,
+    MAX_CONCURRENCY,
+    MAX_REPETITIONS,
+    Arm,
+    Engine,
+    ExperimentRecord,
+)
 
 #: `[NAME=]ASSISTANT[@VERSION]`.
 ARM = re.compile(
@@ -137,24 +143,16 @@ async def evaluate(
         repetitions=repetitions,
         max_concurrency=concurrency,
     )
+    seen: list[tuple[int, int]] = []
+
+    def report(now: ExperimentRecord) -> None:
+        done = (now.runs_done, now.pairs_done)
+        if progress is not None and done not in seen[-1:]:
+            progress.print(f"runs {done[0]}/{now.runs_total} · judged {done[1]}/{now.pairs_total}")
+            seen.append(done)
+
     experiment_id = experiment.experiment_id
-    try:
-        seen = (-1, -1)
-        while experiment.active:
-            await engine.experiments.advance(only=experiment_id)
-            experiment = await engine.experiments.get(owner, experiment_id)
-            now = (experiment.runs_done, experiment.pairs_done)
-            if progress is not None and now != seen:
-                progress.print(
-                    f"runs {now[0]}/{experiment.runs_total} · "
-                    f"judged {now[1]}/{experiment.pairs_total}"
-                )
-                seen = now
-            if experiment.active:
-                await asyncio.sleep(engine.experiments.interval)
-    except asyncio.CancelledError:
-        await engine.experiments.cancel(owner, experiment_id)
-        raise
+    await engine.experiments.drive(owner, experiment_id, on_pass=report)
     return await engine.experiments.detail(owner, experiment_id)
 
 

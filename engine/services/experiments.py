@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -394,11 +394,30 @@ class ExperimentsService:
             log.exception("experiment %s: a pass failed; the next one goes on", claimed_id)
         return True
 
-    async def drive(self, owner: str, experiment_id: str) -> ExperimentRecord:
-        """Advance one experiment until it ends; return it (`atelier eval`)."""
-        while True:
-            await self.advance(only=experiment_id)
-            experiment = await self.get(owner, experiment_id)
-            if not experiment.active:
-                return experiment
-            await asyncio.sleep(self.interval)
+    async def drive(
+        self,
+        owner: str,
+        experiment_id: str,
+        on_pass: Callable[[ExperimentRecord], None] | None = None,
+    ) -> ExperimentRecord:
+        """Advance one experiment until it ends; return it (`atelier eval`).
+
+        Args:
+            owner: The experiment's owner.
+            experiment_id: The experiment.
+            on_pass: Called with the experiment after each pass (its progress).
+
+        A task cancelled while it drives (Ctrl-C) cancels the experiment first.
+        """
+        try:
+            while True:
+                await self.advance(only=experiment_id)
+                experiment = await self.get(owner, experiment_id)
+                if on_pass is not None:
+                    on_pass(experiment)
+                if not experiment.active:
+                    return experiment
+                await asyncio.sleep(self.interval)
+        except asyncio.CancelledError:
+            await self.cancel(owner, experiment_id)
+            raise
