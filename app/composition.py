@@ -8,9 +8,10 @@ says what the generic engine (`engine.open_engine`) runs here: the assistants
 engine's database in scale-out), the Store's keyword ranking
 (`knowledge.store_ranking.KeywordRanker`), the embedded model's
 crash as an error users may read, the meter of each run's LLM usage and cost
-(`providers.usage.RunMeter`: the keys' usage and spend caps), and OpenTelemetry
-tracing with the GenAI spans of the graphs (`providers.tracing`). `langgraph dev`
-opens the same services (`graphs.served`). See docs/architecture.md.
+(`providers.usage.RunMeter`: the keys' usage and spend caps), OpenTelemetry tracing
+with the GenAI spans of the graphs (`providers.tracing`), and the evaluation hooks
+(`graphs.evaluation`) with the judges as hidden assistants. `langgraph dev` opens the
+same services (`graphs.served`). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from engine import (
     open_engine,
     registry,
 )
-from graphs.assistants import ASSISTANTS
+from graphs.assistants import ASSISTANTS, INTERNAL_ASSISTANTS
+from graphs.evaluation import AtelierEvaluation
 from knowledge.repository import NoteRepository
 from knowledge.store_ranking import KeywordRanker
 from providers.assets import AssetStore
@@ -129,7 +131,7 @@ async def open_product(
         async with open_engine(
             settings,
             role=role,
-            assistants=assistant_factory or registry(ASSISTANTS),
+            assistants=assistant_factory or registry((*ASSISTANTS, *INTERNAL_ASSISTANTS)),
             context=context_opener(settings, observer=metrics),
             ranker=KeywordRanker(),
             metrics=metrics,
@@ -140,6 +142,7 @@ async def open_product(
             meter=RunMeter(settings.llm_price_currency),
             quota_overrides=quota_overrides,
             webhook_secrets=webhook_secrets,
+            evaluation=AtelierEvaluation(),
         ) as engine:
             yield engine
 

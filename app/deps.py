@@ -15,6 +15,9 @@ servers, which FastAPI does not call, pass theirs).
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
     UsageDep       UsageService        a key's usage this month and its quotas
+    DatasetsDep    DatasetsService     datasets and their examples
+    ExperimentsDep ExperimentsService  experiments: create, read, follow, cancel
+    EvaluationDep  OnlineEvaluationService  sampling rates on assistants, their report
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
     KeysDep        KeysService         managed API keys
     AuditDep       AuditService        the audit trail
@@ -36,9 +39,12 @@ from engine import (
     AssistantsService,
     AuditService,
     CronsService,
+    DatasetsService,
     Engine,
+    ExperimentsService,
     FeedbackService,
     KeysService,
+    OnlineEvaluationService,
     RunsService,
     ScopedStore,
     ThreadsService,
@@ -154,6 +160,21 @@ def get_usage(request: Request) -> UsageService:
     return get_engine(request).usage
 
 
+def get_datasets(request: Request) -> DatasetsService:
+    """Return the datasets service."""
+    return get_engine(request).datasets
+
+
+def get_experiments(request: Request) -> ExperimentsService:
+    """Return the experiments service."""
+    return get_engine(request).experiments
+
+
+def get_evaluation(request: Request) -> OnlineEvaluationService:
+    """Return the online evaluation service."""
+    return get_engine(request).evaluation
+
+
 def get_store(request: Request) -> ScopedStore:
     """Return the Store, scoped per API key (bind it to the caller with `for_owner`)."""
     return get_engine(request).store
@@ -182,6 +203,9 @@ AuditDep = Annotated[AuditService, Depends(get_audit)]
 CallerDep = Annotated[Caller, Security(get_caller)]
 """The caller: owner id, role (`admin`, `member`, `read-only`), kind and quota overrides."""
 UsageDep = Annotated[UsageService, Depends(get_usage)]
+DatasetsDep = Annotated[DatasetsService, Depends(get_datasets)]
+ExperimentsDep = Annotated[ExperimentsService, Depends(get_experiments)]
+EvaluationDep = Annotated[OnlineEvaluationService, Depends(get_evaluation)]
 
 PrincipalDep = Annotated[str, Security(get_principal)]
 """The caller's owner id: `key_<24 hex>` per API key, or `anonymous` when open."""
@@ -194,6 +218,9 @@ __all__ = [
     "CallerDep",
     "ContextDep",
     "CronsDep",
+    "DatasetsDep",
+    "EvaluationDep",
+    "ExperimentsDep",
     "FeedbackDep",
     "GraphsDep",
     "KeysDep",

@@ -29,6 +29,9 @@ from app.routes import (
     assistants,
     audit,
     crons,
+    datasets,
+    evaluation,
+    experiments,
     exports,
     feedback,
     keys,
@@ -141,6 +144,9 @@ def create_app(
     app.include_router(keys.router)  # keys and any key's crons (admins; /keys/me: anyone)
     app.include_router(audit.router)
     app.include_router(usage.router)  # /keys/{key_id}/usage
+    app.include_router(datasets.router)
+    app.include_router(experiments.router)
+    app.include_router(evaluation.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

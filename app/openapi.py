@@ -130,6 +130,12 @@ CONFLICTS: dict[tuple[str, str], str] = {
     ("patch", "/assistants/{assistant_id}"): _READ_ONLY,
     ("delete", "/assistants/{assistant_id}"): _READ_ONLY,
     ("post", "/assistants/{assistant_id}/latest"): _READ_ONLY,
+    ("post", "/datasets"): "The API key keeps the most datasets it may (delete one first).",
+    ("post", "/datasets/{dataset_id}/examples"): "The dataset would hold too many examples.",
+    ("post", "/datasets/{dataset_id}/examples/import"): "The dataset would hold too many examples.",
+    ("post", "/datasets/{dataset_id}/examples/from-threads"): "The dataset would hold too "
+    "many examples.",
+    ("post", "/experiments"): "The API key runs (or keeps) the most experiments it may.",
 }
 _RUN_UNAVAILABLE = "The database takes no writes right now (locked or full); retry later."
 _RUN_CONFLICT = (

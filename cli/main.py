@@ -5,6 +5,8 @@
     atelier run "写一篇小红书笔记：…" [--auto-confirm] [--json] …        cli/run.py
     atelier run --resume RUN_ID [--auto-confirm] [--json]             cli/run.py
     atelier notes import notes.jsonl | export [notes.jsonl]           cli/notes.py
+    atelier datasets import briefs.jsonl | export ID [out.jsonl] | list  cli/datasets.py
+    atelier eval DATASET --arm atelier --arm <preset>[@version]       cli/eval.py
     atelier db upgrade                                                cli/db.py
     atelier keys create|list|revoke|rotate-webhook-secret             cli/keys.py
 
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import typer
 
-from cli import db, keys, notes, serve, worker
+from cli import datasets, db, keys, notes, serve, worker
+from cli import eval as eval_command
 from cli import run as run_command
 
 cli = typer.Typer(
@@ -29,6 +32,8 @@ cli = typer.Typer(
 cli.command()(serve.serve)
 cli.command()(worker.worker)
 cli.command()(run_command.run)
+cli.command("eval")(eval_command.eval_command)
+cli.add_typer(datasets.app, name="datasets")
 cli.add_typer(notes.app, name="notes")
 cli.add_typer(db.app, name="db")
 cli.add_typer(keys.app, name="keys")

@@ -73,6 +73,9 @@ class AssistantSpec:
     # How a created assistant's context reaches its runs: put into the run's input
     # (the run's own input wins where the hook says); None: it does not.
     context_into_input: ContextInput | None = None
+    # Served only to the engine's own services (the judges of evaluations): not listed,
+    # not runnable or reachable by a client's request, never a created assistant's graph.
+    internal: bool = False
 
 
 #: What `POST /assistants` does when the id is taken by the caller.

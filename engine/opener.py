@@ -7,10 +7,11 @@ DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor
 (with each owner's limits: the `QUOTA_*` settings under the key's overrides),
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler, the retention sweep. What the
-product brings (its assistants, its context, the Store's ranking, its tracing
-callbacks, the errors whose messages users may read, the API keys' webhook signing
-secrets) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler, the retention sweep, the
+schedulers that advance experiments and judge sampled live runs. What the product
+brings (its assistants, its context, the Store's ranking, its tracing callbacks, the
+errors whose messages users may read, the API keys' webhook signing secrets, its
+evaluation hooks) comes in as arguments. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -28,17 +29,27 @@ from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
 from engine.audit import AuditRepository
 from engine.crons import CRON_POLL, utc_now
+from engine.experiments import NO_EVALUATION, EvaluationHooks
 from engine.feedback import FeedbackRepository
 from engine.keys import KeyRepository
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.quotas import limits_from_settings, limits_with_overrides
-from engine.repositories import AssistantRepository, CronRepository
+from engine.repositories import (
+    AssistantRepository,
+    CronRepository,
+    DatasetRepository,
+    ExperimentRepository,
+    OnlineEvaluationRepository,
+)
 from engine.retention import RetentionConfig, RetentionRepository
 from engine.services import (
     AssistantsService,
     CronsService,
+    DatasetsService,
     EngineCore,
+    ExperimentsService,
     FeedbackService,
+    OnlineEvaluationService,
     RetentionService,
     RunsService,
     ThreadsService,
@@ -84,6 +95,9 @@ class Engine:
     usage: UsageService
     #: The retention sweep (thread TTLs, ended webhook deliveries, old event logs).
     retention: RetentionService
+    datasets: DatasetsService
+    experiments: ExperimentsService
+    evaluation: OnlineEvaluationService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
     store: ScopedStore
     #: The runtime context the caller's `context` opened.
@@ -119,6 +133,7 @@ async def open_engine(
     meter: RunMeter | None = None,
     quota_overrides: QuotaOverrides | None = None,
     webhook_secrets: WebhookSecrets | None = None,
+    evaluation: EvaluationHooks | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
@@ -149,6 +164,8 @@ async def open_engine(
         webhook_secrets: Each API key's webhook signing secrets
             (`engine.webhook_signing`); None: the managed keys' own (`KeysService`),
             WEBHOOK_SECRET for the others.
+        evaluation: The product's side of datasets, experiments and online evaluation
+            (None: datasets hold any input, and nothing is run or judged).
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -218,6 +235,15 @@ async def open_engine(
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
+        hooks = evaluation or NO_EVALUATION
+        experiments = ExperimentsService(
+            core, runs, repositories.experiments, repositories.datasets, hooks
+        )
+        online = OnlineEvaluationService(core, runs, repositories.evaluations, hooks)
+        if role != "run" and evaluation is not None:  # `atelier eval` drives its own
+            for scheduler in (experiments, online):
+                scheduler.start()
+                stack.push_async_callback(scheduler.stop)
         yield Engine(
             runs=runs,
             threads=threads,
@@ -229,9 +255,12 @@ async def open_engine(
             audit=AuditService(repositories.audit),
             usage=UsageService(core, parts.quotas),
             retention=retention,
+            datasets=DatasetsService(core, repositories.datasets, hooks),
+            experiments=experiments,
+            evaluation=online,
             store=store,
             context=opened,
-            graphs=sorted(graphs),
+            graphs=sorted(core.builtins),
             ready_checks=dict(parts.ready_checks),
             queue_depth=parts.queue_depth,
             workers=workers,
@@ -249,6 +278,9 @@ class _Repositories:
     keys: KeyRepository
     audit: AuditRepository
     retention: RetentionRepository
+    datasets: DatasetRepository
+    experiments: ExperimentRepository
+    evaluations: OnlineEvaluationRepository
 
 
 def _repositories(parts: RunBackend) -> _Repositories:
@@ -259,6 +291,9 @@ def _repositories(parts: RunBackend) -> _Repositories:
     if parts.kind == "sqlite":
         from engine.sqlite.assistants import SqliteAssistantRepository
         from engine.sqlite.crons import SqliteCronRepository
+        from engine.sqlite.datasets import SqliteDatasetRepository
+        from engine.sqlite.evaluation import SqliteOnlineEvaluationRepository
+        from engine.sqlite.experiments import SqliteExperimentRepository
         from engine.sqlite.feedback import SqliteFeedbackRepository
         from engine.sqlite.retention import SqliteRetention
 
@@ -269,9 +304,15 @@ def _repositories(parts: RunBackend) -> _Repositories:
             keys=SqliteKeyRepository(parts.database),
             audit=SqliteAuditRepository(parts.database),
             retention=SqliteRetention(parts.database),
+            datasets=SqliteDatasetRepository(parts.database),
+            experiments=SqliteExperimentRepository(parts.database),
+            evaluations=SqliteOnlineEvaluationRepository(parts.database),
         )
     from engine.postgres.assistants import PostgresAssistantRepository  # the scale-out extra
     from engine.postgres.crons import PostgresCronRepository
+    from engine.postgres.datasets import PostgresDatasetRepository
+    from engine.postgres.evaluation import PostgresOnlineEvaluationRepository
+    from engine.postgres.experiments import PostgresExperimentRepository
     from engine.postgres.feedback import PostgresFeedbackRepository
     from engine.postgres.keys import PostgresAuditRepository, PostgresKeyRepository
     from engine.postgres.retention import PostgresRetention
@@ -283,6 +324,9 @@ def _repositories(parts: RunBackend) -> _Repositories:
         keys=PostgresKeyRepository(parts.database),
         audit=PostgresAuditRepository(parts.database),
         retention=PostgresRetention(parts.database),
+        datasets=PostgresDatasetRepository(parts.database),
+        experiments=PostgresExperimentRepository(parts.database),
+        evaluations=PostgresOnlineEvaluationRepository(parts.database),
     )
 
 

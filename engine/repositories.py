@@ -1,21 +1,33 @@
-"""The repositories of the resources beside threads and runs: crons and created assistants.
+"""The repositories of the resources beside threads and runs.
 
-Each has one implementation per backend (`engine/sqlite/`, `engine/postgres/`, built by
+Crons, created assistants, datasets, experiments and online evaluation. Each has one
+implementation per backend (`engine/sqlite/`, `engine/postgres/`, built by
 `engine.opener` for the backend's kind), owned by one API key per row (another key
-reads None, as for none); the engine's services use them (`engine.services.crons`,
-`engine.services.assistants`). A new resource keeps its protocol beside its service
-(docs/architecture.md, "Adding a resource").
+reads None, as for none); the engine's services use them (`engine.services.*`). A
+new resource keeps its protocol beside its service (docs/architecture.md, "Adding a
+resource").
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from engine.assistants import AssistantRecord
 from engine.crons import CronRecord
+from engine.datasets import DatasetRecord, ExampleRecord
+from engine.experiments import (
+    ExampleSnapshot,
+    ExperimentPair,
+    ExperimentRecord,
+    ExperimentRun,
+    ExperimentStatus,
+)
+from engine.feedback import FeedbackRecord
+from engine.online_evaluation import EvaluationSetting, OnlineJudgement, ReportRow
 from engine.quotas import Limits
-from engine.records import RunRecord, ThreadRecord
+from engine.records import Frame, RunRecord, ThreadRecord
 
 
 class CronTick(Protocol):
@@ -206,4 +218,262 @@ class AssistantRepository(Protocol):
         metadata: dict[str, Any] | None = None,
     ) -> int:
         """Return how many of the owner's assistants match every given filter."""
+        ...
+
+
+class LimitReached(RuntimeError):
+    """A write would pass one of an owner's bounds (datasets, examples, experiments)."""
+
+
+class DatasetRepository(Protocol):
+    """Datasets and their examples, each dataset owned by one API key."""
+
+    async def insert(self, dataset: DatasetRecord, *, limit: int) -> None:
+        """Store a new dataset.
+
+        Raises:
+            LimitReached: The owner has `limit` datasets already.
+        """
+        ...
+
+    async def get(self, owner: str, dataset_id: str) -> DatasetRecord | None:
+        """Return the owner's dataset, or None."""
+        ...
+
+    async def update(
+        self, owner: str, dataset_id: str, changes: dict[str, Any], stamp: str
+    ) -> DatasetRecord | None:
+        """Change its `name`, `description` or `metadata`; return it (None: no such dataset)."""
+        ...
+
+    async def delete(self, owner: str, dataset_id: str) -> bool:
+        """Delete the owner's dataset with its examples; False when there is none."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[DatasetRecord]:
+        """Return the owner's datasets whose name contains `name` and metadata `metadata`."""
+        ...
+
+    async def count(
+        self, owner: str, *, name: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> int:
+        """Return how many of the owner's datasets match."""
+        ...
+
+    async def add_examples(
+        self, owner: str, dataset_id: str, examples: Sequence[ExampleRecord], *, limit: int
+    ) -> list[ExampleRecord] | None:
+        """Append examples (their positions follow the dataset's last); return them.
+
+        Returns:
+            The examples as stored, or None when the owner has no such dataset.
+
+        Raises:
+            LimitReached: The dataset would hold more than `limit` examples (none added).
+        """
+        ...
+
+    async def examples(
+        self, owner: str, dataset_id: str, *, limit: int, offset: int = 0
+    ) -> list[ExampleRecord]:
+        """Return the dataset's examples in order (none for another owner's dataset)."""
+        ...
+
+    async def delete_example(self, owner: str, dataset_id: str, example_id: str) -> bool:
+        """Delete one example of the owner's dataset; False when there is none."""
+        ...
+
+
+class ExperimentPass(Protocol):
+    """An experiment claimed for one pass: nobody else advances it until the pass ends."""
+
+    #: The experiment as claimed.
+    experiment: ExperimentRecord
+
+    async def open_tasks(self) -> tuple[list[ExperimentRun], list[ExperimentPair]]:
+        """Return its tasks still pending or running, in order (without results)."""
+        ...
+
+    async def results(self, keys: Collection[tuple[int, int, int]]) -> list[ExperimentRun]:
+        """Return the runs (example, arm, repetition) named, with their results."""
+        ...
+
+    async def examples(self, indexes: Collection[int]) -> list[ExampleSnapshot]:
+        """Return the examples at these indexes."""
+        ...
+
+    async def commit(
+        self,
+        experiment: ExperimentRecord,
+        runs: Sequence[ExperimentRun],
+        pairs: Sequence[ExperimentPair],
+        events: Sequence[tuple[str, str]],
+    ) -> bool:
+        """Write the pass's changes in one transaction, if the experiment is still active.
+
+        Args:
+            experiment: Its new status, counts, error and times.
+            runs: Changed runs, written whole.
+            pairs: Changed pairs, written whole.
+            events: Progress frames (event name, JSON data), numbered after its last.
+
+        Returns:
+            False when it was cancelled or deleted meanwhile (nothing written).
+        """
+        ...
+
+
+class ExperimentRepository(Protocol):
+    """Experiments, each owned by one API key, their tasks and their progress frames."""
+
+    async def insert(
+        self,
+        experiment: ExperimentRecord,
+        examples: Sequence[ExampleSnapshot],
+        runs: Sequence[ExperimentRun],
+        pairs: Sequence[ExperimentPair],
+        first: tuple[str, str],
+        *,
+        max_active: int,
+        max_total: int,
+    ) -> None:
+        """Store a new experiment with its tasks and its first frame (id 1).
+
+        Raises:
+            LimitReached: The owner has `max_active` experiments pending or running,
+                or `max_total` in all.
+        """
+        ...
+
+    async def get(self, owner: str, experiment_id: str) -> ExperimentRecord | None:
+        """Return the owner's experiment, or None."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        dataset_id: str | None = None,
+        status: ExperimentStatus | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[ExperimentRecord]:
+        """Return the owner's experiments, newest first."""
+        ...
+
+    async def count(
+        self, owner: str, *, dataset_id: str | None = None, status: ExperimentStatus | None = None
+    ) -> int:
+        """Return how many of the owner's experiments match."""
+        ...
+
+    async def examples(self, experiment_id: str) -> list[ExampleSnapshot]:
+        """Return the examples the experiment runs, in order."""
+        ...
+
+    async def tasks(self, experiment_id: str) -> tuple[list[ExperimentRun], list[ExperimentPair]]:
+        """Return every task of the experiment with its result."""
+        ...
+
+    async def events(self, experiment_id: str, after: int, limit: int = 500) -> list[Frame]:
+        """Return up to `limit` progress frames with ids above `after`, in order."""
+        ...
+
+    async def cancel(
+        self, owner: str, experiment_id: str, stamp: str, events: Sequence[tuple[str, str]]
+    ) -> tuple[ExperimentRecord, list[str]] | None:
+        """End an active experiment as `cancelled` with its open tasks; append `events`.
+
+        Returns:
+            The experiment as it is now and the ids of the runs its open tasks had
+            started (to cancel), or None when the owner has no such experiment. An
+            experiment that had ended already is returned as it is, with no run.
+        """
+        ...
+
+    async def delete(self, owner: str, experiment_id: str) -> bool:
+        """Delete the owner's experiment with its tasks and frames; False when there is none."""
+        ...
+
+    def claim(
+        self, exclude: Collection[str] = (), only: str | None = None
+    ) -> AbstractAsyncContextManager[ExperimentPass | None]:
+        """Claim the active experiment advanced least recently (None: none is free).
+
+        Args:
+            exclude: Experiments not to claim (those advanced in this pass already).
+            only: Claim this experiment or none.
+        """
+        ...
+
+
+class OnlineEvaluationRepository(Protocol):
+    """Sampling rates per (API key, assistant), and the runs they sent to the judge."""
+
+    async def put_setting(self, setting: EvaluationSetting) -> None:
+        """Store the owner's setting for an assistant, replacing any."""
+        ...
+
+    async def get_setting(self, owner: str, assistant_id: str) -> EvaluationSetting | None:
+        """Return the owner's setting for an assistant, or None."""
+        ...
+
+    async def sampling(self) -> list[EvaluationSetting]:
+        """Return every setting with a rate above 0 (every owner's)."""
+        ...
+
+    async def unseen_runs(self, setting: EvaluationSetting, limit: int) -> list[OnlineJudgement]:
+        """Return runs to look at: the setting's assistant's, by its owner, with `success`.
+
+        Finished at or after `since`, not an experiment's, with no judgement row yet;
+        oldest first. Their `status` is for the caller to set.
+        """
+        ...
+
+    async def record(self, judgements: Sequence[OnlineJudgement]) -> None:
+        """Insert judgement rows; a run that has one keeps it (another process was first)."""
+        ...
+
+    async def open(self, limit: int) -> list[OnlineJudgement]:
+        """Return judgements `pending` or `judging`, oldest first (every owner's)."""
+        ...
+
+    async def start(self, run_id: str, judge_run_id: str, judge_thread_id: str) -> bool:
+        """Record the judge's run of a `pending` judgement; False when it is no longer pending."""
+        ...
+
+    async def finish(
+        self, judgement: OnlineJudgement, feedback: FeedbackRecord | None, *, expected: str
+    ) -> bool:
+        """Record a judgement's end and its feedback entry in one transaction.
+
+        Only while the judgement's stored status is still `expected` (`pending` for one
+        that needs no judge, `judging` for one the judge answered).
+
+        Returns:
+            False when it was no longer `expected` (another process moved it on):
+            nothing written.
+        """
+        ...
+
+    async def report_rows(
+        self, owner: str, assistant_id: str, since: str, until: str, limit: int
+    ) -> list[ReportRow]:
+        """Return the judge's verdict and people's latest `quality` per run in the window.
+
+        The owner's runs of the assistant that finished in [since, until), not an
+        experiment's, that have either; newest first, at most `limit`.
+        """
+        ...
+
+    async def pending(self, owner: str, assistant_id: str) -> int:
+        """Return how many of the owner's runs of the assistant wait for the judge."""
         ...

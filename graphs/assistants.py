@@ -14,6 +14,10 @@
 Both take LangChain chat input (`messages`; `chat_text` reads the request of a
 chat message) and keep the conversation in their state (PRODUCT.md §7).
 
+`INTERNAL_ASSISTANTS` are the judges of evaluations (`graphs.judge`): hidden
+assistants (`AssistantSpec.internal`) that only the engine's evaluation services run,
+as ordinary runs (`graphs.evaluation`, docs/evaluate.md).
+
 The product's composition (`app.composition`) hands `ASSISTANTS` to the engine's
 opener, whose registry compiles each graph on the service's checkpointer.
 """
@@ -36,9 +40,11 @@ from pydantic import (
 
 from agentkit.brand import BrandPreset, preset_of, preset_with
 from agentkit.chat import chat_request
+from agentkit.judge_state import PairwiseJudgeInput, PostJudgeInput
 from agentkit.post import card_to_redraw
 from agentkit.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
 from engine import AssistantSpec
+from graphs.judge import build_pairwise_judge, build_post_judge
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
 from providers.llm import streams_to_users
@@ -226,3 +232,24 @@ TEAM = AssistantSpec(
 
 #: Every assistant the service serves: every graph `langgraph.json` declares.
 ASSISTANTS: tuple[AssistantSpec, ...] = (ATELIER, TEAM)
+
+PAIRWISE_JUDGE = AssistantSpec(
+    assistant_id="pairwise_judge",
+    build_graph=build_pairwise_judge,
+    name="pairwise_judge",
+    description="Compare two posts of one brief, judged in both orders (experiments).",
+    input_model=PairwiseJudgeInput,
+    internal=True,
+)
+
+POST_JUDGE = AssistantSpec(
+    assistant_id="post_judge",
+    build_graph=build_post_judge,
+    name="post_judge",
+    description="Score one finished post on an absolute rubric (online evaluation).",
+    input_model=PostJudgeInput,
+    internal=True,
+)
+
+#: The hidden assistants the engine's evaluation services run (never listed or served).
+INTERNAL_ASSISTANTS: tuple[AssistantSpec, ...] = (PAIRWISE_JUDGE, POST_JUDGE)

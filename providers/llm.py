@@ -12,6 +12,10 @@ the SDK numbers them in its `x-stainless-retry-count` request header. A delibera
 deviation: these clients replace langchain-openai's default ones, so its TCP
 keep-alive socket options (`LANGCHAIN_OPENAI_TCP_*`) do not apply; `LLM_TIMEOUT`
 still bounds every attempt, and the run timeout every run.
+
+A run may use another model for a role than the deployment's: its config's
+`configurable.models` (`{role: model name}`, what an experiment's arm sets, see
+docs/evaluate.md) is read by `run_models` when a node asks for its role's model.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
+from langgraph.config import get_config
 from langgraph.constants import TAG_NOSTREAM
 
 from core.settings import LLM_ROLES, STREAMING_ROLES, Settings
@@ -41,6 +46,23 @@ log = logging.getLogger(__name__)
 #: `llama_cpp.server` says "me", llama.cpp's own `llama-server` says "llamacpp".
 LLAMA_CPP_OWNERS = frozenset({"me", "llamacpp"})
 _DETECT_TIMEOUT_S = 5.0
+
+
+#: Distinct models per role a factory builds for runs' `configurable.models`, at most.
+MAX_RUN_MODELS = 64
+
+
+def run_models() -> Mapping[str, str]:
+    """Return the models per role the current run's config names (`configurable.models`).
+
+    Empty outside a run, or when the run names none.
+    """
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable's execution
+        return {}
+    models = (config.get("configurable") or {}).get("models")
+    return models if isinstance(models, Mapping) else {}
 
 
 class ModelFactory(Protocol):
@@ -243,13 +265,26 @@ class OpenAIModelFactory:
         return self._embedded_name or self._settings.model_for(role)
 
     def __call__(self, role: str) -> BaseChatModel:
-        """Return the chat model for `role` with timeout, bounded retries and stream tags."""
+        """Return the chat model for `role` with timeout, bounded retries and stream tags.
+
+        Inside a run whose config names a model for the role (`run_models`), that
+        model on the same endpoint; the embedded model serves one model only.
+
+        Raises:
+            ValueError: An unknown role, or more distinct run models than `MAX_RUN_MODELS`.
+        """
         if role not in LLM_ROLES:
             raise ValueError(f"unknown LLM role {role!r}")
-        model = self._cache.get(role)
+        name = run_models().get(role) if self._embedded_name is None else None
+        key = role if not isinstance(name, str) else f"{role}@{name}"
+        model = self._cache.get(key)
         if model is None:
-            model = self._build(role)
-            self._cache[role] = model
+            if key != role and sum(1 for k in self._cache if k != k.split("@")[0]) >= (
+                MAX_RUN_MODELS
+            ):
+                raise ValueError(f"runs asked for more than {MAX_RUN_MODELS} other models")
+            model = self._build(role, name if isinstance(name, str) else None)
+            self._cache[key] = model
         return model
 
     def prepare(self) -> None:
@@ -262,7 +297,7 @@ class OpenAIModelFactory:
         for role in LLM_ROLES:
             self(role)
 
-    def _build(self, role: str) -> BaseChatModel:
+    def _build(self, role: str, name: str | None = None) -> BaseChatModel:
         s = self._settings
         # Local OpenAI-compatible servers ignore the key, but the client insists on one.
         api_key = s.llm_api_key.get_secret_value() if s.llm_api_key else "not-needed"
@@ -271,7 +306,7 @@ class OpenAIModelFactory:
         max_tokens = s.local_max_tokens_for(role) if embedded else s.llm_max_tokens
         temperature = s.local_model_temperature if embedded else s.llm_temperature
         model = chat_class(
-            model=self.model_name(role),
+            model=name or self.model_name(role),
             base_url=self._base_url,
             api_key=api_key,  # type: ignore[arg-type]
             timeout=s.llm_timeout,

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
+from app.access import READ
 from app.deps import CallerDep, KeysDep, UsageDep
 from app.errors import NotFound
 from engine import UsageReport, UsageTotals
@@ -174,7 +175,12 @@ def usage_out(key_id: str, report: UsageReport) -> UsageOut:
     )
 
 
-@router.get("/keys/{key_id}/usage", response_model=UsageOut, summary="A key's usage this month")
+@router.get(
+    "/keys/{key_id}/usage",
+    response_model=UsageOut,
+    summary="A key's usage this month",
+    dependencies=[READ],
+)
 async def key_usage(key_id: KeyId, usage: UsageDep, caller: CallerDep, keys: KeysDep) -> UsageOut:
     """Return the key's runs, tokens and cost this month, per assistant, and its quotas.
 

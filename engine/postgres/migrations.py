@@ -396,6 +396,137 @@ CREATE INDEX webhook_deliveries_ended ON webhook_deliveries (updated_at)
     WHERE status <> 'pending';
 """
 
+# Schema version 11. Datasets and experiments (engine/datasets.py, engine/experiments.py)
+# and online evaluation (engine/online_evaluation.py). An experiment's tasks carry its
+# progress; a pass claims the experiment row with FOR UPDATE SKIP LOCKED and writes its
+# tasks, status and frames in that transaction (engine/postgres/experiments.py). Payloads
+# (inputs, results) are text written with `engine.serde.dumps`, as runs' are; metadata is
+# jsonb (searched by containment). A judgement row goes with its run.
+_V11 = """
+CREATE TABLE datasets (
+    dataset_id     text PRIMARY KEY,
+    owner          text NOT NULL,
+    name           text NOT NULL,
+    description    text,
+    metadata       jsonb NOT NULL DEFAULT '{}',
+    example_count  integer NOT NULL DEFAULT 0 CHECK (example_count >= 0),
+    next_position  integer NOT NULL DEFAULT 0,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX datasets_owner ON datasets (owner, created_at);
+CREATE INDEX datasets_metadata ON datasets USING gin (metadata jsonb_path_ops);
+CREATE TABLE dataset_examples (
+    example_id     text PRIMARY KEY,
+    dataset_id     text NOT NULL REFERENCES datasets (dataset_id) ON DELETE CASCADE,
+    position       integer NOT NULL,
+    example_input  text NOT NULL,
+    expectations   text,
+    source         text,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX dataset_examples_order ON dataset_examples (dataset_id, position);
+
+CREATE TABLE experiments (
+    experiment_id    text PRIMARY KEY,
+    owner            text NOT NULL,
+    dataset_id       text NOT NULL,
+    name             text,
+    arms             text NOT NULL,
+    repetitions      integer NOT NULL CHECK (repetitions >= 1),
+    max_concurrency  integer NOT NULL CHECK (max_concurrency >= 1),
+    status           text NOT NULL
+                     CHECK (status IN ('pending', 'running', 'success', 'error', 'cancelled')),
+    metadata         jsonb NOT NULL DEFAULT '{}',
+    example_count    integer NOT NULL,
+    runs_total       integer NOT NULL,
+    pairs_total      integer NOT NULL,
+    runs_done        integer NOT NULL DEFAULT 0,
+    pairs_done       integer NOT NULL DEFAULT 0,
+    error            text,
+    last_event_id    bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz,
+    advanced_at      timestamptz
+);
+CREATE INDEX experiments_owner ON experiments (owner, created_at);
+CREATE INDEX experiments_active ON experiments (advanced_at)
+    WHERE status IN ('pending', 'running');
+CREATE TABLE experiment_examples (
+    experiment_id  text NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+    example_index  integer NOT NULL,
+    example_id     text NOT NULL,
+    example_input  text NOT NULL,
+    expectations   text,
+    PRIMARY KEY (experiment_id, example_index)
+);
+CREATE TABLE experiment_runs (
+    experiment_id  text NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+    example_index  integer NOT NULL,
+    repetition     integer NOT NULL,
+    arm            integer NOT NULL,
+    status         text NOT NULL DEFAULT 'pending'
+                   CHECK (status IN ('pending', 'running', 'done', 'error', 'cancelled')),
+    run_id         text,
+    thread_id      text,
+    result         text,
+    error          text,
+    PRIMARY KEY (experiment_id, example_index, repetition, arm)
+);
+CREATE TABLE experiment_pairs (
+    experiment_id  text NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+    example_index  integer NOT NULL,
+    repetition     integer NOT NULL,
+    arm_a          integer NOT NULL,
+    arm_b          integer NOT NULL,
+    status         text NOT NULL DEFAULT 'pending'
+                   CHECK (status IN ('pending', 'running', 'done', 'error', 'cancelled')),
+    run_id         text,
+    thread_id      text,
+    winner         text CHECK (winner IN ('a', 'b', 'tie')),
+    result         text,
+    error          text,
+    PRIMARY KEY (experiment_id, example_index, repetition, arm_a, arm_b)
+);
+CREATE TABLE experiment_events (
+    experiment_id  text NOT NULL REFERENCES experiments (experiment_id) ON DELETE CASCADE,
+    id             bigint NOT NULL CHECK (id > 0),
+    event          text NOT NULL,
+    data           text NOT NULL,
+    PRIMARY KEY (experiment_id, id)
+);
+
+CREATE TABLE evaluation_settings (
+    owner         text NOT NULL,
+    assistant_id  text NOT NULL,
+    sample_rate   double precision NOT NULL CHECK (sample_rate >= 0 AND sample_rate <= 1),
+    since         timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner, assistant_id)
+);
+CREATE TABLE online_judgements (
+    run_id           text PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    thread_id        text NOT NULL,
+    owner            text NOT NULL,
+    assistant_id     text NOT NULL,
+    finished_at      timestamptz NOT NULL,
+    status           text NOT NULL
+                     CHECK (status IN ('skipped', 'pending', 'judging', 'done', 'error')),
+    judge_run_id     text,
+    judge_thread_id  text,
+    score            double precision,
+    passed           boolean,
+    error            text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX online_judgements_open ON online_judgements (created_at)
+    WHERE status IN ('pending', 'judging');
+CREATE INDEX online_judgements_window ON online_judgements (owner, assistant_id, finished_at);
+CREATE INDEX runs_owner_assistant ON runs (owner, assistant_id, finished_at);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -408,6 +539,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "managed API keys and the audit trail", _V8),
     Migration(9, "quotas and usage per key", _V9),
     Migration(10, "thread TTLs and retention sweeps", _V10),
+    Migration(11, "datasets, experiments and online evaluation", _V11),
 )
 
 _VERSION_TABLE = """

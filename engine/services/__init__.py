@@ -11,6 +11,10 @@
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
     keys.py       KeysService: managed API keys, who may act; AuditService: the audit trail
     usage.py      UsageService: an owner's usage this month and its quotas
+    datasets.py   DatasetsService: datasets and their examples
+    experiments.py ExperimentsService: experiments, and the scheduler that advances them
+                  (one pass over one experiment: experiment_pass.py)
+    evaluation.py OnlineEvaluationService: sampling rates, judging live runs, the report
 
 The opener (`engine.opener.open_engine`) builds them; adapters reach them through
 `engine.Engine`. See docs/architecture.md.
@@ -19,6 +23,9 @@ The opener (`engine.opener.open_engine`) builds them; adapters reach them throug
 from engine.services.assistants import AssistantsService
 from engine.services.core import EngineCore
 from engine.services.crons import CronsService
+from engine.services.datasets import DatasetsService
+from engine.services.evaluation import OnlineEvaluationService
+from engine.services.experiments import ExperimentsService
 from engine.services.feedback import FeedbackService
 from engine.services.keys import AuditService, KeysService
 from engine.services.retention import RetentionService
@@ -31,9 +38,12 @@ __all__ = [
     "AssistantsService",
     "AuditService",
     "CronsService",
+    "DatasetsService",
     "EngineCore",
+    "ExperimentsService",
     "FeedbackService",
     "KeysService",
+    "OnlineEvaluationService",
     "RetentionService",
     "RunsService",
     "ThreadsService",

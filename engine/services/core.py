@@ -69,8 +69,14 @@ class EngineCore:
         self.checkpointer = backend.checkpointer
         self.checkpoints = backend.checkpoints
         self.setup = setup
-        #: The built-in assistants, by id, and those callers created.
-        self.builtins: Mapping[str, Assistant] = setup.assistants
+        #: The built-in assistants clients reach, by id.
+        self.builtins: Mapping[str, Assistant] = {
+            k: a for k, a in setup.assistants.items() if not a.spec.internal
+        }
+        #: The internal ones (`AssistantSpec.internal`), which only the engine's services run.
+        self.internal: Mapping[str, Assistant] = {
+            k: a for k, a in setup.assistants.items() if a.spec.internal
+        }
         self.created = created
         self.max_attempts = max_attempts
         self.event_retention_hours = event_retention_hours
@@ -104,7 +110,8 @@ class EngineCore:
 
     def assistant_of(self, thread: ThreadRecord) -> Assistant | None:
         """Return the assistant whose graph ran on the thread, or None when none has yet."""
-        return self.builtins.get(str(thread.metadata.get("graph_id", "")))
+        graph_id = str(thread.metadata.get("graph_id", ""))
+        return self.builtins.get(graph_id) or self.internal.get(graph_id)
 
     async def resolve(self, owner: str, assistant_id: str) -> Assistant:
         """Return a built-in assistant, or the owner's created one at its latest version.

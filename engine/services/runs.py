@@ -9,8 +9,10 @@ See docs/architecture.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from engine.assistants import Assistant
 from engine.errors import Conflict, NotFound, Unavailable
 from engine.protocols import StorageUnavailable, Subscription
 from engine.reads import run_result
@@ -28,8 +30,21 @@ class RunsService:
 
     # -- create ------------------------------------------------------------------------
 
-    async def create(self, spec: RunSpec) -> tuple[RunRecord, bool]:
+    async def create(
+        self,
+        spec: RunSpec,
+        *,
+        assistant: Assistant | None = None,
+        thread_metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[RunRecord, bool]:
         """Record a run and start executing it.
+
+        Args:
+            spec: The request.
+            assistant: The assistant to run instead of the one `spec` names resolved at
+                its latest version: the engine's own services pass a created
+                assistant at a pinned version, or an internal one (the judges).
+            thread_metadata: More metadata for the thread a thread-less run creates.
 
         Returns:
             The run, and whether it was created now (False: an idempotent repeat).
@@ -43,13 +58,16 @@ class RunsService:
         core = self._core
         if core.closing:
             raise Conflict("the server is shutting down")
-        assistant = await core.resolve(spec.owner, spec.assistant_id)
+        if assistant is None:
+            assistant = await core.resolve(spec.owner, spec.assistant_id)
         limits = await core.limits(spec.owner)
         async with core.lock:
             prepared = await core.preparation.prepare(spec, assistant)
             run = prepared.run
             if not prepared.new:
                 return run, False
+            if prepared.new_thread is not None and thread_metadata:
+                prepared.new_thread.metadata.update(thread_metadata)
             try:
                 stored = await core.runs.insert(
                     run,

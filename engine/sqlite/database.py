@@ -242,6 +242,134 @@ CREATE TABLE IF NOT EXISTS run_usage (
     currency           TEXT
 CREATE INDEX IF NOT EXISTS run_usage_owner_ended ON run_usage (owner, ended_at);
 CREATE INDEX IF NOT EXISTS run_usage_owner_created ON run_usage (owner, created_at);
+-- Datasets (engine/datasets.py): `next_position` numbers the examples in the order added.
+CREATE TABLE IF NOT EXISTS datasets (
+    dataset_id     TEXT PRIMARY KEY,
+    owner          TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    description    TEXT,
+    metadata       TEXT NOT NULL DEFAULT '{}',
+    example_count  INTEGER NOT NULL DEFAULT 0,
+    next_position  INTEGER NOT NULL DEFAULT 0,
+    created_at     TEXT NOT NULL,
+    updated_at     TEXT NOT NULL
+CREATE INDEX IF NOT EXISTS datasets_owner ON datasets (owner, created_at);
+CREATE TABLE IF NOT EXISTS dataset_examples (
+    example_id     TEXT PRIMARY KEY,
+    dataset_id     TEXT NOT NULL,
+    position       INTEGER NOT NULL,
+    example_input  TEXT NOT NULL,   -- JSON
+    expectations   TEXT,            -- JSON
+    source         TEXT,            -- JSON: the thread and run it was made from
+    created_at     TEXT NOT NULL
+CREATE INDEX IF NOT EXISTS dataset_examples_order ON dataset_examples (dataset_id, position);
+CREATE TRIGGER IF NOT EXISTS dataset_examples_of_deleted_dataset AFTER DELETE ON datasets
+    DELETE FROM dataset_examples WHERE dataset_id = OLD.dataset_id;
+
+-- Experiments (engine/experiments.py): the tasks (a run per example, arm and repetition; a
+-- judged pair per example, repetition and pair of arms) carry the progress; the frames of
+-- the progress stream are numbered by `last_event_id`. `advanced_at` orders the claims.
+CREATE TABLE IF NOT EXISTS experiments (
+    experiment_id    TEXT PRIMARY KEY,
+    owner            TEXT NOT NULL,
+    dataset_id       TEXT NOT NULL,
+    name             TEXT,
+    arms             TEXT NOT NULL,  -- JSON
+    repetitions      INTEGER NOT NULL,
+    max_concurrency  INTEGER NOT NULL,
+    status           TEXT NOT NULL,
+    metadata         TEXT NOT NULL DEFAULT '{}',
+    example_count    INTEGER NOT NULL,
+    runs_total       INTEGER NOT NULL,
+    pairs_total      INTEGER NOT NULL,
+    runs_done        INTEGER NOT NULL DEFAULT 0,
+    pairs_done       INTEGER NOT NULL DEFAULT 0,
+    error            TEXT,
+    last_event_id    INTEGER NOT NULL DEFAULT 0,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL,
+    finished_at      TEXT,
+    advanced_at      TEXT
+CREATE INDEX IF NOT EXISTS experiments_owner ON experiments (owner, created_at);
+CREATE INDEX IF NOT EXISTS experiments_active ON experiments (advanced_at)
+CREATE TABLE IF NOT EXISTS experiment_examples (
+    experiment_id  TEXT NOT NULL,
+    example_index  INTEGER NOT NULL,
+    example_id     TEXT NOT NULL,
+    example_input  TEXT NOT NULL,
+    expectations   TEXT,
+    PRIMARY KEY (experiment_id, example_index)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS experiment_runs (
+    experiment_id  TEXT NOT NULL,
+    example_index  INTEGER NOT NULL,
+    repetition     INTEGER NOT NULL,
+    arm            INTEGER NOT NULL,
+    status         TEXT NOT NULL DEFAULT 'pending',
+    run_id         TEXT,
+    thread_id      TEXT,
+    result         TEXT,            -- JSON
+    error          TEXT,
+    PRIMARY KEY (experiment_id, example_index, repetition, arm)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS experiment_pairs (
+    experiment_id  TEXT NOT NULL,
+    example_index  INTEGER NOT NULL,
+    repetition     INTEGER NOT NULL,
+    arm_a          INTEGER NOT NULL,
+    arm_b          INTEGER NOT NULL,
+    status         TEXT NOT NULL DEFAULT 'pending',
+    run_id         TEXT,
+    thread_id      TEXT,
+    winner         TEXT,
+    result         TEXT,            -- JSON
+    error          TEXT,
+    PRIMARY KEY (experiment_id, example_index, repetition, arm_a, arm_b)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS experiment_events (
+    experiment_id  TEXT NOT NULL,
+    id             INTEGER NOT NULL,
+    event          TEXT NOT NULL,
+    data           TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, id)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS experiment_parts_of_deleted_experiment AFTER DELETE ON experiments
+    DELETE FROM experiment_examples WHERE experiment_id = OLD.experiment_id;
+    DELETE FROM experiment_runs WHERE experiment_id = OLD.experiment_id;
+    DELETE FROM experiment_pairs WHERE experiment_id = OLD.experiment_id;
+    DELETE FROM experiment_events WHERE experiment_id = OLD.experiment_id;
+
+-- Online evaluation (engine/online_evaluation.py): a sampling rate per key and assistant,
+-- and one row per live run looked at (its judge's run, its verdict), deleted with the run.
+CREATE TABLE IF NOT EXISTS evaluation_settings (
+    owner         TEXT NOT NULL,
+    assistant_id  TEXT NOT NULL,
+    sample_rate   REAL NOT NULL,
+    since         TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    PRIMARY KEY (owner, assistant_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS online_judgements (
+    run_id           TEXT PRIMARY KEY,
+    thread_id        TEXT NOT NULL,
+    owner            TEXT NOT NULL,
+    assistant_id     TEXT NOT NULL,
+    finished_at      TEXT NOT NULL,
+    status           TEXT NOT NULL,  -- skipped, pending, judging, done, error
+    judge_run_id     TEXT,
+    judge_thread_id  TEXT,
+    score            REAL,
+    passed           INTEGER,
+    error            TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+CREATE INDEX IF NOT EXISTS online_judgements_open ON online_judgements (created_at)
+    WHERE status IN ('pending', 'judging');
+CREATE INDEX IF NOT EXISTS online_judgements_window
+    ON online_judgements (owner, assistant_id, finished_at);
+CREATE INDEX IF NOT EXISTS runs_owner_assistant ON runs (owner, assistant_id, finished_at);
+CREATE TRIGGER IF NOT EXISTS online_judgements_of_deleted_run AFTER DELETE ON runs
+    DELETE FROM online_judgements WHERE run_id = OLD.run_id;
 """
 
 #: Columns added to tables after their first release, by table: a database made by an

@@ -27,6 +27,8 @@ SPEC_BUILDERS = {
     "app/routes/runs.py:run_spec",
     "cli/run.py:run_spec",
     "engine/services/crons.py:cron_spec",
+    "engine/services/evaluation.py:judge_spec",
+    "engine/services/experiment_pass.py:experiment_spec",
 }
 #: The one module that reads a stored run request's keys (the rows' JSON).
 STORED_JSON = "engine/spec.py"

@@ -291,6 +291,15 @@ TEST_DATA_TABLES = (
     "run_usage",
     "store_item_bytes",
     "quota_windows",
+    "datasets",
+    "dataset_examples",
+    "experiments",
+    "experiment_examples",
+    "experiment_runs",
+    "experiment_pairs",
+    "experiment_events",
+    "evaluation_settings",
+    "online_judgements",
 )
 
 
@@ -323,7 +332,15 @@ class ProxiedCluster:
             cluster.stop()
 
     def settle(self, headers: Mapping[str, str] | None = None, timeout: float = 30) -> None:
-        """Cancel the runs a test left pending or running, and wait until none is."""
+        """Cancel the runs a test left pending or running, and wait until none is.
+
+        Experiments still going are ended first (and sampling stopped), so that no
+        process starts another run meanwhile.
+        """
+        self.cluster.execute(
+            "UPDATE experiments SET status = 'cancelled' WHERE status IN ('pending', 'running')"
+        )
+        self.cluster.execute("UPDATE evaluation_settings SET sample_rate = 0")
         active = "SELECT thread_id, run_id FROM runs WHERE status IN ('pending', 'running')"
         for thread_id, run_id in self.cluster.query(active):
             with contextlib.suppress(httpx.HTTPError):
