@@ -34,6 +34,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints, TypeAdapter
 from typing_extensions import TypedDict
 
+from agentkit.platforms import PlatformId
 from core.settings import ImageProviderName
 
 #: One term a post must use or must never use.
@@ -71,8 +72,7 @@ class BrandPreset(TypedDict, total=False):
         Field(description="Who the brand writes for.", examples=["大学生"]),
     ]
     platform: Annotated[
-        str,
-        StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$"),
+        PlatformId,
         Field(description="The platform the brand posts on.", examples=["xiaohongshu"]),
     ]
     image_provider: Annotated[ImageProviderName, Field(description="Image provider.")]

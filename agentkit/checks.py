@@ -31,6 +31,7 @@ import regex
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentkit.platforms import TAGGED_PLATFORMS
 from agentkit.post import DEFAULT_PLATFORM
 from prompts.common import find_data_markup
 
@@ -560,8 +561,6 @@ def _image_count_check(count: int, rules: Constraints, planned: int | None) -> C
 
 #: A body whose share of code or JSON (by `count_chars`) is above this is not a post.
 CODE_SHARE_MAX = 0.5
-#: Platforms whose posts carry #tags: an empty tag list fails there.
-TAGGED_PLATFORMS = frozenset({"xiaohongshu", "weibo", "douyin"})
 
 _FENCE_LINE = re.compile(r"^\s*(?:```|~~~)")
 # Lines no prose for people is made of: Python/JS statements, assignments and
@@ -629,7 +628,8 @@ def check_prose(
       in the title, body, tags or `card_texts`; measured = the markup found.
     * ``code_share`` — at most `CODE_SHARE_MAX` of the body is code or JSON
       (`code_share`); measured = the share in percent.
-    * ``tags_present`` — only for `TAGGED_PLATFORMS`: at least one tag;
+    * ``tags_present`` — only for `TAGGED_PLATFORMS` (the platforms whose rules
+      ask for at least one tag, `agentkit.platforms`): at least one tag;
       measured = the number of distinct tags.
 
     Args:

@@ -36,6 +36,16 @@ def route_after_planner(state: Mapping[str, Any]) -> Literal["rag", "finalize"]:
     return "rag" if intent.get("action") in PLANNED_ACTIONS else "finalize"
 
 
+def route_after_rag(state: Mapping[str, Any]) -> Literal["executor", "adapter"]:
+    """Send the attempt to the team, or to the writer's adapter when the run adapts a post.
+
+    A run whose input carries `adapt_from` (`agentkit.adaptation`) rewrites that post
+    for its platform: no team, no new images.
+    """
+    source = state.get("adapt_from")
+    return "adapter" if isinstance(source, Mapping) and source.get("body") else "executor"
+
+
 def attempts_left(state: Mapping[str, Any]) -> int:
     """Return how many attempts remain after the ones already judged."""
     return max(0, int(state.get("max_attempts") or 1) - int(state.get("attempt") or 0))

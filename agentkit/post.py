@@ -1,11 +1,12 @@
 """What several agents read of the post being made: its request, platform, brief and attempts.
 
 Each rule lives here once, so a change to one agent does not ripple through the
-others: the request with the user's clarification (`effective_request`), the
-post's platform (`post_platform`), the brief's fields a model writes
-(`BRIEF_WRITTEN_FIELDS`), the best judged attempt (`best_attempt`), the card a
-client asks to redraw (`card_to_redraw`) and the message of a crashed embedded
-model (`MODEL_CRASHED_MESSAGE`).
+others: the request with the user's clarification and the post to revise or adapt
+(`effective_request`), the post's platform (`post_platform`), the brief's fields a
+model writes (`BRIEF_WRITTEN_FIELDS`), the best judged attempt (`best_attempt`), the
+card a client asks to redraw (`card_to_redraw`), a body's display blocks
+(`post_blocks`: finalize shows them, the platform checks read their headings) and
+the message of a crashed embedded model (`MODEL_CRASHED_MESSAGE`).
 
 Pure functions and values: this module imports no node, no wiring and no other
 studio module, so every studio module may use it.
@@ -13,6 +14,7 @@ studio module, so every studio module may use it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,11 +33,12 @@ BRIEF_WRITTEN_FIELDS: tuple[str, ...] = ("topic", "audience", "goal", "constrain
 
 
 def effective_request(state: Mapping[str, Any]) -> str:
-    """Return the request with any details the user added when asked, and the post to revise.
+    """Return the request with any details the user added, and the post to revise or adapt.
 
     `previous_post` ({title, body, tags}) is the post a chat message after it asks
     to change (`agentkit.run_start.chat_start`); the planner clears it when the
-    message is a new request instead.
+    message is a new request instead. `adapt_from` is a post written for another
+    platform that this run adapts (`agentkit.adaptation`).
     """
     request = str(state.get("request") or "").strip()
     clarification = state.get("clarification") or {}
@@ -47,6 +50,14 @@ def effective_request(state: Mapping[str, Any]) -> str:
         text += (
             f"\n\n要修改的上一篇帖子：\n标题：{previous.get('title') or ''}\n"
             f"正文：\n{previous.get('body') or ''}\n标签：{tags}"
+        )
+    source = state.get("adapt_from") or {}
+    if source.get("body"):
+        tags = " ".join(f"#{t}" for t in source.get("tags") or [])
+        text += (
+            f"\n\n要改编的原帖（原平台：{source.get('platform') or ''}；改编为："
+            f"{post_platform(state)}）：\n标题：{source.get('title') or ''}\n"
+            f"正文：\n{source['body']}\n标签：{tags}"
         )
     return text
 
@@ -107,3 +118,27 @@ def card_to_redraw(value: Any, images: Sequence[Mapping[str, Any]]) -> CardRedra
     if request.slot not in slots:
         raise ValueError(f"slot {request.slot} is not a card of this post; its cards: {slots}")
     return request
+
+
+# A post body's display blocks (`post_blocks`): how finalize shows it and how the
+# platform checks find its headings.
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
+_BOLD_LINE = re.compile(r"^\s*\*\*(.+)\*\*\s*$")
+
+
+def post_blocks(body: str) -> list[dict[str, str]]:
+    """Split a post body into display blocks: headings, list items and text paragraphs."""
+    blocks: list[dict[str, str]] = []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if _HEADING.match(line) or _BOLD_LINE.match(line):
+            text = line.lstrip("#").strip().strip("【】*").strip()
+            blocks.append({"type": "heading", "text": text})
+        elif _LIST_ITEM.match(line):
+            blocks.append({"type": "list_item", "text": _LIST_ITEM.sub("", line, count=1)})
+        else:
+            blocks.append({"type": "text", "text": line})
+    return blocks

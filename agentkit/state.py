@@ -36,10 +36,12 @@ from pydantic import (
 # typing_extensions' TypedDict: pydantic (graph JSON schemas, Studio) rejects typing's on 3.11.
 from typing_extensions import TypedDict
 
+from agentkit.adaptation import AdaptFrom
 from agentkit.brand import BrandPreset
 from agentkit.chat import chat_request, malformed
 from agentkit.checks import Constraints
 from agentkit.limits import TeamLimits
+from agentkit.platforms import PLATFORM_IDS, PlatformId
 from agentkit.post import DEFAULT_PLATFORM
 from core.settings import ImageProviderName
 from providers.assets import ASSET_ID_LENGTH
@@ -47,9 +49,8 @@ from providers.usage import add_usage
 
 # The types and bounds of the pipeline's input fields (`PipelineInput`).
 RequestText = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
-PlatformName = Annotated[
-    str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9_-]+$")
-]
+#: One of the platform table's ids (`agentkit.platforms`); an unknown one is a 422 naming it.
+PlatformName = PlatformId
 AudienceText = Annotated[str, StringConstraints(max_length=200)]
 AssetId = Annotated[str, StringConstraints(pattern=rf"^[0-9a-f]{{{ASSET_ID_LENGTH}}}$")]
 ReferenceImages = Annotated[list[AssetId], Field(max_length=9)]
@@ -256,7 +257,11 @@ class PipelineInput(TypedDict, total=False):
     # Target platform; planner → intent, team.
     platform: Annotated[
         PlatformName,
-        Field(default=DEFAULT_PLATFORM, description="Target platform.", examples=["xiaohongshu"]),
+        Field(
+            default=DEFAULT_PLATFORM,
+            description=f"Target platform: one of {', '.join(PLATFORM_IDS)}.",
+            examples=["xiaohongshu"],
+        ),
     ]
     # Who the post is for, if the user said; planner, clarity.
     audience: Annotated[
@@ -316,6 +321,17 @@ class PipelineInput(TypedDict, total=False):
         Field(
             default=None,
             description="The brand preset (an assistant's context) the run writes for.",
+        ),
+    ]
+    # A finished post to adapt for `platform` (`agentkit.adaptation`): planner (no question,
+    # the post is in the request), the pipeline routes rag → the writer's adapter, not the team.
+    adapt_from: Annotated[
+        AdaptFrom | None,
+        Field(
+            default=None,
+            description="A post written for another platform to adapt for `platform`: "
+            "{platform, title, body, tags, images} (images: asset ids, reused where the "
+            "target platform takes images).",
         ),
     ]
     # The conversation (PRODUCT.md §7): the client's messages are added with their ids;

@@ -26,8 +26,17 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.agents import AGENTS
 
 #: Every role that asks an LLM, by node name: the planner, the supervisor, every agent of
-#: the team (`core.agents`) and the critic. `LLM_MODELS` maps these to model names.
-LLM_ROLES: tuple[str, ...] = ("planner", "supervisor", *AGENTS, "critic", "judge")
+#: the team (`core.agents`), the critic, the evaluation judge (`graphs.judge`) and the
+#: campaign planner (`graphs.campaign_planner`). `LLM_MODELS` maps these to model names;
+#: usage and cost are counted per role.
+LLM_ROLES: tuple[str, ...] = (
+    "planner",
+    "supervisor",
+    *AGENTS,
+    "critic",
+    "judge",
+    "campaign_planner",
+)
 
 #: Roles whose tokens reach users in `messages` stream mode. Every other role's
 #: calls are tagged `nostream` so routers, planners and judges stay off the token
@@ -40,8 +49,13 @@ IMAGE_PROVIDERS: tuple[str, ...] = get_args(ImageProviderName)
 
 #: Built-in `LOCAL_MODEL_MAX_TOKENS`: completion budgets of the embedded model per role.
 #: Structured answers are JSON constrained by a grammar, and a cut-off one does not
-#: parse, so budgets leave room; the writer writes the post and gets the most.
-LOCAL_MODEL_MAX_TOKENS: dict[str, int] = {"default": 512, "writer_agent": 1024}
+#: parse, so budgets leave room; the writer writes the post and gets the most, the
+#: campaign planner a whole calendar of topics.
+LOCAL_MODEL_MAX_TOKENS: dict[str, int] = {
+    "default": 512,
+    "writer_agent": 1024,
+    "campaign_planner": 2048,
+}
 
 
 #: URL schemes `DATABASE_URL` and `REDIS_URL` accept.

@@ -6,7 +6,13 @@ START → planner → rag → executor → critic ─┬─ passed / exhausted /
           └────────┴─ replan (ignored blocker note, once) ┘
 planner ── unknown intent / LLM failure ──→ finalize
 planner ── question written ──→ planner (pauses on it: `interrupt()`)
+rag ── the input adapts a post (`adapt_from`) ──→ adapter → critic   (instead of the executor)
 ```
+
+An adaptation (`agentkit.adaptation`) runs the same loop with the writer's
+`adapter` node in the executor's place: one writer call per attempt rewrites the
+source post for the run's platform, reusing its images where the platform takes
+them, and the critic checks it under that platform's rules.
 
 Loop bounds live in state, not in `recursion_limit`: the critic writes
 `attempt`, the run's start (`agentkit.run_start`) `max_attempts` (1 +
@@ -43,7 +49,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agentkit.context import AtelierContext
-from agentkit.pipeline_routing import route_after_finalize, route_after_planner, route_from_critic
+from agentkit.pipeline_routing import (
+    route_after_finalize,
+    route_after_planner,
+    route_after_rag,
+    route_from_critic,
+)
 from agentkit.run_start import starting_run
 from agentkit.services import ensure_services
 from agentkit.state import PipelineInput, PipelineOutput, PipelineState
@@ -54,6 +65,7 @@ from nodes.finalize import finalize
 from nodes.planner import planner, question_pending
 from nodes.rag import rag
 from nodes.redraw_card import redraw_card
+from nodes.writer_agent import adapt_post
 from providers.usage import metering
 
 Node = Callable[..., Awaitable[dict[str, Any]]]
@@ -95,7 +107,7 @@ def route_after_planner_step(state: PipelineState) -> Literal["planner", "rag", 
 def pipeline_supersteps(max_retry_count: int = 3, max_replans: int = 1) -> int:
     """Return the supersteps (node runs) of the longest legal pipeline run.
 
-    Every attempt is rag → executor → critic (3 supersteps) and there are at most
+    Every attempt is rag → executor (or adapter) → critic (3 supersteps) and there are at most
     1 + max_retry_count of them; the planner runs once plus once per replan (a
     replan uses up an attempt, it does not add one); finalize runs once.
     """
@@ -150,6 +162,7 @@ def build_pipeline(
     builder.add_node("rag", metered(rag))
     executor = make_executor(team, team_recursion_limit)
     builder.add_node("executor", metered(executor, draft_source="team"))
+    builder.add_node("adapter", metered(adapt_post, draft_source="team"))
     builder.add_node("critic", metered(critic))
     builder.add_node("finalize", metered(finalize))
     builder.add_node("redraw_card", metered(redraw_card))
@@ -158,8 +171,9 @@ def build_pipeline(
     builder.add_conditional_edges(
         "planner", route_after_planner_step, ["planner", "rag", "finalize"]
     )
-    builder.add_edge("rag", "executor")
+    builder.add_conditional_edges("rag", route_after_rag, ["executor", "adapter"])
     builder.add_edge("executor", "critic")
+    builder.add_edge("adapter", "critic")
     builder.add_edge("redraw_card", "critic")
     builder.add_conditional_edges("critic", route_from_critic, ["finalize", "rag", "planner"])
     builder.add_conditional_edges("finalize", route_after_finalize, ["redraw_card", END])

@@ -6,7 +6,11 @@
    where the platform expects them) and `check_constraints` against the
    planner's constraints (title and body length by `count_chars`, tag count,
    image count, must-include / must-avoid terms, image files exist in
-   `ctx.assets` and decode). Each check reports what it measured.
+   `ctx.assets` and decode), `check_platform` against the post's platform's rules
+   (`agentkit.platform_checks`: lengths as the platform counts them, tags, images,
+   headings, a script's shots, a thread's posts) and `check_compliance` for the
+   words the advertising law and the platform forbid (`agentkit.compliance`:
+   title, body, tags and card text). Each check reports what it measured.
 2. **Deviation** (`team_actions`): `KnowledgeCoordinator.check_deviation` over
    what the team's models did — the supervisor's guidance and focus areas
    (team_log), the fields of the creative brief the model wrote (not the
@@ -76,8 +80,10 @@ from agentkit.checks import (
     count_chars,
 )
 from agentkit.common import QualityDimensions, UnitScore, structured_call
+from agentkit.compliance import check_compliance
 from agentkit.context import AtelierContext, context_of
 from agentkit.pipeline_routing import NOT_JUDGED, attempts_left, route_from_critic
+from agentkit.platform_checks import check_platform
 from agentkit.post import BRIEF_WRITTEN_FIELDS, effective_request, post_platform
 from agentkit.state import PipelineState
 from agentkit.tools import image_request
@@ -158,12 +164,16 @@ def card_texts(state: Mapping[str, Any]) -> list[str]:
 
 
 def code_checks(state: Mapping[str, Any], ctx: AtelierContext) -> list[CheckResult]:
-    """Run layer 1: the answer checks on the body, the prose checks, the constraint checks."""
+    """Run layer 1: answer, prose, constraint, platform and advertising-law checks."""
     content = dict(state.get("generated_content") or {})
     body = str(content.get("body") or "")
+    platform = post_platform(state)
+    cards = card_texts(state)
     results = answer_checks_as_results(check_answer(body), body)
-    results += check_prose(content, card_texts=card_texts(state), platform=post_platform(state))
+    results += check_prose(content, card_texts=cards, platform=platform)
     ids = _image_ids(state)
+    results += check_platform(content, platform, image_count=len(ids))
+    results += check_compliance(content, platform, card_texts=cards)
     paths = {str(_asset_path(ctx, asset_id)): asset_id for asset_id in ids}
     layout = state.get("layout_spec") or {}
     planned = layout.get("total_images")

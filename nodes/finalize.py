@@ -65,7 +65,6 @@ all roles (its cost null unless every role's is known): the post's cost.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,14 +74,10 @@ from langgraph.runtime import Runtime
 from agentkit.chat import base_url_of, post_message_update, post_text
 from agentkit.context import AtelierContext, context_of
 from agentkit.pipeline_routing import NOT_JUDGED, REVISIONS
-from agentkit.post import best_attempt, post_platform
+from agentkit.post import best_attempt, post_blocks, post_platform
 from agentkit.state import Outcome, PipelineState
 from core.events import stage_events
 from providers.usage import usage_totals
-
-_HEADING = re.compile(r"^\s*(?:#{1,6}\s+|【(.+)】\s*$)")
-_LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.、)）])\s+")
-_BOLD_LINE = re.compile(r"^\s*\*\*(.+)\*\*\s*$")
 
 ACTIONS: dict[str, list[dict[str, str]]] = {
     "completed": [
@@ -98,23 +93,6 @@ ACTIONS: dict[str, list[dict[str, str]]] = {
     "failed": [{"id": "retry", "label": "重试"}],
 }
 UNKNOWN_INTENT_MESSAGE = "没能理解你想要什么内容。请说明主题、写给谁看、想达到什么目的后再试。"
-
-
-def post_blocks(body: str) -> list[dict[str, str]]:
-    """Split a post body into display blocks: headings, list items and text paragraphs."""
-    blocks: list[dict[str, str]] = []
-    for raw in body.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if _HEADING.match(line) or _BOLD_LINE.match(line):
-            text = line.lstrip("#").strip().strip("【】*").strip()
-            blocks.append({"type": "heading", "text": text})
-        elif _LIST_ITEM.match(line):
-            blocks.append({"type": "list_item", "text": _LIST_ITEM.sub("", line, count=1)})
-        else:
-            blocks.append({"type": "text", "text": line})
-    return blocks
 
 
 def _image(image: Mapping[str, Any]) -> dict[str, Any]:

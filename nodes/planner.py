@@ -62,6 +62,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from agentkit.checks import Constraints, count_chars
 from agentkit.common import UnitScore, structured_call
 from agentkit.context import AtelierContext, context_of
+from agentkit.platforms import PLATFORMS, canonical_platform, hard_limits
 from agentkit.post import DEFAULT_PLATFORM, MODEL_CRASHED_MESSAGE, effective_request
 from agentkit.run_start import shown_request
 from agentkit.state import PipelineState
@@ -196,7 +197,8 @@ def should_ask(state: Mapping[str, Any], clarity: Mapping[str, Any]) -> bool:
     """Tell whether to pause for a clarification question.
 
     Only when clarity is below `CLARITY_THRESHOLD`, the request has no
-    "just do it" phrase, `auto_confirm` is false and no question was asked yet.
+    "just do it" phrase, `auto_confirm` is false, no question was asked yet and
+    the run neither revises a post (`previous_post`) nor adapts one (`adapt_from`).
     """
     return (
         float(clarity["score"]) < CLARITY_THRESHOLD
@@ -204,6 +206,7 @@ def should_ask(state: Mapping[str, Any], clarity: Mapping[str, Any]) -> bool:
         and not state.get("auto_confirm")
         and state.get("clarification") is None
         and not state.get("previous_post")
+        and not state.get("adapt_from")  # adapting a finished post: nothing to ask
     )
 
 
@@ -325,10 +328,9 @@ class PlannerIntent(BaseModel):
     )
 
 
-#: Hard limits of each platform, applied unless the planner or the user says otherwise.
-PLATFORM_CONSTRAINTS: dict[str, dict[str, Any]] = {
-    "xiaohongshu": {"title_max": 20, "body_max": 1000},  # the app's own input limits
-}
+#: Hard limits of each platform, applied unless the planner or the user says otherwise
+#: (from the platform table, `agentkit.platforms`; the critic also checks the table itself).
+PLATFORM_CONSTRAINTS: dict[str, dict[str, Any]] = {key: hard_limits(key) for key in PLATFORMS}
 
 _RANGES = ("title", "body", "tag", "image")
 
@@ -485,7 +487,11 @@ async def planner(state: PipelineState, runtime: Runtime[AtelierContext]) -> dic
 
         # The intent's platform, which every later stage reads (`agentkit.post.post_platform`):
         # the input's wins over the model's guess.
-        platform = str(state.get("platform") or intent.platform or DEFAULT_PLATFORM)
+        platform = (
+            canonical_platform(state.get("platform"))
+            or canonical_platform(intent.platform)  # a model's guess: "小红书", "Twitter", junk
+            or DEFAULT_PLATFORM
+        )
         try:
             constraints = merge_constraints(
                 intent.constraints.model_dump(),

@@ -2,6 +2,8 @@
 
 The model's judgement is combined with facts code can check: the draft is
 measured against the planner's constraints (`agentkit.checks.check_constraints`),
+its platform's rules (`agentkit.platform_checks.check_platform`) and the
+advertising-law words (`agentkit.compliance.check_compliance`),
 the failures are shown to the model and added to the issues, and the review is
 approved only if the model approves, no constraint fails and every dimension
 it scored reaches the quality threshold.
@@ -25,8 +27,11 @@ from agentkit.common import (
     parse_constraints,
     structured_call,
 )
+from agentkit.compliance import check_compliance
 from agentkit.context import AtelierContext, context_of
 from agentkit.limits import limits_of
+from agentkit.platform_checks import check_platform
+from agentkit.post import DEFAULT_PLATFORM
 from agentkit.routing import draft_digest, quality_fallback
 from agentkit.state import QUALITY_DIMENSIONS, TeamState
 from prompts import review as prompt
@@ -65,15 +70,26 @@ class ReviewResult(BaseModel):
 
 
 def constraint_failures(state: TeamState) -> list[CheckResult]:
-    """Return the constraints the draft breaks (text only: images are drawn later or elsewhere)."""
+    """Return the constraints, platform rules and advertising-law words the draft breaks.
+
+    Text only: images are drawn later or elsewhere, so image counts are left to the
+    critic.
+    """
     rules = parse_constraints(state.get("constraints"))
     text_rules = rules.model_copy(update={"image_min": None, "image_max": None})
-    results = check_constraints(state.get("generated_content") or {}, text_rules)
+    content = state.get("generated_content") or {}
+    platform = state.get("platform") or DEFAULT_PLATFORM
+    results = [
+        *check_constraints(content, text_rules),
+        *check_platform(content, platform),
+        *check_compliance(content, platform),
+    ]
     return [r for r in results if not r.passed]
 
 
 def _failure_text(result: CheckResult) -> str:
-    return f"{result.name}: 实测 {result.measured}，要求 {result.expected}".strip()
+    text = f"{result.name}: 实测 {result.measured}，要求 {result.expected}"
+    return f"{text}（{result.detail}）" if result.detail else text
 
 
 async def review_agent(state: TeamState, runtime: Runtime[AtelierContext]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def test_the_literal_the_tuple_and_the_table_list_the_same_agents_in_order() -> 
 
 
 def test_every_agent_is_an_llm_role_and_a_supervisor_target() -> None:
-    assert ("planner", "supervisor", *AGENTS, "critic", "judge") == LLM_ROLES
+    assert ("planner", "supervisor", *AGENTS, "critic", "judge", "campaign_planner") == LLM_ROLES
     assert get_args(SupervisorTarget) == ("supervisor", *AGENTS, "__end__")
     enum = SupervisorDecision.model_json_schema()["properties"]["next_agent"]["enum"]
     assert enum == [*AGENTS, "END"]

@@ -346,11 +346,8 @@ def brief_in(prompt: str) -> dict[str, Any]:
     return brief
 
 
-#: The happy post, without an absolute claim, saying it keeps to the rule.
-RULE_ABIDING_BODY = (
-    HAPPY_BODY.replace("这是最划算的抗老方式", "这是很划算的抗老方式")
-    + "\n\n全文不用绝对化用语，功效不夸大。"
-)
+#: The happy post (no absolute claim: the critic's ad_law check), saying it keeps to the rule.
+RULE_ABIDING_BODY = HAPPY_BODY + "\n\n全文不用绝对化用语，功效不夸大。"
 
 
 @pytest.mark.parametrize("addressed_by", ["writer", "supervisor"])

@@ -27,15 +27,24 @@ def test_the_pipeline_has_the_five_nodes_and_the_edges_of_the_spec_and_the_card_
     assert graph.name == "atelier"
     assert graph.context_schema is AtelierContext
     drawing = graph.get_graph()
-    # The spec's five nodes, plus redraw_card: one card again (issue 15, nodes.redraw_card).
-    assert set(drawing.nodes) == {"__start__", *PIPELINE_NODES, "redraw_card", "__end__"}
+    # The spec's five nodes, plus redraw_card: one card again (issue 15, nodes.redraw_card),
+    # and adapter: the writer adapting a finished post instead of the team (issue 35).
+    assert set(drawing.nodes) == {
+        "__start__",
+        *PIPELINE_NODES,
+        "redraw_card",
+        "adapter",
+        "__end__",
+    }
     assert edges(drawing) == {
         ("__start__", "planner", False),
         ("planner", "rag", True),
         ("planner", "finalize", True),  # unknown intent / unrecoverable error
         ("planner", "planner", True),  # the question written, then the pause on it
-        ("rag", "executor", False),
+        ("rag", "executor", True),
+        ("rag", "adapter", True),  # the input adapts a post (agentkit.adaptation)
         ("executor", "critic", False),
+        ("adapter", "critic", False),
         ("critic", "finalize", True),  # passed, exhausted or failed
         ("critic", "rag", True),  # retry
         ("critic", "planner", True),  # replan
@@ -55,7 +64,7 @@ def test_xray_draws_the_team_inside_the_executor() -> None:
     found = edges(drawing)
     # planner → rag → executor → critic, with the executor's own entry and end.
     # The team's entry (it resolves the loop bounds) stands for the executor's start.
-    assert ("rag", "executor:enter_team", False) in found
+    assert ("rag", "executor:enter_team", True) in found
     assert ("executor:enter_team", "executor:supervisor", False) in found
     assert ("executor:supervisor", "executor:writer_agent", True) in found
     assert ("executor:writer_agent", "executor:supervisor", False) in found

@@ -260,3 +260,37 @@ def test_the_planners_constraints_are_the_checked_constraints_narrowed() -> None
     # ... and the model is held to what a post can have.
     with pytest.raises(ValidationError):
         PlannedConstraints.model_validate({"image_max": 10})
+
+
+# --- the platform -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "guessed", "expected"),
+    [
+        (None, "抖音", "douyin"),  # the model's guess, read as a platform id
+        (None, "Twitter", "x"),
+        (None, "Mars Weekly", "xiaohongshu"),  # junk → the default
+        (None, "", "xiaohongshu"),
+        ("weibo", "抖音", "weibo"),  # the input wins
+    ],
+)
+async def test_the_intents_platform_is_always_an_id_of_the_table(
+    tmp_path: Path, given: str | None, guessed: str, expected: str
+) -> None:
+    models = FakeModels({"planner": [intent_reply(platform=guessed)]})
+    state: dict[str, Any] = {"request": CLEAR_REQUEST, "auto_confirm": True}
+    if given is not None:
+        state["platform"] = given
+    update = await planner(state, runtime(fake_context(models, tmp_path), []))  # type: ignore[arg-type]
+    assert update["intent"]["platform"] == expected
+
+
+async def test_a_run_that_adapts_a_post_asks_no_question(tmp_path: Path) -> None:
+    models = FakeModels({"planner": [intent_reply(platform="weibo")]})
+    source = {"platform": "xiaohongshu", "title": "原标题", "body": "原帖正文", "tags": []}
+    state = {"request": "改一下", "platform": "weibo", "adapt_from": source}
+    update = await planner(state, runtime(fake_context(models, tmp_path), []))  # type: ignore[arg-type]
+    assert "question" not in update and update["intent"]["platform"] == "weibo"
+    # The post to adapt is part of the request the planner reads.
+    assert "原帖正文" in models.calls_for("planner")[0].prompt
