@@ -6,9 +6,10 @@ says what the generic engine (`engine.open_engine`) runs here: the assistants
 (`graphs.assistants.ASSISTANTS`), the runtime context of runs (the studio's services,
 `agentkit.services.open_services`, with the knowledge notes and assets in the
 engine's database in scale-out), the Store's keyword ranking, the embedded model's
-crash as an error users may read, and OpenTelemetry tracing with the GenAI spans of
-the graphs (`providers.tracing`). `langgraph dev` opens the same services
-(`graphs.served`). See docs/architecture.md.
+crash as an error users may read, OpenTelemetry tracing with the GenAI spans of
+the graphs (`providers.tracing`), and what campaigns mean here
+(`agentkit.campaigns.AtelierCampaigns`: the planner, the writer, the posts).
+`langgraph dev` opens the same services (`graphs.served`). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.store.base import Item
 
+from agentkit.campaigns import AtelierCampaigns
 from agentkit.context import AtelierContext
 from agentkit.services import open_services
 from core.settings import Settings
@@ -98,6 +100,11 @@ def context_opener(settings: Settings, observer: AttemptObserver | None = None) 
     return open_context
 
 
+def campaign_hooks(context: AtelierContext) -> AtelierCampaigns:
+    """Return Atelier's campaign hooks for the opened context (its image link signer)."""
+    return AtelierCampaigns(context.asset_links)
+
+
 @contextlib.asynccontextmanager
 async def open_product(
     settings: Settings,
@@ -134,8 +141,16 @@ async def open_product(
             tracing=tracing,
             public_errors=PUBLIC_ERRORS,
             concurrency=concurrency,
+            campaigns=campaign_hooks,
         ) as engine:
             yield engine
 
 
-__all__ = ["PUBLIC_ERRORS", "KeywordRanker", "context_opener", "open_product", "open_tracing"]
+__all__ = [
+    "PUBLIC_ERRORS",
+    "KeywordRanker",
+    "campaign_hooks",
+    "context_opener",
+    "open_product",
+    "open_tracing",
+]

@@ -11,6 +11,7 @@ servers, which FastAPI does not call, pass theirs).
     ThreadsDep     ThreadsService      threads, their state and history
     AssistantsDep  AssistantsService   built-in and created assistants, versions
     CronsDep       CronsService        crons
+    CampaignsDep   CampaignsService    campaigns: plan, review, publications
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
     StoreDep       ScopedStore         the Store (LangGraph's), scoped per API key
@@ -30,6 +31,7 @@ from app.security import get_principal
 from core.settings import Settings
 from engine import (
     AssistantsService,
+    CampaignsService,
     CronsService,
     Engine,
     FeedbackService,
@@ -122,6 +124,11 @@ def get_crons(request: Request) -> CronsService:
     return get_engine(request).crons
 
 
+def get_campaigns(request: Request) -> CampaignsService:
+    """Return the campaigns service."""
+    return get_engine(request).campaigns
+
+
 def get_feedback(request: Request) -> FeedbackService:
     """Return the feedback service."""
     return get_engine(request).feedback
@@ -151,6 +158,7 @@ RunsDep = Annotated[RunsService, Depends(get_runs)]
 ThreadsDep = Annotated[ThreadsService, Depends(get_threads)]
 AssistantsDep = Annotated[AssistantsService, Depends(get_assistants)]
 CronsDep = Annotated[CronsService, Depends(get_crons)]
+CampaignsDep = Annotated[CampaignsService, Depends(get_campaigns)]
 FeedbackDep = Annotated[FeedbackService, Depends(get_feedback)]
 WebhooksDep = Annotated[WebhooksService, Depends(get_webhooks)]
 StoreDep = Annotated[ScopedStore, Depends(get_store)]
@@ -162,6 +170,7 @@ __all__ = [
     "AssetLinksDep",
     "AssetsDep",
     "AssistantsDep",
+    "CampaignsDep",
     "ContextDep",
     "CronsDep",
     "FeedbackDep",

@@ -26,6 +26,7 @@ from app.request_scope import RequestScopeMiddleware
 from app.routes import (
     assets,
     assistants,
+    campaigns,
     crons,
     exports,
     feedback,
@@ -126,6 +127,7 @@ def create_app(
     app.include_router(crons.router)
     app.include_router(feedback.router)  # after crons: /runs/crons/… is not a run id
     app.include_router(store.router)
+    app.include_router(campaigns.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

@@ -16,6 +16,20 @@ from engine.assistants import (
     build_assistants,
     registry,
 )
+from engine.campaigns import (
+    CAMPAIGN_STATUSES,
+    ITEM_STATUSES,
+    MAX_ITEMS,
+    POST_FIELDS,
+    PUBLICATION_STATUSES,
+    CampaignHooks,
+    CampaignItem,
+    CampaignRecord,
+    CampaignStatus,
+    ItemStatus,
+    Publication,
+    PublicationStatus,
+)
 from engine.crons import CronRecord, OnRunCompleted, check_schedule, check_timezone, utc_now
 from engine.errors import (
     DATABASE_UNAVAILABLE,
@@ -43,7 +57,7 @@ from engine.frames import (
     StreamModeName,
     graph_mode,
 )
-from engine.opener import ContextOpener, Engine, Role, open_engine
+from engine.opener import CampaignHooksFactory, ContextOpener, Engine, Role, open_engine
 from engine.protocols import DatabasePools, RunFrames
 from engine.records import (
     RUN_STATUSES,
@@ -58,6 +72,7 @@ from engine.request_scope import request_scope
 from engine.serde import dumps, loads, to_jsonable
 from engine.services import (
     AssistantsService,
+    CampaignsService,
     CronsService,
     FeedbackService,
     RunsService,
@@ -85,14 +100,19 @@ async def upgrade_schema(database_url: str) -> int:
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "CAMPAIGN_STATUSES",
     "CONTROL_EVENTS",
     "DATABASE_UNAVAILABLE",
     "DELIVERY_OUTCOMES",
     "FEEDBACK_KEY_PATTERN",
     "IDLE",
+    "ITEM_STATUSES",
     "MAX_COMMENT_CHARS",
     "MAX_FEEDBACK_PER_RUN",
+    "MAX_ITEMS",
     "MAX_SCORE",
+    "POST_FIELDS",
+    "PUBLICATION_STATUSES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STREAM_MODES",
@@ -102,6 +122,12 @@ __all__ = [
     "AssistantRecord",
     "AssistantSpec",
     "AssistantsService",
+    "CampaignHooks",
+    "CampaignHooksFactory",
+    "CampaignItem",
+    "CampaignRecord",
+    "CampaignStatus",
+    "CampaignsService",
     "CancelAction",
     "Conflict",
     "ContextOpener",
@@ -120,11 +146,14 @@ __all__ = [
     "IfNotExists",
     "Invalid",
     "InvalidFields",
+    "ItemStatus",
     "MultitaskStrategy",
     "NotFound",
     "NotReadyError",
     "OnRunCompleted",
     "OutboxTotals",
+    "Publication",
+    "PublicationStatus",
     "QueryRanker",
     "Role",
     "RunFrames",

@@ -6,9 +6,10 @@ process that runs one: `atelier serve` (both stores), `atelier worker` and
 DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor,
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler. What the product brings (its
-assistants, its context, the Store's ranking, its tracing callbacks, the errors
-whose messages users may read) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler and the campaigns' driver. What
+the product brings (its assistants, its context, the Store's ranking, its tracing
+callbacks, the errors whose messages users may read, its campaign hooks) comes in as
+arguments. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
+from engine.campaigns import CampaignHooks
 from engine.crons import CRON_POLL, utc_now
 from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetrics
 from engine.services import (
     AssistantsService,
+    CampaignsService,
     CronsService,
     EngineCore,
     FeedbackService,
@@ -47,6 +50,8 @@ Role = Literal["serve", "worker", "run"]
 #: Opens the runtime context runs get (`context=`), given the backend's database pools
 #: (None: embedded), for as long as the engine is open.
 ContextOpener = Callable[[DatabasePools | None], AbstractAsyncContextManager[Any]]
+#: Builds the product's campaign hooks, given the runtime context `context` opened.
+CampaignHooksFactory = Callable[[Any], CampaignHooks]
 
 
 @dataclass
@@ -57,6 +62,7 @@ class Engine:
     threads: ThreadsService
     assistants: AssistantsService
     crons: CronsService
+    campaigns: CampaignsService
     feedback: FeedbackService
     webhooks: WebhooksService
     #: LangGraph's store, scoped per API key (routes bind it to the caller).
@@ -91,6 +97,7 @@ async def open_engine(
     clock: Callable[[], datetime] = utc_now,
     backend: AbstractAsyncContextManager[RunBackend] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL,
+    campaigns: CampaignHooksFactory | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
@@ -108,10 +115,12 @@ async def open_engine(
         tracing: Traces runs (`engine.tracing`); None: they are not traced.
         public_errors: Errors whose messages a failed run's `error` frame may show.
         concurrency: A worker's runs at once (default RUN_WORKER_CONCURRENCY).
-        clock: The crons' clock (tests move it on instead of waiting).
+        clock: The crons' and campaigns' clock (tests move it on instead of waiting).
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
         recovery_interval: Seconds between recovery sweeps (embedded).
+        campaigns: Builds the product's campaign hooks from the opened context (None:
+            this engine plans and writes no campaign; `engine.campaigns`).
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -141,6 +150,10 @@ async def open_engine(
         )
         runs = RunsService(core)
         crons = CronsService(core, parts.crons, interval=CRON_POLL, clock=clock)
+        hooks = campaigns(opened) if campaigns is not None else None
+        campaign_service = CampaignsService(
+            core, parts.campaigns, runs, hooks, clock=clock, interval=CRON_POLL
+        )
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -153,11 +166,14 @@ async def open_engine(
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
+            campaign_service.start_driver()
+            stack.push_async_callback(campaign_service.stop_driver)
         yield Engine(
             runs=runs,
             threads=ThreadsService(core),
             assistants=AssistantsService(core),
             crons=crons,
+            campaigns=campaign_service,
             feedback=FeedbackService(core, parts.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
             store=store,
@@ -183,4 +199,4 @@ def _backend(
     return open_sqlite_backend(settings, owner=f"atelier {role}")
 
 
-__all__ = ["ContextOpener", "Engine", "Role", "open_engine"]
+__all__ = ["CampaignHooksFactory", "ContextOpener", "Engine", "Role", "open_engine"]

@@ -26,7 +26,7 @@ and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
 the saver's own API, one per backend. The other resources' repositories (crons,
-created assistants) are in `engine.repositories`.
+created assistants, campaigns) are in `engine.repositories`.
 
 Invariants every implementation keeps:
 
@@ -76,7 +76,7 @@ from engine.records import (
     ThreadRecord,
     ThreadStatus,
 )
-from engine.repositories import AssistantRepository, CronRepository
+from engine.repositories import AssistantRepository, CampaignRepository, CronRepository
 from engine.tracing import RunTracing
 from engine.webhooks import DeliveryStore, WebhookConfig
 
@@ -496,6 +496,11 @@ class RunBackend(Protocol):
     @property
     def assistants(self) -> AssistantRepository:
         """The assistants clients created, with their versions."""
+        ...
+
+    @property
+    def campaigns(self) -> CampaignRepository:
+        """The campaigns, their publications, and the claims on both."""
         ...
 
     def executor(self, setup: ExecutorSetup) -> RunExecutor:

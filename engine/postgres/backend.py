@@ -27,6 +27,7 @@ from engine.execution import Runner
 from engine.executor import InProcessExecutor
 from engine.postgres import PostgresRunStorage
 from engine.postgres.assistants import PostgresAssistantRepository
+from engine.postgres.campaigns import PostgresCampaignRepository
 from engine.postgres.checkpoints import CheckpointFence, FencedPostgresSaver, PostgresCheckpoints
 from engine.postgres.crons import PostgresCronRepository
 from engine.postgres.feedback import PostgresFeedbackRepository
@@ -63,6 +64,8 @@ class PostgresRunBackend:
     store: AsyncPostgresStore
     #: The assistants clients created, with their versions.
     assistants: PostgresAssistantRepository
+    #: The campaigns and their publications; every process's driver and publisher claims them.
+    campaigns: PostgresCampaignRepository
     #: Claim latency, resumes and lease losses of this process's workers.
     metrics: Any = None
     recovers_runs: bool = False
@@ -192,5 +195,6 @@ async def open_postgres_backend(
             feedback=PostgresFeedbackRepository(resources.pool),
             store=store,
             assistants=PostgresAssistantRepository(resources.pool),
+            campaigns=PostgresCampaignRepository(resources.pool),
             metrics=metrics,
         )

@@ -291,6 +291,60 @@ CREATE TABLE assistant_versions (
 CREATE INDEX assistant_versions_metadata ON assistant_versions USING gin (metadata jsonb_path_ops);
 """
 
+# Schema version 12. Campaigns (engine/campaigns.py, engine/postgres/campaigns.py): a row per
+# campaign, its request, plan state and items a JSON document written whole while `version`
+# is the one read; a driver pass claims an active campaign with FOR UPDATE SKIP LOCKED.
+# Publications are claimed the same way when due: a webhook's is queued in the outbox
+# (`delivery_id`), an MCP call is leased (a lease compared with the database clock) while
+# it is made. No foreign key to threads or runs: a campaign outlives a deleted thread.
+_V12 = """
+CREATE TABLE campaigns (
+    campaign_id  text PRIMARY KEY,
+    owner        text NOT NULL,
+    status       text NOT NULL
+                 CHECK (status IN ('planning', 'planned', 'running', 'completed', 'failed')),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    version      integer NOT NULL,
+    document     text NOT NULL        -- everything else, JSON (engine.serde.dumps)
+);
+CREATE INDEX campaigns_owner ON campaigns (owner, created_at);
+CREATE INDEX campaigns_active ON campaigns (campaign_id) WHERE status IN ('planning', 'running');
+
+CREATE TABLE campaign_publications (
+    publication_id    text PRIMARY KEY,
+    campaign_id       text NOT NULL REFERENCES campaigns (campaign_id) ON DELETE CASCADE,
+    item_id           text NOT NULL,
+    owner             text NOT NULL,
+    platform          text NOT NULL,
+    transport         text NOT NULL CHECK (transport IN ('webhook', 'mcp')),
+    url               text NOT NULL,
+    tool              text,
+    arguments         jsonb NOT NULL DEFAULT '{}',
+    payload           text NOT NULL,    -- the post as published, JSON
+    slot              timestamptz NOT NULL,
+    run_id            text NOT NULL,
+    thread_id         text NOT NULL,
+    status            text NOT NULL DEFAULT 'scheduled' CHECK (status IN
+                      ('scheduled', 'sending', 'retrying', 'published', 'failed', 'unknown',
+                       'outbox')),
+    attempts          integer NOT NULL DEFAULT 0,
+    next_attempt_at   timestamptz NOT NULL,
+    published_at      timestamptz,
+    external_id       text,
+    answer            text,
+    error             text,
+    lease_owner       text,
+    lease_expires_at  timestamptz,
+    delivery_id       text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX campaign_publications_due ON campaign_publications (next_attempt_at)
+    WHERE status IN ('scheduled', 'retrying');
+CREATE INDEX campaign_publications_campaign ON campaign_publications (campaign_id, slot);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -300,6 +354,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "run feedback", _V5),
     Migration(6, "knowledge notes in namespaces, owned by keys", _V6),
     Migration(7, "assistants and their versions", _V7),
+    Migration(12, "campaigns and their publications", _V12),
 )
 
 _VERSION_TABLE = """

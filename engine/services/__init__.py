@@ -6,6 +6,8 @@
     threads.py    ThreadsService: threads, their state, history, updates and copies
     assistants.py AssistantsService: the built-in assistants, created ones and versions
     crons.py      CronsService: crons, and the scheduler that fires their ticks
+    campaigns.py  CampaignsService: campaigns, their plan, review and views
+    campaign_driver.py  CampaignDriver: moves campaigns on and publishes their posts
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
 
@@ -14,6 +16,7 @@ The opener (`engine.opener.open_engine`) builds them; adapters reach them throug
 """
 
 from engine.services.assistants import AssistantsService
+from engine.services.campaigns import CampaignsService
 from engine.services.core import EngineCore
 from engine.services.crons import CronsService
 from engine.services.feedback import FeedbackService
@@ -23,6 +26,7 @@ from engine.services.webhooks import WebhooksService
 
 __all__ = [
     "AssistantsService",
+    "CampaignsService",
     "CronsService",
     "EngineCore",
     "FeedbackService",

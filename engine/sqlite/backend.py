@@ -26,6 +26,7 @@ from engine.hub import Hub
 from engine.protocols import DatabasePools, ExecutorSetup
 from engine.sqlite import BUSY_TIMEOUT, SqliteRunStorage
 from engine.sqlite.assistants import SqliteAssistantRepository
+from engine.sqlite.campaigns import SqliteCampaignRepository
 from engine.sqlite.checkpoints import SqliteCheckpoints
 from engine.sqlite.crons import SqliteCronRepository
 from engine.sqlite.event_log import RETRY_FOR
@@ -51,6 +52,8 @@ class SqliteRunBackend:
     store: AsyncSqliteStore
     #: The assistants clients created, with their versions.
     assistants: SqliteAssistantRepository
+    #: The campaigns and their publications, in the same file.
+    campaigns: SqliteCampaignRepository
     #: No pools: the product opens its own stores in DATA_DIR.
     pools: DatabasePools | None = None
     recovers_runs: bool = True
@@ -141,5 +144,6 @@ async def open_sqlite_backend(
                     feedback=SqliteFeedbackRepository(storage.database),
                     store=store,
                     assistants=SqliteAssistantRepository(storage.database),
+                    campaigns=SqliteCampaignRepository(storage.database),
                     ready_checks={"runs": storage.ping},
                 )
