@@ -33,6 +33,7 @@ from engine.campaigns import (
     campaign_from_row,
     publication_from_row,
 )
+from engine.crons import iso
 from engine.postgres.pool import AsyncPool
 from engine.postgres.threads import stamp
 from engine.postgres.webhooks import webhook_queued_statement
@@ -62,8 +63,8 @@ def _campaign(row: DictRow) -> CampaignRecord:
 
 
 def _publication(row: DictRow) -> Publication:
-    texts = {key: stamp(row[key]) if isinstance(row[key], datetime) else row[key] for key in _TIMES}
-    return publication_from_row({**row, **texts}, due=stamp)
+    texts = {key: iso(row[key]) if isinstance(row[key], datetime) else row[key] for key in _TIMES}
+    return publication_from_row({**row, **texts}, due=iso)
 
 
 async def _write(

@@ -27,6 +27,7 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -47,7 +48,7 @@ TOPICS: list[tuple[str, str]] = [
 ]
 DUPLICATE = ("平价洁面怎么选", "氨基酸成分解析攻略")
 #: Where a campaign's writing request names its topic (`agentkit.campaigns.write_input`).
-TOPIC_IN_REQUEST = re.compile(r"选题：(\S+)")
+TOPIC_IN_REQUEST = re.compile(r"选题：([^\s\\\"，,]+)")
 
 
 def topic_reply(topics: list[tuple[str, str]], first_platform: str = "xiaohongshu") -> Reply:
@@ -176,7 +177,7 @@ class PublishingServer:
             with self._lock:
                 self.attempts += 1
                 if self.attempts <= self.fail_first:
-                    raise RuntimeError("the platform is busy, try later")
+                    raise ToolError("the platform is busy, try later")
                 self.calls.append(
                     PublishCall(title, content, list(images), list(tags or []), time.time())
                 )

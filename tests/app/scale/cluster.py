@@ -286,6 +286,8 @@ TEST_DATA_TABLES = (
     "run_feedback",
     "assistants",
     "assistant_versions",
+    "campaigns",
+    "campaign_publications",
 )
 
 
