@@ -250,7 +250,7 @@ def campaign_document(campaign: CampaignRecord) -> dict[str, Any]:
     return document
 
 
-def campaign_from_row(row: Mapping[str, Any], document: Mapping[str, Any]) -> CampaignRecord:
+def campaign_from_row(row: Any, document: Mapping[str, Any]) -> CampaignRecord:
     """Return the campaign a row holds: its columns and its JSON document."""
     known = {f.name for f in dataclasses.fields(CampaignRecord)}
     fields = {key: value for key, value in document.items() if key in known}
@@ -323,10 +323,6 @@ def _json(value: Any) -> Any:
     return loads(value) if isinstance(value, str) else value
 
 
-def _json(value: Any) -> Any:
-    return loads(value) if isinstance(value, str) else value
-
-
 def item_status(item: CampaignItem, publications: Mapping[str, str] | None = None) -> ItemStatus:
     """Return an item's status from its posts' (`publications`: status by platform).
 
@@ -351,22 +347,39 @@ def item_status(item: CampaignItem, publications: Mapping[str, str] | None = Non
 class PlanOutcome(Protocol):
     """What a planner run produced (`CampaignHooks.read_plan`)."""
 
-    #: Each topic: `{topic, angle, key_points, first_platform}`; empty when it failed.
-    items: Sequence[Mapping[str, Any]]
-    #: One line for a person: what the plan is, or why it failed.
-    message: str
-    complete: bool
+    @property
+    def items(self) -> Sequence[Mapping[str, Any]]:
+        """Each topic: `{topic, angle, key_points, first_platform}`; empty when it failed."""
+        ...
+
+    @property
+    def message(self) -> str:
+        """One line for a person: what the plan is, or why it failed."""
+        ...
+
+    @property
+    def complete(self) -> bool:
+        """Whether it has every topic asked for."""
+        ...
 
 
 class PostOutcome(Protocol):
     """What a post's run produced (`CampaignHooks.read_post`)."""
 
-    #: The platform's post (title, body, tags, images, …), or None when none was written.
-    post: dict[str, Any] | None
-    #: Whether it passed its platform's checks (and its review).
-    passed: bool
-    #: Why it did not pass (the failing checks, named), or None.
-    reason: str | None
+    @property
+    def post(self) -> dict[str, Any] | None:
+        """The platform's post (title, body, tags, images, …), or None when none was written."""
+        ...
+
+    @property
+    def passed(self) -> bool:
+        """Whether it passed its platform's checks (and its review)."""
+        ...
+
+    @property
+    def reason(self) -> str | None:
+        """Why it did not pass (the failing checks, named), or None."""
+        ...
 
 
 class CampaignHooks(Protocol):
@@ -433,6 +446,72 @@ class CampaignHooks(Protocol):
         ...
 
 
+def campaign_json(
+    campaign: CampaignRecord, items: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Return a campaign as the API shows it (`items`: its items' views, for the counts)."""
+    counts: dict[str, int] = {}
+    for item in items if items is not None else [{"status": i.status} for i in campaign.items]:
+        counts[str(item["status"])] = counts.get(str(item["status"]), 0) + 1
+    return {
+        "campaign_id": campaign.campaign_id,
+        "name": campaign.name,
+        "assistant_id": campaign.assistant_id,
+        "brief": campaign.brief,
+        "posts": campaign.posts,
+        "platforms": campaign.platforms,
+        "window": campaign.window,
+        "approval": campaign.approval,
+        "publisher": campaign.publisher,
+        "status": campaign.status,
+        "message": campaign.message,
+        "metadata": campaign.metadata,
+        "plan_run_id": campaign.plan_run_id,
+        "plan_thread_id": campaign.plan_thread_id,
+        "items": counts,
+        "created_at": campaign.created_at,
+        "updated_at": campaign.updated_at,
+    }
+
+
+def item_json(
+    hooks: CampaignHooks | None,
+    campaign: CampaignRecord,
+    item: CampaignItem,
+    publications: Mapping[str, Publication],
+) -> dict[str, Any]:
+    """Return an item as the API shows it, each post as its platform (`hooks`) gets it."""
+    states = {platform: p.status for platform, p in publications.items()}
+    posts = []
+    for post in item.posts:
+        publication = publications.get(post.platform)
+        shown = None
+        if post.post is not None and hooks is not None:
+            shown = hooks.publish_fields(campaign, item, post.platform, post.post)
+        posts.append(
+            {
+                "platform": post.platform,
+                "status": post_status(post, states.get(post.platform)),
+                "thread_id": post.thread_id,
+                "run_id": post.run_id,
+                "post": shown,
+                "error": post.error or (publication.error if publication is not None else None),
+                "publication_id": publication.publication_id if publication else None,
+            }
+        )
+    return {
+        "item_id": item.item_id,
+        "topic": item.topic,
+        "angle": item.angle,
+        "key_points": item.key_points,
+        "slot": item.slot,
+        "status": item_status(item, states),
+        "generation": item.generation,
+        "reason": item.reason,
+        "posts": posts,
+    }
+
+
 __all__ = [
     "ACTIVE",
     "CAMPAIGN_STATUSES",
@@ -458,6 +537,8 @@ __all__ = [
     "Transport",
     "campaign_document",
     "campaign_from_row",
+    "campaign_json",
+    "item_json",
     "item_status",
     "post_status",
     "publication_from_row",

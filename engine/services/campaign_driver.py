@@ -24,13 +24,12 @@ See docs/campaigns.md.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from core.slots import Occupied, WindowError, next_free_slot, plan_slots
@@ -46,14 +45,13 @@ from engine.campaigns import (
 )
 from engine.crons import CronScheduler, iso, parse_time, utc_now
 from engine.errors import Conflict, RunsError
-from engine.publishing import call_tool
 from engine.records import RunRecord
 from engine.repositories import CampaignClaim, CampaignRepository
 from engine.serde import dumps
+from engine.services.campaign_publisher import CampaignPublisher
 from engine.services.core import EngineCore
 from engine.services.runs import RunsService
 from engine.spec import RunSpec
-from engine.webhooks import retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +59,6 @@ log = logging.getLogger(__name__)
 CAMPAIGN_POLL = 1.0
 #: Campaigns one pass drives at most (the rest wait for the next pass).
 CAMPAIGNS_PER_PASS = 200
-#: MCP calls one pass makes at most, at once.
-CALLS_PER_PASS = 8
-#: Seconds a claimed call is held (longer than a call may take).
-CALL_LEASE_SECONDS = 120.0
 
 
 def campaign_spec(
@@ -126,7 +120,8 @@ class CampaignDriver:
         self._runs = runs
         self.hooks = hooks
         self.scheduler = CronScheduler(self.run_pass, clock=clock, interval=interval)
-        self.worker = f"publisher-{uuid.uuid4().hex[:12]}"
+        #: Hands the due publications over (every pass, after the campaigns moved on).
+        self.publisher = CampaignPublisher(core, campaigns)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -202,7 +197,7 @@ class CampaignDriver:
                     moved += await self._drive(claim, now)
                 except RunsError as exc:  # a refused run request: the campaign waits
                     log.warning("campaign %s: %s", after, exc.message)
-        return moved + await self.publish_due(now)
+        return moved + await self.publisher.publish_due(now)
 
     async def _drive(self, claim: CampaignClaim, now: datetime) -> int:
         campaign = claim.campaign
@@ -335,7 +330,8 @@ class CampaignDriver:
         for post in item.posts:
             if post.status != "pending_review" or post.thread_id is None:
                 continue
-            (latest,) = await self._core.runs.for_thread(post.thread_id, limit=1) or [None]
+            runs = await self._core.runs.for_thread(post.thread_id, limit=1)
+            latest = runs[0] if runs else None
             if latest is None or latest.run_id == post.run_id or latest.active:
                 continue
             if latest.status != "success":
@@ -465,61 +461,6 @@ class CampaignDriver:
             thread_id=post.thread_id,
             created_at=iso(now) or "",
         )
-
-    # -- publishing -------------------------------------------------------------------------
-
-    async def publish_due(self, now: datetime) -> int:
-        """Hand the due webhooks to the outbox and make the due MCP calls; return how many."""
-        campaigns = self._campaigns
-        await campaigns.expire_calls()
-        handed = await campaigns.hand_to_outbox(iso(now) or "")
-        calls = await campaigns.claim_calls(
-            iso(now) or "", self.worker, CALL_LEASE_SECONDS, CALLS_PER_PASS
-        )
-        await asyncio.gather(*(self._call(publication, now) for publication in calls))
-        return handed + len(calls)
-
-    async def _call(self, publication: Publication, now: datetime) -> None:
-        config = self._core.setup.webhooks
-        outcome = await call_tool(
-            publication,
-            config.rules,
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
-        )
-        if outcome.ok:
-            status, due = "published", None
-        elif outcome.final or publication.attempts >= config.max_attempts:
-            status, due = "failed", None
-        else:
-            status = "retrying"
-            due = iso(now + timedelta(seconds=retry_delay(publication.attempts, config.backoff)))
-        log.info(
-            "publication %s (%s) attempt %d: %s%s",
-            publication.publication_id,
-            publication.platform,
-            publication.attempts,
-            status,
-            f" ({outcome.error})" if outcome.error else "",
-        )
-        try:
-            held = await self._campaigns.record_call(
-                publication,
-                worker=self.worker,
-                status=status,
-                error=outcome.error,
-                external_id=outcome.external_id,
-                answer=outcome.answer,
-                published_at=iso(now) if outcome.ok else None,
-                next_attempt_at=due,
-            )
-        except Exception:  # the database is away: the lease runs out, the call is in doubt
-            log.exception("publication %s: could not record its call", publication.publication_id)
-            return
-        if not held:
-            log.warning(
-                "publication %s: its lease ran out during the call", publication.publication_id
-            )
 
 
 __all__ = ["CAMPAIGN_POLL", "CampaignDriver", "campaign_spec", "run_failure"]

@@ -32,8 +32,9 @@ from engine.campaigns import (
     CampaignStatus,
     ItemPost,
     Publication,
+    campaign_json,
+    item_json,
     item_status,
-    post_status,
 )
 from engine.crons import iso, utc_now
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
@@ -403,6 +404,10 @@ class CampaignsService:
         await self.get(owner, campaign_id)
         return await self._campaigns.publications(owner, campaign_id)
 
+    def campaign_json(self, campaign: CampaignRecord) -> dict[str, Any]:
+        """Return a campaign as the API shows it (without its publications' ends)."""
+        return campaign_json(campaign)
+
     async def view(self, owner: str, campaign_id: str) -> dict[str, Any]:
         """Return a campaign with its items and publications, as the API shows them."""
         campaign = await self.get(owner, campaign_id)
@@ -411,77 +416,13 @@ class CampaignsService:
         for publication in publications:
             states.setdefault(publication.item_id, {})[publication.platform] = publication
         items = [
-            self.item_json(campaign, item, states.get(item.item_id, {})) for item in campaign.items
+            item_json(self.hooks, campaign, item, states.get(item.item_id, {}))
+            for item in campaign.items
         ]
         return {
-            "campaign": self.campaign_json(campaign, items),
+            "campaign": campaign_json(campaign, items),
             "items": items,
             "publications": [p.to_json() for p in publications],
-        }
-
-    def campaign_json(
-        self, campaign: CampaignRecord, items: Sequence[Mapping[str, Any]] | None = None
-    ) -> dict[str, Any]:
-        """Return a campaign as the API shows it (`items`: its items' views, for the counts)."""
-        counts: dict[str, int] = {}
-        for item in items if items is not None else [{"status": i.status} for i in campaign.items]:
-            counts[str(item["status"])] = counts.get(str(item["status"]), 0) + 1
-        return {
-            "campaign_id": campaign.campaign_id,
-            "name": campaign.name,
-            "assistant_id": campaign.assistant_id,
-            "brief": campaign.brief,
-            "posts": campaign.posts,
-            "platforms": campaign.platforms,
-            "window": campaign.window,
-            "approval": campaign.approval,
-            "publisher": campaign.publisher,
-            "status": campaign.status,
-            "message": campaign.message,
-            "metadata": campaign.metadata,
-            "plan_run_id": campaign.plan_run_id,
-            "plan_thread_id": campaign.plan_thread_id,
-            "items": counts,
-            "created_at": campaign.created_at,
-            "updated_at": campaign.updated_at,
-        }
-
-    def item_json(
-        self,
-        campaign: CampaignRecord,
-        item: CampaignItem,
-        publications: Mapping[str, Publication],
-    ) -> dict[str, Any]:
-        """Return an item as the API shows it, each post as its platform gets it."""
-        hooks = self.hooks
-        states = {platform: p.status for platform, p in publications.items()}
-        posts = []
-        for post in item.posts:
-            publication = publications.get(post.platform)
-            shown = None
-            if post.post is not None and hooks is not None:
-                shown = hooks.publish_fields(campaign, item, post.platform, post.post)
-            posts.append(
-                {
-                    "platform": post.platform,
-                    "status": post_status(post, states.get(post.platform)),
-                    "thread_id": post.thread_id,
-                    "run_id": post.run_id,
-                    "post": shown,
-                    "error": post.error or (publication.error if publication is not None else None),
-                    "publication_id": publication.publication_id if publication else None,
-                }
-            )
-        return {
-            "item_id": item.item_id,
-            "topic": item.topic,
-            "angle": item.angle,
-            "key_points": item.key_points,
-            "slot": item.slot,
-            "status": item_status(item, states),
-            "generation": item.generation,
-            "reason": item.reason,
-            "posts": posts,
         }
 
     # -- helpers ------------------------------------------------------------------------------

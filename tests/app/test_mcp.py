@@ -409,7 +409,11 @@ async def test_with_a_key_the_call_works_and_its_run_belongs_to_that_key(
     keyed_server: LiveServer,
 ) -> None:
     async with mcp_session(keyed_server.url, {"Authorization": f"Bearer {KEY}"}) as session:
-        assert [tool.name for tool in (await session.list_tools()).tools] == ["atelier", "team"]
+        assert [tool.name for tool in (await session.list_tools()).tools] == [
+            "atelier",
+            "team",
+            "campaign_planner",
+        ]
         result = await session.call_tool("atelier", {"request": REQUEST})
     assert not result.is_error, result.content
     assert result.structured_content is not None
@@ -519,7 +523,7 @@ async def test_every_deployment_lists_a_preset_for_its_key_only_and_runs_it_in_i
     async with mcp_session(deployed.url, {"X-Api-Key": OTHER_KEY}) as other:
         theirs = [tool.name for tool in (await other.list_tools()).tools]
 
-    assert theirs == ["atelier", "team"]
+    assert theirs == ["atelier", "team", "campaign_planner"]
     assert not result.is_error, result.content
     assert result.structured_content is not None
     systems = writer_systems(llm)
@@ -572,7 +576,7 @@ async def test_the_listing_pages_through_the_callers_assistants(
             await session.list_tools(params=types.PaginatedRequestParams(cursor="page-two"))
 
     listed_names = [name for page in pages for name in page]
-    assert pages[0][:2] == ["atelier", "team"] and len(pages[0]) == 4
+    assert pages[0][:3] == ["atelier", "team", "campaign_planner"] and len(pages[0]) == 5
     assert all(len(page) <= 2 for page in pages[1:])
     assert sorted(listed_names) == sorted(tool_name(a["assistant_id"]) for a in served)
 
