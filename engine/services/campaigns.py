@@ -442,8 +442,11 @@ class CampaignsService:
     def _check_topic(
         self, hooks: CampaignHooks, campaign: CampaignRecord, topic: str, item_id: str | None
     ) -> None:
-        others = [f"{i.topic} {i.angle}" for i in campaign.items if i.item_id != item_id]
-        repeated = hooks.topic_conflict(topic, others)
+        """Refuse a topic that nearly repeats another item's (its topic, or topic and angle)."""
+        others = [i for i in campaign.items if i.item_id != item_id]
+        repeated = hooks.topic_conflict(topic, [i.topic for i in others])
+        if repeated is None:
+            repeated = hooks.topic_conflict(topic, [f"{i.topic} {i.angle}" for i in others])
         if repeated is not None:
             raise InvalidFields.at("topic", f"topic nearly repeats another item's: {repeated}")
 

@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import hmac
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -46,6 +47,7 @@ from tests.app.harness import (
     serve_deployment,
     service_settings,
 )
+from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
     migrated_postgres_url,
@@ -603,3 +605,131 @@ def test_a_private_publisher_is_refused_unless_private_addresses_are_allowed(
     assert refused.json()["detail"][0]["loc"] == ["body", "publisher", "url"]
     allowed = deployed.api.post("/campaigns", json={**body, "window": deployed.window()})
     assert allowed.status_code == 201, allowed.text
+
+
+@pytest.fixture
+def single(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[Deployment]:
+    """The embedded deployment, private publishers allowed (the loopback ones here)."""
+    settings = service_settings(
+        tmp_path / "single",
+        llm.base_url,
+        auth_api_keys=[KEY, OTHER_KEY],
+        webhook_allow_private=True,
+        max_retry_count=1,
+    )
+    with LiveServer(settings, None) as served:
+        yield Deployment(served)
+
+
+def test_a_plan_is_edited_before_it_is_written(
+    single: Deployment, llm: ScriptedOpenAIServer, campaign_llm: CampaignLLM
+) -> None:
+    window = single.window(days=2, gap=120)
+    created = single.create(posts=3, platforms=["weibo"], window=window)
+    cid = created["campaign_id"]
+    single.planned(cid)
+    first, second, third = single.items(cid)
+    url = f"/campaigns/{cid}/items"
+
+    # A topic that repeats another item's, or a slot outside the window or too close to
+    # another post on the platform, is refused naming the field.
+    repeated = single.api.patch(f"{url}/{first['item_id']}", json={"topic": second["topic"]})
+    assert repeated.status_code == 422 and repeated.json()["detail"][0]["loc"] == ["body", "topic"]
+    late = datetime.fromisoformat(window["end"]) + timedelta(days=1)
+    outside = single.api.patch(f"{url}/{first['item_id']}", json={"slot": late.isoformat()})
+    assert outside.status_code == 422 and "inside the campaign's window" in outside.text
+    close = slot_of(second) + timedelta(minutes=30)
+    crowded = single.api.patch(f"{url}/{first['item_id']}", json={"slot": close.isoformat()})
+    assert crowded.status_code == 422 and "min_gap_minutes" in crowded.text
+
+    moved = slot_of(third) + timedelta(hours=3)
+    edited = single.api.patch(
+        f"{url}/{first['item_id']}", json={"topic": "秋季唇部护理", "slot": moved.isoformat()}
+    )
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["topic"] == "秋季唇部护理" and slot_of(edited.json()) == moved
+    assert single.api.delete(f"{url}/{second['item_id']}").status_code == 204
+    added = single.api.post(url, json={"topic": "熬夜后的急救面膜", "angle": "第二天早八"})
+    assert added.status_code == 201, added.text
+    items = single.items(cid)
+    assert {i["topic"] for i in items} == {third["topic"], "秋季唇部护理", "熬夜后的急救面膜"}
+    slots = [slot_of(i) for i in items]  # by slot: the new item took the earliest free one
+    assert slots == sorted(slots)
+    assert all(b - a >= timedelta(minutes=120) for a, b in itertools.pairwise(slots))
+
+    # Planning again replaces the plan with topics unlike the current ones.
+    before = campaign_llm.planner_calls
+    again = single.api.post(f"/campaigns/{cid}/plan")
+    assert again.status_code == 200 and again.json()["status"] == "planning"
+    assert again.json()["plan_run_id"] != created["plan_run_id"]
+    single.planned(cid)
+    assert campaign_llm.planner_calls > before
+    planner = [r for r in llm.requests if r.forced_tool == "CampaignTopics"][-1]
+    assert "熬夜后的急救面膜" in planner.all_text  # to avoid
+    replanned = single.items(cid)
+    assert len(replanned) == 3 and "熬夜后的急救面膜" not in [i["topic"] for i in replanned]
+
+    assert single.api.post(f"/campaigns/{cid}/start").status_code == 200
+    assert single.api.post(f"/campaigns/{cid}/start").status_code == 409
+    writing = single.items_in(cid, "writing", "pending_review", timeout=60)
+    busy = single.api.patch(f"{url}/{writing[0]['item_id']}", json={"topic": "换个题"})
+    assert busy.status_code == 409
+    assert single.api.post(f"/campaigns/{cid}/plan").status_code == 409
+
+
+def test_a_stream_follows_the_campaign_from_plan_to_review(
+    single: Deployment, llm: ScriptedOpenAIServer
+) -> None:
+    created = single.create(posts=1, platforms=["weibo"], approval="auto")
+    cid = created["campaign_id"]
+    frames: list[tuple[str, Any]] = []
+    with single.api.stream("GET", f"/campaigns/{cid}/stream", timeout=120) as answer:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        event = ""
+        for line in answer.iter_lines():
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                frames.append((event, json.loads(line.removeprefix("data: "))))
+                if event == "item" and frames[-1][1]["status"] == "approved":
+                    break
+    assert frames[0] == ("metadata", {"campaign_id": cid})
+    statuses = [data["status"] for event, data in frames if event == "campaign"]
+    assert statuses[0] == "planning" and statuses[-1] in ("running", "completed")
+    items = [data["status"] for event, data in frames if event == "item"]
+    assert items[0] in ("planned", "writing") and "approved" in items
+    assert single.other.get(f"/campaigns/{cid}/stream").status_code == 404
+
+
+def test_the_docs_example_runs_as_written(
+    tmp_path: Path, llm: ScriptedOpenAIServer, publisher: PublishingServer
+) -> None:
+    """The worked example of docs/campaigns.md, on a clock a day before its window."""
+    publisher.reset()
+    source = code_block("campaigns", "python")
+    for url in ("http://localhost:8000", "http://localhost:18060/mcp"):
+        assert url in source
+    settings = service_settings(
+        tmp_path / "docs", llm.base_url, auth_api_keys=[KEY], webhook_allow_private=True
+    )
+    with LiveServer(settings, None) as live:
+        clock = MovingClock(datetime(2026, 3, 1, tzinfo=UTC))
+        live.app.state.engine.campaigns.clock = clock
+        code = source.replace("http://localhost:8000", live.url).replace(
+            "http://localhost:18060/mcp", publisher.url
+        )
+        namespace: dict[str, Any] = {"KEY": KEY}
+        exec(compile(code, "docs/campaigns.md", "exec"), namespace)
+        assert len(namespace["publications"]) == 12
+        cid = namespace["cid"]
+        clock.to(datetime(2026, 3, 5, tzinfo=UTC))
+        api = namespace["api"]
+        wait_for(
+            lambda: (
+                {p["status"] for p in api.get(f"/campaigns/{cid}/publications").json()}
+                == {"published"}
+            ),
+            timeout=90,
+        )
+        assert len(publisher.calls) == 12
