@@ -76,8 +76,17 @@ def plain_body(blocks: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(line for line in map(_block_line, blocks) if line)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """Return a value a model's run wrote when it is an object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _failing(result: Mapping[str, Any]) -> list[dict[str, Any]]:
-    checks = (result.get("quality") or {}).get("checks") or []
+    checks = _list(_mapping(result.get("quality")).get("checks"))
     return [dict(c) for c in checks if isinstance(c, Mapping) and not c.get("passed")]
 
 
@@ -131,15 +140,15 @@ class AtelierCampaigns:
 
     def read_plan(self, values: Mapping[str, Any] | None) -> PlanResult:
         """Return the planner's topics and its message (none when it wrote no result)."""
-        result = (values or {}).get("result") or {}
+        result = _mapping(_mapping(values).get("result"))
         items = [
             {
                 "topic": str(item.get("topic") or ""),
                 "angle": str(item.get("angle") or ""),
-                "key_points": [str(p) for p in item.get("key_points") or []],
+                "key_points": [str(p) for p in _list(item.get("key_points"))],
                 "first_platform": str(item.get("first_platform") or ""),
             }
-            for item in result.get("items") or []
+            for item in _list(result.get("items"))
             if isinstance(item, Mapping) and item.get("topic")
         ]
         message = str(result.get("message") or "The planner wrote no plan.")
@@ -181,26 +190,26 @@ class AtelierCampaigns:
 
     def read_post(self, values: Mapping[str, Any] | None, platform: str) -> PostResult:
         """Return the published attempt's post, and whether it passed its platform's checks."""
-        values = values or {}
-        result = values.get("result") or {}
-        shown = result.get("post") or {}
-        blocks = [b for b in shown.get("blocks") or [] if isinstance(b, Mapping)]
+        values = _mapping(values)
+        result = _mapping(values.get("result"))
+        shown = _mapping(result.get("post"))
+        blocks = [b for b in _list(shown.get("blocks")) if isinstance(b, Mapping)]
         failing = _failing(result)
         if not shown.get("title") and not blocks:
             reason = str(result.get("message") or "the run wrote no post")
             return PostResult(None, False, reason, failing)
-        content = values.get("generated_content") or {}
+        content = _mapping(values.get("generated_content"))
         post = {
             "title": str(shown.get("title") or ""),
             "body": plain_body(blocks),
             "markdown": str(content.get("body") or plain_body(blocks)),
-            "tags": [str(t) for t in shown.get("tags") or []],
+            "tags": [str(t) for t in _list(shown.get("tags"))],
             "images": [
                 str(i.get("asset_id"))
-                for i in result.get("images") or []
+                for i in _list(result.get("images"))
                 if isinstance(i, Mapping) and is_valid_asset_id(str(i.get("asset_id") or ""))
             ],
-            "verdict": (result.get("quality") or {}).get("verdict"),
+            "verdict": _mapping(result.get("quality")).get("verdict"),
             "checks": failing,
         }
         if result.get("outcome") == "completed":

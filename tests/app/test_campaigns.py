@@ -733,3 +733,34 @@ def test_the_docs_example_runs_as_written(
             timeout=90,
         )
         assert len(publisher.calls) == 12
+
+
+def test_with_two_replicas_and_a_worker_killed_at_a_slot_each_post_goes_out_once(
+    processes: Any, llm: ScriptedOpenAIServer, publisher: PublishingServer
+) -> None:
+    """Two API replicas and a worker left race for each due post: each is published once.
+
+    The worker is killed as the slots come due (just before: a process killed in the
+    middle of a call leaves its post `unknown`, which `tests/engine/test_campaigns.py`
+    shows; here the survivors must publish everything, each post once).
+    """
+    publisher.reset()
+    deployed = Deployment(processes)
+    try:
+        created = deployed.create(
+            posts=3, platforms=["xiaohongshu"], approval="auto", publisher=mcp_publisher(publisher)
+        )
+        cid = created["campaign_id"]
+        items = deployed.items_in(cid, "approved")
+        assert len(deployed.publications(cid)) == 3
+        processes.cluster.workers[0].kill()
+        deployed.pass_time(cid, max(slot_of(i) for i in items))
+        wait_for(lambda: len(publisher.calls) == 3, timeout=60)
+        time.sleep(2 * PASSES)
+        assert len(publisher.calls) == 3
+        assert {c.title for c in publisher.calls} == {f"{i['topic']}笔记" for i in items}
+        done = deployed.publications(cid)
+        assert {p["status"] for p in done} == {"published"} and {p["attempts"] for p in done} == {1}
+    finally:
+        processes.cluster.ensure_running()
+        processes.after_test({"X-Api-Key": KEY})
