@@ -1,11 +1,13 @@
 """Campaigns and their publications in PostgreSQL (`CampaignRepository`), schema v12.
 
 Every process runs a campaign driver and a publisher (engine/services/campaigns.py).
-A driver pass claims an active campaign with `SELECT … FOR UPDATE SKIP LOCKED` and
-writes it back in that same transaction, so two processes never drive one campaign
-at once; a person's edit (`replace`) is written only while the version it read is
-still the row's (it waits for a pass holding the row, then finds the version moved).
-A process killed mid-pass commits nothing; its lock dies with its connection.
+A driver pass leases an active campaign nobody holds (`driver_until`, set from the
+database clock in the transaction that takes the row with `SELECT … FOR UPDATE SKIP
+LOCKED`), drives it outside any transaction (it starts runs, which take their own),
+and writes it back only while its version is still the one read, releasing the
+lease; so two processes never drive one campaign at once, and a person's edit
+(`replace`, written on the version it read) wins over a pass that read before it. A
+process killed mid-pass leaves its lease to run out (`DRIVER_LEASE_SECONDS`).
 
 Publications are claimed alike: the due webhook ones are queued in the outbox in the
 transaction that marks them handed over; the due MCP calls are leased (owner and
@@ -42,6 +44,7 @@ from engine.records import WebhookQueued
 from engine.serde import dumps, loads
 
 _CAMPAIGN = "campaign_id, owner, status, created_at, updated_at, version, document"
+_COLUMNS_OF_C = ", ".join(f"c.{name}" for name in _CAMPAIGN.split(", "))
 _PUBLICATION = (
     "p.publication_id, p.campaign_id, p.item_id, p.owner, p.platform, p.transport, p.url, "
     "p.tool, p.arguments, p.payload, p.slot, p.run_id, p.thread_id, p.status, p.attempts, "
@@ -51,6 +54,8 @@ _PUBLICATION = (
 )
 _FROM = "campaign_publications p LEFT JOIN webhook_deliveries d ON d.delivery_id = p.delivery_id"
 _TIMES = ("slot", "next_attempt_at", "published_at", "created_at", "d_updated_at")
+#: Seconds a driver pass holds a campaign at most (a pass takes a fraction of it).
+DRIVER_LEASE_SECONDS = 60.0
 
 
 def _campaign(row: DictRow) -> CampaignRecord:
@@ -72,12 +77,18 @@ async def _write(
     campaign: CampaignRecord,
     version: int,
     publications: Sequence[Publication],
+    *,
+    release: bool = False,
 ) -> bool:
-    """Write a campaign read at `version` and its new publications; False: it moved."""
+    """Write a campaign read at `version` and its new publications; False: it moved.
+
+    `release`: a driver pass writes it, and lets go of its lease.
+    """
+    lease = ", driver_until = NULL" if release else ""
     row = await (
         await conn.execute(
             "UPDATE campaigns SET status = %s, updated_at = %s::timestamptz, version = %s, "
-            "document = %s WHERE campaign_id = %s AND owner = %s AND version = %s "
+            f"document = %s{lease} WHERE campaign_id = %s AND owner = %s AND version = %s "
             "RETURNING campaign_id",
             (
                 campaign.status,
@@ -120,19 +131,22 @@ async def _write(
 
 
 class PostgresCampaignClaim:
-    """An active campaign locked by this transaction (an `engine.repositories.CampaignClaim`)."""
+    """An active campaign leased to a driver pass (an `engine.repositories.CampaignClaim`)."""
 
-    def __init__(self, conn: AsyncConnection[DictRow], campaign: CampaignRecord) -> None:
-        """Drive `campaign` (its row locked) on `conn`, inside the claim's transaction."""
-        self._conn = conn
+    def __init__(self, pool: AsyncPool, campaign: CampaignRecord) -> None:
+        """Drive `campaign` (as read when leased), writing through `pool`."""
+        self._pool = pool
         self.campaign = campaign
         self._version = campaign.version
+        self.saved = False
 
     async def save(
         self, campaign: CampaignRecord, publications: Sequence[Publication] = ()
     ) -> bool:
-        """Write the campaign and its new publications; both commit with the claim."""
-        return await _write(self._conn, campaign, self._version, publications)
+        """Write the campaign and its new publications, if nobody changed it; release it."""
+        async with self._pool.connection() as conn, conn.transaction():
+            self.saved = await _write(conn, campaign, self._version, publications, release=True)
+        return self.saved
 
 
 class PostgresCampaignRepository:
@@ -207,16 +221,29 @@ class PostgresCampaignRepository:
 
     @contextlib.asynccontextmanager
     async def claim_next(self, after: str) -> AsyncIterator[PostgresCampaignClaim | None]:
-        """Lock the active campaign with the smallest id above `after` nobody holds."""
-        async with self._pool.connection() as conn, conn.transaction():
-            row = await (
-                await conn.execute(
-                    f"SELECT {_CAMPAIGN} FROM campaigns WHERE status IN ('planning', 'running') "
-                    "AND campaign_id > %s ORDER BY campaign_id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                    (after,),
+        """Lease the active campaign with the smallest id above `after` nobody holds."""
+        rows = await self._fetch(
+            "WITH next AS (SELECT campaign_id FROM campaigns "
+            "WHERE status IN ('planning', 'running') AND campaign_id > %s "
+            "AND (driver_until IS NULL OR driver_until < now()) "
+            "ORDER BY campaign_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            "UPDATE campaigns c SET driver_until = now() + make_interval(secs => %s) "
+            f"FROM next WHERE c.campaign_id = next.campaign_id RETURNING {_COLUMNS_OF_C}",
+            (after, DRIVER_LEASE_SECONDS),
+        )
+        if not rows:
+            yield None
+            return
+        claim = PostgresCampaignClaim(self._pool, _campaign(rows[0]))
+        try:
+            yield claim
+        finally:
+            if not claim.saved:  # nothing written (or a person's edit won): let it go
+                await self._fetch(
+                    "UPDATE campaigns SET driver_until = NULL WHERE campaign_id = %s "
+                    "RETURNING campaign_id",
+                    (claim.campaign.campaign_id,),
                 )
-            ).fetchone()
-            yield PostgresCampaignClaim(conn, _campaign(row)) if row is not None else None
 
     async def publications(self, owner: str, campaign_id: str) -> list[Publication]:
         """Return a campaign's publications by slot."""

@@ -293,7 +293,8 @@ CREATE INDEX assistant_versions_metadata ON assistant_versions USING gin (metada
 
 # Schema version 12. Campaigns (engine/campaigns.py, engine/postgres/campaigns.py): a row per
 # campaign, its request, plan state and items a JSON document written whole while `version`
-# is the one read; a driver pass claims an active campaign with FOR UPDATE SKIP LOCKED.
+# is the one read; a driver pass leases an active campaign (`driver_until`, compared with
+# the database clock) taken with FOR UPDATE SKIP LOCKED, and drives it outside a transaction.
 # Publications are claimed the same way when due: a webhook's is queued in the outbox
 # (`delivery_id`), an MCP call is leased (a lease compared with the database clock) while
 # it is made. No foreign key to threads or runs: a campaign outlives a deleted thread.
@@ -306,7 +307,8 @@ CREATE TABLE campaigns (
     created_at   timestamptz NOT NULL DEFAULT now(),
     updated_at   timestamptz NOT NULL DEFAULT now(),
     version      integer NOT NULL,
-    document     text NOT NULL        -- everything else, JSON (engine.serde.dumps)
+    document     text NOT NULL,       -- everything else, JSON (engine.serde.dumps)
+    driver_until timestamptz          -- a driver pass holds it until then (NULL: nobody)
 );
 CREATE INDEX campaigns_owner ON campaigns (owner, created_at);
 CREATE INDEX campaigns_active ON campaigns (campaign_id) WHERE status IN ('planning', 'running');
