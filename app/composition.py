@@ -9,9 +9,10 @@ engine's database in scale-out), the Store's keyword ranking
 (`knowledge.store_ranking.KeywordRanker`), the embedded model's
 crash as an error users may read, the meter of each run's LLM usage and cost
 (`providers.usage.RunMeter`: the keys' usage and spend caps), OpenTelemetry tracing
-with the GenAI spans of the graphs (`providers.tracing`), and the evaluation hooks
-(`graphs.evaluation`) with the judges as hidden assistants. `langgraph dev` opens the
-same services (`graphs.served`). See docs/architecture.md.
+with the GenAI spans of the graphs (`providers.tracing`), the evaluation hooks
+(`graphs.evaluation`) with the judges as hidden assistants, and what campaigns mean
+here (`agentkit.campaigns.AtelierCampaigns`: the planner, the writer, the posts).
+`langgraph dev` opens the same services (`graphs.served`). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from agentkit.campaigns import AtelierCampaigns
 from agentkit.context import AtelierContext
 from agentkit.services import open_services
 from core.settings import Settings
@@ -95,6 +97,11 @@ def context_opener(settings: Settings, observer: AttemptObserver | None = None) 
     return open_context
 
 
+def campaign_hooks(context: AtelierContext) -> AtelierCampaigns:
+    """Return Atelier's campaign hooks for the opened context (its image link signer)."""
+    return AtelierCampaigns(context.asset_links)
+
+
 @contextlib.asynccontextmanager
 async def open_product(
     settings: Settings,
@@ -143,8 +150,16 @@ async def open_product(
             quota_overrides=quota_overrides,
             webhook_secrets=webhook_secrets,
             evaluation=AtelierEvaluation(),
+            campaigns=campaign_hooks,
         ) as engine:
             yield engine
 
 
-__all__ = ["PUBLIC_ERRORS", "KeywordRanker", "context_opener", "open_product", "open_tracing"]
+__all__ = [
+    "PUBLIC_ERRORS",
+    "KeywordRanker",
+    "campaign_hooks",
+    "context_opener",
+    "open_product",
+    "open_tracing",
+]

@@ -12,6 +12,7 @@ servers, which FastAPI does not call, pass theirs).
     ThreadsDep     ThreadsService      threads, their state and history
     AssistantsDep  AssistantsService   built-in and created assistants, versions
     CronsDep       CronsService        crons
+    CampaignsDep   CampaignsService    campaigns: plan, review, publications
     FeedbackDep    FeedbackService     feedback on runs
     WebhooksDep    WebhooksService     a run's webhook deliveries, the outbox's totals
     UsageDep       UsageService        a key's usage this month and its quotas
@@ -38,6 +39,7 @@ from core.settings import Settings
 from engine import (
     AssistantsService,
     AuditService,
+    CampaignsService,
     CronsService,
     DatasetsService,
     Engine,
@@ -135,6 +137,11 @@ def get_crons(request: Request) -> CronsService:
     return get_engine(request).crons
 
 
+def get_campaigns(request: Request) -> CampaignsService:
+    """Return the campaigns service."""
+    return get_engine(request).campaigns
+
+
 def get_feedback(request: Request) -> FeedbackService:
     """Return the feedback service."""
     return get_engine(request).feedback
@@ -194,6 +201,7 @@ RunsDep = Annotated[RunsService, Depends(get_runs)]
 ThreadsDep = Annotated[ThreadsService, Depends(get_threads)]
 AssistantsDep = Annotated[AssistantsService, Depends(get_assistants)]
 CronsDep = Annotated[CronsService, Depends(get_crons)]
+CampaignsDep = Annotated[CampaignsService, Depends(get_campaigns)]
 FeedbackDep = Annotated[FeedbackService, Depends(get_feedback)]
 WebhooksDep = Annotated[WebhooksService, Depends(get_webhooks)]
 StoreDep = Annotated[ScopedStore, Depends(get_store)]
@@ -216,6 +224,7 @@ __all__ = [
     "AssistantsDep",
     "AuditDep",
     "CallerDep",
+    "CampaignsDep",
     "ContextDep",
     "CronsDep",
     "DatasetsDep",

@@ -28,6 +28,7 @@ from app.routes import (
     assets,
     assistants,
     audit,
+    campaigns,
     crons,
     datasets,
     evaluation,
@@ -147,6 +148,7 @@ def create_app(
     app.include_router(datasets.router)
     app.include_router(experiments.router)
     app.include_router(evaluation.router)
+    app.include_router(campaigns.router)
     app.include_router(a2a.router)  # A2A agents: /a2a/{assistant_id} (app/a2a.py)
     app.include_router(mcp_router(app, settings))  # /mcp, its session manager in the lifespan
     install_openapi(app)

@@ -114,7 +114,7 @@ def stream_schemas() -> dict[str, Any]:
 
 
 #: Operations that answer 409, and why.
-_READ_ONLY = "A built-in assistant (atelier, team) is read-only."
+_READ_ONLY = "A built-in assistant (atelier, team, campaign_planner) is read-only."
 CONFLICTS: dict[tuple[str, str], str] = {
     ("post", "/threads"): "A thread with this thread_id exists (if_exists raise).",
     ("post", "/threads/{thread_id}/runs/{run_id}/cancel"): "The run has already ended.",

@@ -404,10 +404,12 @@ class Settings(BaseSettings):
     # --- crons (engine/crons.py) ------------------------------------------------
     cron_scheduler: bool = Field(
         default=True,
-        description="Run the cron scheduler in this process (`atelier serve`, and in "
-        "scale-out `atelier worker` too): it fires due crons' ticks. Each tick is claimed "
-        "in the database, so it fires once however many processes run it; off: this "
-        "process fires none (at least one process of the deployment must keep it on).",
+        description="Run the cron scheduler and the campaigns' driver in this process "
+        "(`atelier serve`, and in scale-out `atelier worker` too): it fires due crons' "
+        "ticks, moves campaigns on and publishes their due posts. Each tick and each "
+        "publication is claimed in the database, so it happens once however many "
+        "processes run it; off: this process does none of it (at least one process of "
+        "the deployment must keep it on).",
     )
 
     # --- store ------------------------------------------------------------------

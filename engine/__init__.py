@@ -17,6 +17,20 @@ from engine.assistants import (
     registry,
 )
 from engine.audit import AUDIT_ACTIONS, CLI, Actor, AuditAction, AuditRecord
+from engine.campaigns import (
+    CAMPAIGN_STATUSES,
+    ITEM_STATUSES,
+    MAX_ITEMS,
+    POST_FIELDS,
+    PUBLICATION_STATUSES,
+    CampaignHooks,
+    CampaignItem,
+    CampaignRecord,
+    CampaignStatus,
+    ItemStatus,
+    Publication,
+    PublicationStatus,
+)
 from engine.crons import CronRecord, OnRunCompleted, check_schedule, check_timezone, utc_now
 from engine.datasets import (
     MAX_DATASETS_PER_OWNER,
@@ -85,7 +99,15 @@ from engine.keys import (
     owner_id_for,
 )
 from engine.online_evaluation import JUDGE_KEY, QUALITY_KEY, EvaluationSetting
-from engine.opener import ContextOpener, Engine, QuotaOverrides, Role, open_engine, open_keys
+from engine.opener import (
+    CampaignHooksFactory,
+    ContextOpener,
+    Engine,
+    QuotaOverrides,
+    Role,
+    open_engine,
+    open_keys,
+)
 from engine.protocols import DatabasePools, RunFrames
 from engine.quotas import (
     QUOTA_NAMES,
@@ -112,6 +134,7 @@ from engine.serde import dumps, loads, to_jsonable
 from engine.services import (
     AssistantsService,
     AuditService,
+    CampaignsService,
     CronsService,
     DatasetsService,
     ExperimentsService,
@@ -159,6 +182,7 @@ __all__ = [
     "ANONYMOUS",
     "ATTEMPT_OUTCOMES",
     "AUDIT_ACTIONS",
+    "CAMPAIGN_STATUSES",
     "CLI",
     "CONTROL_EVENTS",
     "DATABASE_UNAVAILABLE",
@@ -167,6 +191,7 @@ __all__ = [
     "EXPERIMENT_STATUSES",
     "FEEDBACK_KEY_PATTERN",
     "IDLE",
+    "ITEM_STATUSES",
     "JUDGE_KEY",
     "KEY_ID_PATTERN",
     "KEY_ROLES",
@@ -179,6 +204,7 @@ __all__ = [
     "MAX_EXAMPLES_PER_DATASET",
     "MAX_EXAMPLES_PER_REQUEST",
     "MAX_FEEDBACK_PER_RUN",
+    "MAX_ITEMS",
     "MAX_NAME_CHARS",
     "MAX_QUERY_CHARS",
     "MAX_QUOTA",
@@ -188,6 +214,8 @@ __all__ = [
     "MAX_THREADS_PER_REQUEST",
     "MAX_TTL_MINUTES",
     "MIN_ARMS",
+    "POST_FIELDS",
+    "PUBLICATION_STATUSES",
     "QUALITY_KEY",
     "QUOTA_NAMES",
     "RUN_STATUSES",
@@ -205,6 +233,12 @@ __all__ = [
     "AuditAction",
     "AuditRecord",
     "AuditService",
+    "CampaignHooks",
+    "CampaignHooksFactory",
+    "CampaignItem",
+    "CampaignRecord",
+    "CampaignStatus",
+    "CampaignsService",
     "CancelAction",
     "Conflict",
     "ContextOpener",
@@ -233,6 +267,7 @@ __all__ = [
     "IfNotExists",
     "Invalid",
     "InvalidFields",
+    "ItemStatus",
     "KeyRecord",
     "KeyRole",
     "KeyState",
@@ -249,6 +284,8 @@ __all__ = [
     "PairOutcome",
     "PostJudgement",
     "PostOutcome",
+    "Publication",
+    "PublicationStatus",
     "QueryRanker",
     "QuotaExceeded",
     "QuotaOverrides",

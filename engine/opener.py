@@ -7,11 +7,12 @@ DATA_DIR, or PostgreSQL and Redis), then the caller's runtime context on the
 backend's pools (`context`), builds the assistants, the services and the executor
 (with each owner's limits: the `QUOTA_*` settings under the key's overrides),
 recovers what a previous process left, and runs what the role runs: the webhook
-deliverer, the scale-out workers, the cron scheduler, the retention sweep, the
-schedulers that advance experiments and judge sampled live runs. What the product
-brings (its assistants, its context, the Store's ranking, its tracing callbacks, the
-errors whose messages users may read, the API keys' webhook signing secrets, its
-evaluation hooks) comes in as arguments. See docs/architecture.md.
+deliverer, the scale-out workers, the cron scheduler and the campaigns' driver,
+the retention sweep, the schedulers that advance experiments and judge sampled live
+runs. What the product brings (its assistants, its context, the Store's ranking, its
+tracing callbacks, the errors whose messages users may read, the API keys' webhook
+signing secrets, its evaluation and campaign hooks) comes in as arguments. See
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from core.settings import Settings
 from engine.assistants import AssistantFactory, with_store
 from engine.audit import AuditRepository
+from engine.campaigns import CampaignHooks
 from engine.crons import CRON_POLL, utc_now
 from engine.experiments import NO_EVALUATION, EvaluationHooks
 from engine.feedback import FeedbackRepository
@@ -36,6 +38,7 @@ from engine.protocols import DatabasePools, ExecutorSetup, RunBackend, RunMetric
 from engine.quotas import limits_from_settings, limits_with_overrides
 from engine.repositories import (
     AssistantRepository,
+    CampaignRepository,
     CronRepository,
     DatasetRepository,
     ExperimentRepository,
@@ -44,6 +47,7 @@ from engine.repositories import (
 from engine.retention import RetentionConfig, RetentionRepository
 from engine.services import (
     AssistantsService,
+    CampaignsService,
     CronsService,
     DatasetsService,
     EngineCore,
@@ -75,6 +79,8 @@ Role = Literal["serve", "worker", "run"]
 ContextOpener = Callable[[DatabasePools | None], AbstractAsyncContextManager[Any]]
 #: Returns an owner's quota overrides (quota name → limit, None: unlimited; empty: none).
 QuotaOverrides = Callable[[str], Awaitable[Mapping[str, Any]]]
+#: Builds the product's campaign hooks, given the runtime context `context` opened.
+CampaignHooksFactory = Callable[[Any], CampaignHooks]
 
 
 @dataclass
@@ -85,6 +91,7 @@ class Engine:
     threads: ThreadsService
     assistants: AssistantsService
     crons: CronsService
+    campaigns: CampaignsService
     feedback: FeedbackService
     webhooks: WebhooksService
     #: Managed API keys, and who may still act.
@@ -134,6 +141,7 @@ async def open_engine(
     quota_overrides: QuotaOverrides | None = None,
     webhook_secrets: WebhookSecrets | None = None,
     evaluation: EvaluationHooks | None = None,
+    campaigns: CampaignHooksFactory | None = None,
 ) -> AsyncIterator[Engine]:
     """Open the engine for the block; stop its runs (for the next start) and close it after.
 
@@ -151,7 +159,7 @@ async def open_engine(
         tracing: Traces runs (`engine.tracing`); None: they are not traced.
         public_errors: Errors whose messages a failed run's `error` frame may show.
         concurrency: A worker's runs at once (default RUN_WORKER_CONCURRENCY).
-        clock: The clock of the crons and of the retention sweep (tests move it on
+        clock: The clock of the crons, the campaigns and the retention sweep (tests move it on
             instead of waiting).
         backend: The backend to open instead of the one `settings` name (tests give
             one with short timeouts).
@@ -166,6 +174,8 @@ async def open_engine(
             WEBHOOK_SECRET for the others.
         evaluation: The product's side of datasets, experiments and online evaluation
             (None: datasets hold any input, and nothing is run or judged).
+        campaigns: Builds the product's campaign hooks from the opened context (None:
+            this engine plans and writes no campaign; `engine.campaigns`).
 
     Raises:
         DataDirInUse: Embedded, another process owns DATA_DIR; nothing was opened.
@@ -220,6 +230,10 @@ async def open_engine(
         retention = RetentionService(
             core, threads, repositories.retention, retention_config, clock=clock
         )
+        campaign_hooks = campaigns(opened) if campaigns is not None else None
+        campaign_service = CampaignsService(
+            core, repositories.campaigns, runs, campaign_hooks, clock=clock, interval=CRON_POLL
+        )
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
             workers = await stack.enter_async_context(
@@ -235,6 +249,8 @@ async def open_engine(
         if fires_crons:  # stopped first: no tick fires while the rest stops
             crons.start()
             stack.push_async_callback(crons.stop)
+            campaign_service.start_driver()
+            stack.push_async_callback(campaign_service.stop_driver)
         hooks = evaluation or NO_EVALUATION
         experiments = ExperimentsService(
             core, runs, repositories.experiments, repositories.datasets, hooks
@@ -249,6 +265,7 @@ async def open_engine(
             threads=threads,
             assistants=AssistantsService(core),
             crons=crons,
+            campaigns=campaign_service,
             feedback=FeedbackService(core, repositories.feedback, runs),
             webhooks=WebhooksService(parts.storage.deliveries, parts.storage.runs),
             keys=keys,
@@ -281,6 +298,7 @@ class _Repositories:
     datasets: DatasetRepository
     experiments: ExperimentRepository
     evaluations: OnlineEvaluationRepository
+    campaigns: CampaignRepository
 
 
 def _repositories(parts: RunBackend) -> _Repositories:
@@ -290,6 +308,7 @@ def _repositories(parts: RunBackend) -> _Repositories:
     """
     if parts.kind == "sqlite":
         from engine.sqlite.assistants import SqliteAssistantRepository
+        from engine.sqlite.campaigns import SqliteCampaignRepository
         from engine.sqlite.crons import SqliteCronRepository
         from engine.sqlite.datasets import SqliteDatasetRepository
         from engine.sqlite.evaluation import SqliteOnlineEvaluationRepository
@@ -307,8 +326,10 @@ def _repositories(parts: RunBackend) -> _Repositories:
             datasets=SqliteDatasetRepository(parts.database),
             experiments=SqliteExperimentRepository(parts.database),
             evaluations=SqliteOnlineEvaluationRepository(parts.database),
+            campaigns=SqliteCampaignRepository(parts.database),
         )
     from engine.postgres.assistants import PostgresAssistantRepository  # the scale-out extra
+    from engine.postgres.campaigns import PostgresCampaignRepository
     from engine.postgres.crons import PostgresCronRepository
     from engine.postgres.datasets import PostgresDatasetRepository
     from engine.postgres.evaluation import PostgresOnlineEvaluationRepository
@@ -327,6 +348,7 @@ def _repositories(parts: RunBackend) -> _Repositories:
         datasets=PostgresDatasetRepository(parts.database),
         experiments=PostgresExperimentRepository(parts.database),
         evaluations=PostgresOnlineEvaluationRepository(parts.database),
+        campaigns=PostgresCampaignRepository(parts.database),
     )
 
 
@@ -387,6 +409,7 @@ def _backend(
 
 
 __all__ = [
+    "CampaignHooksFactory",
     "ContextOpener",
     "Engine",
     "QuotaOverrides",

@@ -26,7 +26,8 @@ and `LiveFrames`, the live fan-out a follower subscribes to (`engine.hub.Hub`),
 which the event log feeds only with frames that are committed.
 `CheckpointHousekeeping` is every write to LangGraph's checkpoint tables outside
 the saver's own API, one per backend. The other resources' repositories (crons,
-created assistants, feedback) are built by the opener on the backend's `database`.
+created assistants, feedback, campaigns, …) are built by the opener on the backend's
+`database`.
 
 Invariants every implementation keeps:
 

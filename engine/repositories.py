@@ -1,6 +1,6 @@
 """The repositories of the resources beside threads and runs.
 
-Crons, created assistants, datasets, experiments and online evaluation. Each has one
+Crons, created assistants, datasets, experiments, online evaluation and campaigns. Each has one
 implementation per backend (`engine/sqlite/`, `engine/postgres/`, built by
 `engine.opener` for the backend's kind), owned by one API key per row (another key
 reads None, as for none); the engine's services use them (`engine.services.*`). A
@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from engine.assistants import AssistantRecord
+from engine.campaigns import CampaignRecord, CampaignStatus, Publication
 from engine.crons import CronRecord
 from engine.datasets import DatasetRecord, ExampleRecord
 from engine.experiments import (
@@ -476,4 +477,110 @@ class OnlineEvaluationRepository(Protocol):
 
     async def pending(self, owner: str, assistant_id: str) -> int:
         """Return how many of the owner's runs of the assistant wait for the judge."""
+        ...
+
+
+class CampaignClaim(Protocol):
+    """An active campaign claimed by one driver pass: nobody else drives it until it ends."""
+
+    #: The campaign as claimed.
+    campaign: CampaignRecord
+
+    async def save(
+        self, campaign: CampaignRecord, publications: Sequence[Publication] = ()
+    ) -> bool:
+        """Write the campaign (its version bumped) and its new publications with the claim.
+
+        Returns:
+            False when it changed since it was claimed (a person's edit): nothing was
+            written; the next pass reads it again.
+        """
+        ...
+
+
+class CampaignRepository(Protocol):
+    """Campaigns, each owned by one API key, their publications, and the claims on both.
+
+    A campaign is written whole (its items are a JSON document of the row) and only
+    while its `version` is the one read (`replace`), so a person's edit and a driver
+    pass never overwrite each other. Publications are rows of their own: the
+    publisher claims the due ones (`claim_calls`, `hand_to_outbox`) in any process.
+    """
+
+    async def insert(self, campaign: CampaignRecord) -> None:
+        """Store a new campaign."""
+        ...
+
+    async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
+        """Return the owner's campaign, or None (also when another owner has it)."""
+        ...
+
+    async def replace(
+        self, campaign: CampaignRecord, *, version: int, publications: Sequence[Publication] = ()
+    ) -> bool:
+        """Write a campaign read at `version` (bumping it) and its new publications.
+
+        Returns:
+            False when its version moved (or it is gone): nothing was written.
+        """
+        ...
+
+    async def delete(self, owner: str, campaign_id: str) -> bool:
+        """Delete the owner's campaign and its publications; False when there is none."""
+        ...
+
+    async def search(
+        self,
+        owner: str,
+        *,
+        status: CampaignStatus | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[CampaignRecord]:
+        """Return the owner's campaigns (of one status, if given), newest first."""
+        ...
+
+    def claim_next(self, after: str) -> AbstractAsyncContextManager[CampaignClaim | None]:
+        """Claim the active campaign with the smallest id above `after` that nobody holds."""
+        ...
+
+    async def publications(self, owner: str, campaign_id: str) -> list[Publication]:
+        """Return a campaign's publications by slot (a webhook's as its delivery stands)."""
+        ...
+
+    async def hand_to_outbox(self, now: str) -> int:
+        """Queue the webhook publications due at `now` in the webhook outbox; return how many.
+
+        Each is queued once (its delivery's id is derived from it, `engine.publishing`),
+        in the transaction that marks it handed over; from then on its delivery's
+        status, attempts and error are its own.
+        """
+        ...
+
+    async def claim_calls(
+        self, now: str, worker: str, lease_seconds: float, limit: int
+    ) -> list[Publication]:
+        """Lease up to `limit` due MCP publications to `worker`, marking them `sending`.
+
+        Each claim counts an attempt; what is claimed is committed before it returns.
+        """
+        ...
+
+    async def record_call(
+        self,
+        publication: Publication,
+        *,
+        worker: str,
+        status: str,
+        error: str | None = None,
+        external_id: str | None = None,
+        answer: str | None = None,
+        published_at: str | None = None,
+        next_attempt_at: str | None = None,
+    ) -> bool:
+        """Record how a claimed call went; False when `worker` no longer held it."""
+        ...
+
+    async def expire_calls(self) -> int:
+        """Mark `unknown` the calls whose sender's lease ran out mid-call; return how many."""
         ...

@@ -10,8 +10,12 @@
               writing roles' tokens are streamed (`writer_tokens_only`).
     team      the executor team alone (`graphs.team.build_team`), as `langgraph.json`
               declares it: its input is `TeamRunInput`; the same token filter.
+    campaign_planner  a brief → distinct topics for a campaign's calendar
+              (`graphs.campaign_planner`): its input is
+              `agentkit.campaign_plan.CampaignPlanRequest`; campaigns run it
+              (docs/campaigns.md), and a client may too.
 
-Both take LangChain chat input (`messages`; `chat_text` reads the request of a
+`atelier` and `team` take LangChain chat input (`messages`; `chat_text` reads the request of a
 chat message) and keep the conversation in their state (PRODUCT.md §7).
 
 `INTERNAL_ASSISTANTS` are the judges of evaluations (`graphs.judge`): hidden
@@ -39,11 +43,13 @@ from pydantic import (
 )
 
 from agentkit.brand import BrandPreset, preset_of, preset_with
+from agentkit.campaign_plan import CampaignPlanRequest
 from agentkit.chat import chat_request
 from agentkit.judge_state import PairwiseJudgeInput, PostJudgeInput
 from agentkit.post import card_to_redraw
 from agentkit.state import AtelierInput, ChatInputRules, ChatMessages, RequestText
 from engine import AssistantSpec
+from graphs.campaign_planner import build_campaign_planner
 from graphs.judge import build_pairwise_judge, build_post_judge
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
@@ -230,8 +236,16 @@ TEAM = AssistantSpec(
     chat_text=chat_text,
 )
 
+CAMPAIGN_PLANNER = AssistantSpec(
+    assistant_id="campaign_planner",
+    build_graph=build_campaign_planner,
+    name="campaign_planner",
+    description="Plan a campaign's calendar: a brief → as many distinct topics as posts.",
+    input_model=CampaignPlanRequest,
+)
+
 #: Every assistant the service serves: every graph `langgraph.json` declares.
-ASSISTANTS: tuple[AssistantSpec, ...] = (ATELIER, TEAM)
+ASSISTANTS: tuple[AssistantSpec, ...] = (ATELIER, TEAM, CAMPAIGN_PLANNER)
 
 PAIRWISE_JUDGE = AssistantSpec(
     assistant_id="pairwise_judge",

@@ -1,9 +1,11 @@
 """The graphs and start-up that `langgraph.json` names, for LangGraph's own server.
 
 `langgraph dev` (the in-memory LangGraph server, which is also how Studio opens
-a project) and the LangGraph Platform serve `atelier` and `team` from here:
+a project) and the LangGraph Platform serve `atelier`, `team` and `campaign_planner`
+from here:
 
-- `atelier` and `team` are the compiled graphs, with `context_schema=RunOptions`:
+- `atelier`, `team` and `campaign_planner` are the compiled graphs, with
+  `context_schema=RunOptions`:
   that server sends each run's `context` as JSON (at least `{}`), and LangGraph
   builds the schema from it, which a context of live services could not survive.
 - `app` is the server's start-up (`http.app` in `langgraph.json`; it adds no
@@ -30,11 +32,13 @@ from starlette.applications import Starlette
 from agentkit.context import AtelierContext, RunOptions, bind_services
 from agentkit.services import open_services
 from core.settings import Settings
+from graphs.campaign_planner import build_campaign_planner
 from graphs.pipeline import build_pipeline
 from graphs.team import build_team
 
 atelier = build_pipeline(context_schema=RunOptions)
 team = build_team(context_schema=RunOptions)
+campaign_planner = build_campaign_planner(context_schema=RunOptions)
 
 
 @asynccontextmanager

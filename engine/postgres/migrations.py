@@ -527,6 +527,62 @@ CREATE INDEX online_judgements_window ON online_judgements (owner, assistant_id,
 CREATE INDEX runs_owner_assistant ON runs (owner, assistant_id, finished_at);
 """
 
+# Schema version 12. Campaigns (engine/campaigns.py, engine/postgres/campaigns.py): a row per
+# campaign, its request, plan state and items a JSON document written whole while `version`
+# is the one read; a driver pass leases an active campaign (`driver_until`, compared with
+# the database clock) taken with FOR UPDATE SKIP LOCKED, and drives it outside a transaction.
+# Publications are claimed the same way when due: a webhook's is queued in the outbox
+# (`delivery_id`), an MCP call is leased (a lease compared with the database clock) while
+# it is made. No foreign key to threads or runs: a campaign outlives a deleted thread.
+_V12 = """
+CREATE TABLE campaigns (
+    campaign_id  text PRIMARY KEY,
+    owner        text NOT NULL,
+    status       text NOT NULL
+                 CHECK (status IN ('planning', 'planned', 'running', 'completed', 'failed')),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    version      integer NOT NULL,
+    document     text NOT NULL,       -- everything else, JSON (engine.serde.dumps)
+    driver_until timestamptz          -- a driver pass holds it until then (NULL: nobody)
+);
+CREATE INDEX campaigns_owner ON campaigns (owner, created_at);
+CREATE INDEX campaigns_active ON campaigns (campaign_id) WHERE status IN ('planning', 'running');
+
+CREATE TABLE campaign_publications (
+    publication_id    text PRIMARY KEY,
+    campaign_id       text NOT NULL REFERENCES campaigns (campaign_id) ON DELETE CASCADE,
+    item_id           text NOT NULL,
+    owner             text NOT NULL,
+    platform          text NOT NULL,
+    transport         text NOT NULL CHECK (transport IN ('webhook', 'mcp')),
+    url               text NOT NULL,
+    tool              text,
+    arguments         jsonb NOT NULL DEFAULT '{}',
+    payload           text NOT NULL,    -- the post as published, JSON
+    slot              timestamptz NOT NULL,
+    run_id            text NOT NULL,
+    thread_id         text NOT NULL,
+    status            text NOT NULL DEFAULT 'scheduled' CHECK (status IN
+                      ('scheduled', 'sending', 'retrying', 'published', 'failed', 'unknown',
+                       'outbox')),
+    attempts          integer NOT NULL DEFAULT 0,
+    next_attempt_at   timestamptz NOT NULL,
+    published_at      timestamptz,
+    external_id       text,
+    answer            text,
+    error             text,
+    lease_owner       text,
+    lease_expires_at  timestamptz,
+    delivery_id       text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX campaign_publications_due ON campaign_publications (next_attempt_at)
+    WHERE status IN ('scheduled', 'retrying');
+CREATE INDEX campaign_publications_campaign ON campaign_publications (campaign_id, slot);
+"""
+
 #: Every migration, in order; `MIGRATIONS[i].version == i + 1`.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "threads, runs, events, notes, assets", _V1),
@@ -540,6 +596,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "quotas and usage per key", _V9),
     Migration(10, "thread TTLs and retention sweeps", _V10),
     Migration(11, "datasets, experiments and online evaluation", _V11),
+    Migration(12, "campaigns and their publications", _V12),
 )
 
 _VERSION_TABLE = """

@@ -7,6 +7,8 @@
     retention.py  RetentionService: the sweep of expired threads, ended deliveries, old logs
     assistants.py AssistantsService: the built-in assistants, created ones and versions
     crons.py      CronsService: crons, and the scheduler that fires their ticks
+    campaigns.py  CampaignsService: campaigns, their plan, review and views
+    campaign_driver.py  CampaignDriver: moves campaigns on and publishes their posts
     feedback.py   FeedbackService: feedback on runs
     webhooks.py   WebhooksService: a run's webhook deliveries and the outbox's totals
     keys.py       KeysService: managed API keys, who may act; AuditService: the audit trail
@@ -21,6 +23,7 @@ The opener (`engine.opener.open_engine`) builds them; adapters reach them throug
 """
 
 from engine.services.assistants import AssistantsService
+from engine.services.campaigns import CampaignsService
 from engine.services.core import EngineCore
 from engine.services.crons import CronsService
 from engine.services.datasets import DatasetsService
@@ -37,6 +40,7 @@ from engine.services.webhooks import WebhooksService
 __all__ = [
     "AssistantsService",
     "AuditService",
+    "CampaignsService",
     "CronsService",
     "DatasetsService",
     "EngineCore",

@@ -162,6 +162,55 @@ CREATE TABLE IF NOT EXISTS webhook_attempts (
     PRIMARY KEY (delivery_id, attempt)
 ) WITHOUT ROWID;
 
+-- Campaigns (engine/campaigns.py): a row per campaign, its request, plan state and items
+-- a JSON document written whole while `version` is the one read (engine/sqlite/campaigns.py).
+CREATE TABLE IF NOT EXISTS campaigns (
+    campaign_id  TEXT PRIMARY KEY,
+    owner        TEXT NOT NULL,
+    status       TEXT NOT NULL,   -- planning, planned, running, completed, failed
+    created_at   TEXT NOT NULL,
+    updated_at   TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    document     TEXT NOT NULL    -- everything else, JSON
+);
+CREATE INDEX IF NOT EXISTS campaigns_owner ON campaigns (owner, created_at);
+CREATE INDEX IF NOT EXISTS campaigns_active
+    ON campaigns (campaign_id) WHERE status IN ('planning', 'running');
+
+-- An approved post handed to its campaign's publisher at its slot, once: a webhook's goes
+-- to the outbox (`delivery_id`, status 'outbox'), an MCP call is leased while it is made.
+CREATE TABLE IF NOT EXISTS campaign_publications (
+    publication_id    TEXT PRIMARY KEY,
+    campaign_id       TEXT NOT NULL,
+    item_id           TEXT NOT NULL,
+    owner             TEXT NOT NULL,
+    platform          TEXT NOT NULL,
+    transport         TEXT NOT NULL,   -- webhook, mcp
+    url               TEXT NOT NULL,
+    tool              TEXT,
+    arguments         TEXT NOT NULL DEFAULT '{}',
+    payload           TEXT NOT NULL,   -- the post as published, JSON
+    slot              TEXT NOT NULL,   -- ISO 8601 UTC
+    run_id            TEXT NOT NULL,
+    thread_id         TEXT NOT NULL,
+    status            TEXT NOT NULL DEFAULT 'scheduled',
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at   TEXT NOT NULL,   -- ISO 8601 UTC: when it is due
+    published_at      TEXT,
+    external_id       TEXT,
+    answer            TEXT,
+    error             TEXT,
+    lease_owner       TEXT,
+    lease_expires_at  REAL,
+    delivery_id       TEXT,
+    created_at        TEXT NOT NULL,
+    updated_at        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS campaign_publications_due
+    ON campaign_publications (next_attempt_at) WHERE status IN ('scheduled', 'retrying');
+CREATE INDEX IF NOT EXISTS campaign_publications_campaign
+    ON campaign_publications (campaign_id, slot);
+
 -- Feedback on runs (engine/feedback.py): appended, never changed; deleted with its run.
 CREATE TABLE IF NOT EXISTS run_feedback (
     feedback_id  TEXT PRIMARY KEY,

@@ -43,7 +43,7 @@ async def asked(client: Any) -> str:
 async def test_every_declared_graph_is_served_and_team_takes_chat_input(server: LiveServer) -> None:
     client = get_client(url=server.url)
     found = await client.assistants.search()
-    assert sorted(a["assistant_id"] for a in found) == ["atelier", "team"]
+    assert sorted(a["assistant_id"] for a in found) == ["atelier", "campaign_planner", "team"]
     values = await client.runs.wait(
         None,
         "team",

@@ -56,6 +56,9 @@ pytestmark = pytest.mark.slow
 
 REQUEST = "写一篇小红书笔记：平价护肤，学生党友好，重点成分讲清楚"
 KEY = "mcp-acceptance-key-0123456789"
+#: The built-in assistants' tools, in the listing's order (by assistant id): an id with
+#: `_` gets a readable name with a digest.
+BUILTIN_TOOLS = ["atelier", tool_name("campaign_planner"), "team"]
 OTHER_KEY = "mcp-other-key-0123456789abc"
 #: What an MCP client accepts (the transport refuses a request that takes less).
 ACCEPT = "application/json, text/event-stream"
@@ -409,7 +412,7 @@ async def test_with_a_key_the_call_works_and_its_run_belongs_to_that_key(
     keyed_server: LiveServer,
 ) -> None:
     async with mcp_session(keyed_server.url, {"Authorization": f"Bearer {KEY}"}) as session:
-        assert [tool.name for tool in (await session.list_tools()).tools] == ["atelier", "team"]
+        assert [tool.name for tool in (await session.list_tools()).tools] == BUILTIN_TOOLS
         result = await session.call_tool("atelier", {"request": REQUEST})
     assert not result.is_error, result.content
     assert result.structured_content is not None
@@ -506,7 +509,7 @@ async def test_every_deployment_lists_a_preset_for_its_key_only_and_runs_it_in_i
 
     async with mcp_session(deployed.url, {"X-Api-Key": KEY}) as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-        assert list(tools)[:2] == ["atelier", "team"] and preset_id in tools
+        assert list(tools)[:3] == BUILTIN_TOOLS and preset_id in tools
         tool = tools[preset_id]
         assert tool.title == "山间"
         assert tool.description is not None
@@ -519,7 +522,7 @@ async def test_every_deployment_lists_a_preset_for_its_key_only_and_runs_it_in_i
     async with mcp_session(deployed.url, {"X-Api-Key": OTHER_KEY}) as other:
         theirs = [tool.name for tool in (await other.list_tools()).tools]
 
-    assert theirs == ["atelier", "team"]
+    assert theirs == BUILTIN_TOOLS
     assert not result.is_error, result.content
     assert result.structured_content is not None
     systems = writer_systems(llm)
@@ -572,7 +575,7 @@ async def test_the_listing_pages_through_the_callers_assistants(
             await session.list_tools(params=types.PaginatedRequestParams(cursor="page-two"))
 
     listed_names = [name for page in pages for name in page]
-    assert pages[0][:2] == ["atelier", "team"] and len(pages[0]) == 4
+    assert pages[0][:3] == BUILTIN_TOOLS and len(pages[0]) == 5
     assert all(len(page) <= 2 for page in pages[1:])
     assert sorted(listed_names) == sorted(tool_name(a["assistant_id"]) for a in served)
 
@@ -602,7 +605,7 @@ async def test_the_readme_snippet_runs_as_written(
     )
 
     preset_id = namespace["brand"]["assistant_id"]
-    assert namespace["tools"][:2] == ["atelier", "team"] and preset_id in namespace["tools"]
+    assert namespace["tools"][:3] == BUILTIN_TOOLS and preset_id in namespace["tools"]
     result = namespace["result"]
     assert not result.is_error, result.content
     assert result.content[0].text.startswith("# ")

@@ -257,3 +257,73 @@ def test_an_assistants_context_is_documented_as_a_brand_preset(document: dict[st
     assert preset["additionalProperties"] is False
     assert preset["properties"]["image_count"]["maximum"] == 9
     assert "url" not in str(sorted(preset["properties"])).lower()  # no endpoint a client sets
+
+
+#: Every campaign route: (path, method, request body, success status, answer, statuses).
+CAMPAIGN_ROUTES = [
+    ("/campaigns", "post", "CampaignCreate", "201", "CampaignOut", {"404", "422", "503"}),
+    ("/campaigns/search", "post", "CampaignSearch", "200", None, {"422"}),
+    ("/campaigns/{campaign_id}", "get", None, "200", "CampaignOut", {"404"}),
+    ("/campaigns/{campaign_id}", "patch", "CampaignUpdate", "200", "CampaignOut", {"404"}),
+    ("/campaigns/{campaign_id}", "delete", None, "204", None, {"404"}),
+    ("/campaigns/{campaign_id}/plan", "post", None, "200", "CampaignOut", {"404", "409"}),
+    ("/campaigns/{campaign_id}/start", "post", None, "200", "CampaignOut", {"404", "409"}),
+    ("/campaigns/{campaign_id}/items", "get", None, "200", None, {"404"}),
+    ("/campaigns/{campaign_id}/items", "post", "ItemCreate", "201", "ItemOut", {"409", "422"}),
+    ("/campaigns/{campaign_id}/items/{item_id}", "patch", "ItemUpdate", "200", "ItemOut", {"409"}),
+    ("/campaigns/{campaign_id}/items/{item_id}", "delete", None, "204", None, {"404", "409"}),
+    ("/campaigns/{campaign_id}/items/{item_id}/approve", "post", None, "200", "ItemOut", {"409"}),
+    (
+        "/campaigns/{campaign_id}/items/{item_id}/reject",
+        "post",
+        "Rejection",
+        "200",
+        "ItemOut",
+        {"409", "422"},
+    ),
+    ("/campaigns/{campaign_id}/publications", "get", None, "200", None, {"404"}),
+    ("/campaigns/{campaign_id}/stream", "get", None, "200", None, {"404"}),
+]
+
+
+@pytest.mark.parametrize(("path", "method", "body", "ok", "answer", "statuses"), CAMPAIGN_ROUTES)
+def test_the_campaign_routes_are_listed_with_typed_bodies_and_answers(
+    document: dict[str, Any],
+    path: str,
+    method: str,
+    body: str | None,
+    ok: str,
+    answer: str | None,
+    statuses: set[str],
+) -> None:
+    operation = document["paths"][path][method]
+    assert operation["tags"] == ["campaigns"] and operation["summary"]
+    assert {ok, *statuses} <= set(operation["responses"])
+    if body is not None:
+        request = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert request == {"$ref": f"#/components/schemas/{body}"}
+        assert document["components"]["schemas"][body]["additionalProperties"] is False
+    if answer is not None:
+        shown = operation["responses"][ok]["content"]["application/json"]["schema"]
+        assert shown == {"$ref": f"#/components/schemas/{answer}"}
+    paths = [p for p in document["paths"] if p.startswith("/campaigns")]
+    listed = {
+        (p, m)
+        for p in paths
+        for m in document["paths"][p]
+        if m in ("get", "post", "patch", "delete")
+    }
+    assert listed == {(p, m) for p, m, *_ in CAMPAIGN_ROUTES}
+
+
+def test_a_campaign_documents_its_bounds_and_its_stream(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    create = schemas["CampaignCreate"]["properties"]
+    assert create["posts"]["maximum"] == 60 and create["brief"]["maxLength"] == 4000
+    assert "weibo" in str(create["platforms"]) and create["platforms"]["maxItems"] == 7
+    assert schemas["WindowIn"]["properties"]["min_gap_minutes"]["maximum"] == 10080
+    mapping = str(schemas["McpPublisher"]["properties"]["arguments"])
+    assert "image_urls" in mapping and "password" not in mapping
+    stream = document["paths"]["/campaigns/{campaign_id}/stream"]["get"]["responses"]["200"]
+    events = stream["content"]["text/event-stream"]
+    assert "event: metadata" in events["example"] and "event: end" in events["example"]

@@ -18,7 +18,7 @@ from engine.records import run_from_row
 from engine.spec import RunOptions, RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Where adapters live (the cron scheduler is the engine's own).
+#: Where adapters live (the cron scheduler and the campaigns' driver are the engine's own).
 ADAPTER_PACKAGES = ("app", "cli", "engine")
 #: The one function of each adapter that builds the engine's run request.
 SPEC_BUILDERS = {
@@ -26,6 +26,7 @@ SPEC_BUILDERS = {
     "app/mcp.py:run_spec",
     "app/routes/runs.py:run_spec",
     "cli/run.py:run_spec",
+    "engine/services/campaign_driver.py:campaign_spec",
     "engine/services/crons.py:cron_spec",
     "engine/services/evaluation.py:judge_spec",
     "engine/services/experiment_pass.py:experiment_spec",

@@ -300,6 +300,8 @@ TEST_DATA_TABLES = (
     "experiment_events",
     "evaluation_settings",
     "online_judgements",
+    "campaigns",
+    "campaign_publications",
 )
 
 
