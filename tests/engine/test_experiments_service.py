@@ -70,7 +70,7 @@ async def test_a_pass_that_dies_before_its_commit_starts_no_run_twice(
     engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     experiment_id = await _experiment(engine)
-    repository = engine.core.backend.experiments
+    repository = engine.experiments._experiments
     claim = repository.claim
 
     def dying_claim(*args: Any, **kwargs: Any) -> Any:

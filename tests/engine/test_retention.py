@@ -418,7 +418,7 @@ async def test_two_sweepers_on_one_database_never_sweep_a_thread_twice(
             from engine.services import RetentionService
 
             other = RetentionService(
-                one.core, one.threads, one.core.backend.retention, one.retention.config
+                one.core, one.threads, one.retention._repository, one.retention.config
             )
             reports = await sweep_together([one.retention, other])
         deleted = [thread_id for report in reports for thread_id in report.deleted]
