@@ -176,7 +176,7 @@ async def test_ended_deliveries_are_pruned_after_their_age_and_pending_ones_neve
     assert await outbox.prune(an_hour_ago) == 0  # both ended moments ago
     assert await outbox.prune(datetime.now(UTC) + timedelta(hours=1)) == 2
     totals = await outbox.totals()
-    assert totals.deliveries == {"pending": 1, "success": 0, "failed": 0}
+    assert totals.deliveries == {"pending": 1, "success": 0, "failed": 0, "cancelled": 0}
     assert sum(totals.attempts.values()) == 0  # their attempts went with them
     assert await outbox.for_run("run-delivered") == []
     (pending,) = await outbox.for_run("run-pending")
