@@ -367,7 +367,7 @@ def mcp_path(*, keyed: bool) -> dict[str, Any]:
                 "`tools/call` runs it on a new thread of the caller's API key and answers the "
                 "post as text, with `notifications/progress` per pipeline stage and supervisor "
                 "step when the call carries a progress token. Point an MCP client at this URL "
-                '(README "MCP clients").'
+                "(docs/mcp.md)."
             ),
             "operationId": "mcp_post",
             "requestBody": {

@@ -222,7 +222,7 @@ class CheckpointRef(BaseModel):
     thread_id: str | None = Field(default=None, description="Ignored: the path names the thread.")
 
 
-#: Run options of the current SDKs this server refuses, and why (README cross-check).
+#: Run options of the current SDKs this server refuses, and why (docs/sdk-cross-check.md).
 REFUSED_RUN_OPTIONS: dict[str, str] = {
     "feedback_keys": "feedback keys need LangSmith, which this server does not use",
     "context": "the runtime context is the server's own (models, assets, notes); "
@@ -263,7 +263,7 @@ class RunPlatformOptions(_Strict):
     on_completion: Literal["delete", "keep"] | None = Field(
         default=None,
         description="Thread-less runs only: delete the run's thread when it ends, or keep "
-        "it (the default here; see README).",
+        "it (the default here; see docs/sdk-cross-check.md).",
     )
     after_seconds: float | None = Field(
         default=None, ge=0, le=86_400, description="Start the run this many seconds later."
@@ -275,7 +275,7 @@ class RunPlatformOptions(_Strict):
     )
     webhook: Annotated[str, StringConstraints(max_length=2048)] | None = Field(
         default=None,
-        description='POST the run\'s end here, signed (README "Webhooks"): http(s) only, '
+        description="POST the run's end here, signed (docs/webhooks.md): http(s) only, "
         "by default https to a public host.",
     )
     feedback_keys: Any = Field(default=None, description="Refused when set.")

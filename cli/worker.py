@@ -20,7 +20,7 @@ database (`FOR UPDATE SKIP LOCKED`), so it fires once whatever the number of
 replicas and workers running the scheduler: a deployment of workers only, or with
 API replicas that set CRON_SCHEDULER=off, still fires every cron.
 
-With an OTLP endpoint set (README "Tracing") it traces the runs it executes, each
+With an OTLP endpoint set (docs/tracing.md) it traces the runs it executes, each
 continuing the trace the API replica that recorded it started (`engine.tracing`).
 """
 

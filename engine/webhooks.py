@@ -156,7 +156,7 @@ def delivery_body(
     result: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
 ) -> str:
-    """Return the JSON a run's webhook receives (README "Webhooks").
+    """Return the JSON a run's webhook receives (docs/webhooks.md).
 
     Args:
         run: The run.

@@ -5,7 +5,7 @@ environment set, as in a notebook or a script: the first run on an event loop
 opens the services of `Settings()` (`agentkit.services.ensure_services`), later
 and concurrent runs on that loop share them, and `asyncio.run()` closes them as
 it returns. Every LLM call goes through the real model factory to the scripted
-OpenAI server. `tests/test_readme.py` runs the README's notebook snippets.
+OpenAI server. `tests/test_docs.py` and the tests of each docs page run their notebook snippets.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A llama.cpp compiled with `-march=native` on a CPU that reports AMX executes AMX
 tile instructions (`ldtilecfg`, `tdpb*`) that crash the embedded model on cloud VMs
-(issue 10; README "Build note"). The machine running the tests may lack AMX, so the
+(issue 10; docs/models.md). The machine running the tests may lack AMX, so the
 test looks at what was built rather than at whether it runs: the installed
 `libggml-cpu` must contain no AMX tile instruction unless the native build was
 asked for (`ATELIER_NATIVE_BUILD=1`, recorded in the venv's install stamp).
@@ -65,5 +65,5 @@ def test_installed_llama_cpp_has_no_amx_instructions_unless_native_was_chosen() 
         found = sorted(set(AMX_INSTRUCTION.findall(listing)))
         assert not found, (
             f"{library.name} contains AMX tile instructions {found}: llama.cpp was compiled "
-            "with -march=native; reinstall with ./dev (portable by default, README Build note)"
+            "with -march=native; reinstall with ./dev (portable by default, docs/models.md)"
         )
