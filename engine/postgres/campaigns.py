@@ -19,7 +19,7 @@ publication `unknown` (`expire_calls`), never a second call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -254,15 +254,29 @@ class PostgresCampaignRepository:
         )
         return [_publication(row) for row in rows]
 
-    async def hand_to_outbox(self, now_at: str) -> int:
+    async def due_owners(self, now_at: str, limit: int) -> list[str]:
+        """Return the owners of the publications due at `now_at`."""
+        async with self._pool.connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT DISTINCT owner FROM campaign_publications "
+                    "WHERE next_attempt_at <= %s::timestamptz AND (status = 'scheduled' "
+                    "OR (transport = 'mcp' AND status = 'retrying')) LIMIT %s",
+                    (now_at, limit),
+                )
+            ).fetchall()
+        return [str(row["owner"]) for row in rows]
+
+    async def hand_to_outbox(self, now_at: str, skip: Collection[str] = ()) -> int:
         """Queue the due webhook publications in the outbox, each once (SKIP LOCKED)."""
         async with self._pool.connection() as conn, conn.transaction():
             rows = await (
                 await conn.execute(
                     f"SELECT {_PUBLICATION} FROM {_FROM} WHERE p.transport = 'webhook' "
                     "AND p.status = 'scheduled' AND p.next_attempt_at <= %s::timestamptz "
+                    "AND NOT (p.owner = ANY(%s::text[])) "
                     "ORDER BY p.next_attempt_at LIMIT 100 FOR UPDATE OF p SKIP LOCKED",
-                    (now_at,),
+                    (now_at, sorted(skip)),
                 )
             ).fetchall()
             for publication in map(_publication, rows):
@@ -284,7 +298,7 @@ class PostgresCampaignRepository:
         return len(rows)
 
     async def claim_calls(
-        self, now_at: str, worker: str, lease_seconds: float, limit: int
+        self, now_at: str, worker: str, lease_seconds: float, limit: int, skip: Collection[str] = ()
     ) -> list[Publication]:
         """Lease the due MCP publications to `worker`, each as `sending` with one more attempt."""
         async with self._pool.connection() as conn, conn.transaction():
@@ -292,14 +306,14 @@ class PostgresCampaignRepository:
                 await conn.execute(
                     "WITH due AS (SELECT publication_id FROM campaign_publications "
                     "WHERE transport = 'mcp' AND status IN ('scheduled', 'retrying') "
-                    "AND next_attempt_at <= %s::timestamptz ORDER BY next_attempt_at "
-                    "LIMIT %s FOR UPDATE SKIP LOCKED) "
+                    "AND next_attempt_at <= %s::timestamptz AND NOT (owner = ANY(%s::text[])) "
+                    "ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
                     "UPDATE campaign_publications p SET status = 'sending', "
                     "attempts = p.attempts + 1, lease_owner = %s, "
                     "lease_expires_at = now() + make_interval(secs => %s), updated_at = now() "
                     "FROM due WHERE p.publication_id = due.publication_id "
                     "RETURNING p.publication_id",
-                    (now_at, limit, worker, lease_seconds),
+                    (now_at, sorted(skip), limit, worker, lease_seconds),
                 )
             ).fetchall()
             if not claimed:

@@ -38,6 +38,7 @@ from engine.campaigns import (
 )
 from engine.crons import iso, utc_now
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
+from engine.keys import OwnerCheck
 from engine.outbound import check_outbound_url
 from engine.repositories import CampaignRepository
 from engine.services.campaign_driver import CAMPAIGN_POLL, CampaignDriver
@@ -116,13 +117,20 @@ class CampaignsService:
         *,
         clock: Callable[[], datetime] = utc_now,
         interval: float = CAMPAIGN_POLL,
+        owners: OwnerCheck | None = None,
     ) -> None:
-        """Serve campaigns from `campaigns`; `hooks` None: this engine runs none."""
+        """Serve campaigns from `campaigns`; `hooks` None: this engine runs none.
+
+        `owners` says whether a campaign's owner may still act: the driver leaves the
+        campaigns of a revoked or expired key as they are (None: every owner may).
+        """
         self._core = core
         self._campaigns = campaigns
         self.hooks = hooks
         #: Drives the campaigns and publishes their posts while started.
-        self.driver = CampaignDriver(core, campaigns, runs, hooks, clock=clock, interval=interval)
+        self.driver = CampaignDriver(
+            core, campaigns, runs, hooks, clock=clock, interval=interval, owners=owners
+        )
 
     @property
     def clock(self) -> Callable[[], datetime]:

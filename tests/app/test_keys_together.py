@@ -175,9 +175,7 @@ def test_each_managed_keys_deliveries_verify_with_its_own_webhook_secret(server:
         new_secret = rotated.json()["webhook_secret"]
         assert new_secret not in secrets
         time.sleep(CACHE_SECONDS + 0.5)  # every process forgets the key's old record
-        headers, body = delivery_of(
-            receiver, run_with_webhook(server.url, as_key(first), receiver)
-        )
+        headers, body = delivery_of(receiver, run_with_webhook(server.url, as_key(first), receiver))
     assert len(headers["X-Atelier-Signature"].split(",")) == 2
     assert verify(new_secret, headers, body) and verify(first["webhook_secret"], headers, body)
     assert not verify(second["webhook_secret"], headers, body)
