@@ -223,7 +223,7 @@ class AssistantRepository(Protocol):
 
 
 class LimitReached(RuntimeError):
-    """A write would pass one of an owner's bounds (datasets, examples, experiments)."""
+    """A write would pass one of an owner's bounds (datasets, examples, experiments, campaigns)."""
 
 
 class DatasetRepository(Protocol):
@@ -507,8 +507,12 @@ class CampaignRepository(Protocol):
     publisher claims the due ones (`claim_calls`, `hand_to_outbox`) in any process.
     """
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign.
+
+        Raises:
+            LimitReached: The owner has `limit` campaigns already.
+        """
         ...
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:

@@ -41,6 +41,7 @@ from engine.postgres.threads import stamp
 from engine.postgres.webhooks import webhook_queued_statement
 from engine.publishing import IN_DOUBT, publication_delivery_id, webhook_body
 from engine.records import WebhookQueued
+from engine.repositories import LimitReached
 from engine.serde import dumps, loads
 
 _CAMPAIGN = "campaign_id, owner, status, created_at, updated_at, version, document"
@@ -160,21 +161,32 @@ class PostgresCampaignRepository:
         async with self._pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
-        await self._fetch(
-            f"INSERT INTO campaigns ({_CAMPAIGN}) VALUES (%s, %s, %s, %s::timestamptz, "
-            "%s::timestamptz, %s, %s) RETURNING campaign_id",
-            (
-                campaign.campaign_id,
-                campaign.owner,
-                campaign.status,
-                campaign.created_at,
-                campaign.updated_at,
-                campaign.version,
-                dumps(campaign_document(campaign)),
-            ),
-        )
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign unless the owner has `limit` already (counted in turn)."""
+        c = campaign
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('campaigns:' || %s, 0))",
+                (c.owner,),
+            )
+            cursor = await conn.execute(
+                f"INSERT INTO campaigns ({_CAMPAIGN}) SELECT %s, %s, %s, %s::timestamptz, "
+                "%s::timestamptz, %s, %s "
+                "WHERE (SELECT count(*) FROM campaigns WHERE owner = %s) < %s",
+                (
+                    c.campaign_id,
+                    c.owner,
+                    c.status,
+                    c.created_at,
+                    c.updated_at,
+                    c.version,
+                    dumps(campaign_document(c)),
+                    c.owner,
+                    limit,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LimitReached(f"an API key keeps at most {limit} campaigns")
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
         """Return the owner's campaign, or None."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from core.slots import WindowError, next_free_slot, parse_window, plan_slots
 from engine.campaigns import (
+    MAX_CAMPAIGNS_PER_OWNER,
     MAX_ITEMS,
     MAX_REWRITES,
     POST_FIELDS,
@@ -40,7 +41,7 @@ from engine.crons import iso, utc_now
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
 from engine.keys import OwnerCheck
 from engine.outbound import check_outbound_url
-from engine.repositories import CampaignRepository
+from engine.repositories import CampaignRepository, LimitReached
 from engine.services.campaign_driver import CAMPAIGN_POLL, CampaignDriver
 from engine.services.core import EngineCore
 from engine.services.runs import RunsService
@@ -199,7 +200,10 @@ class CampaignsService:
             metadata=metadata or {},
             base_url=base_url,
         )
-        await self._campaigns.insert(campaign)
+        try:
+            await self._campaigns.insert(campaign, limit=MAX_CAMPAIGNS_PER_OWNER)
+        except LimitReached as exc:
+            raise Conflict(f"{exc}; delete one first", field="campaigns") from None
         return await self._replan(owner, campaign.campaign_id)
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord:

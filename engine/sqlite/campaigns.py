@@ -30,6 +30,7 @@ from engine.campaigns import (
 )
 from engine.publishing import IN_DOUBT, publication_delivery_id, webhook_body
 from engine.records import WebhookQueued, now
+from engine.repositories import LimitReached
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.webhooks import webhook_queued_statement
@@ -142,24 +143,27 @@ class SqliteCampaignRepository:
         """Use the engine's database."""
         self._db = db
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
-        await self._db.execute(
-            [
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign unless the owner has `limit` already."""
+        c = campaign
+        async with self._db.transaction() as db:
+            cursor = await db.execute(
+                f"INSERT INTO campaigns ({_CAMPAIGN}) SELECT ?, ?, ?, ?, ?, ?, ? "
+                "WHERE (SELECT count(*) FROM campaigns WHERE owner = ?) < ?",
                 (
-                    f"INSERT INTO campaigns ({_CAMPAIGN}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        campaign.campaign_id,
-                        campaign.owner,
-                        campaign.status,
-                        campaign.created_at,
-                        campaign.updated_at,
-                        campaign.version,
-                        dumps(campaign_document(campaign)),
-                    ),
-                )
-            ]
-        )
+                    c.campaign_id,
+                    c.owner,
+                    c.status,
+                    c.created_at,
+                    c.updated_at,
+                    c.version,
+                    dumps(campaign_document(c)),
+                    c.owner,
+                    limit,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LimitReached(f"an API key keeps at most {limit} campaigns")
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
         """Return the owner's campaign, or None."""
