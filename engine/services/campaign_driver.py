@@ -115,7 +115,6 @@ class CampaignDriver:
         campaigns: CampaignRepository,
         runs: RunsService,
         hooks: CampaignHooks | None,
-        *,
         clock: Callable[[], datetime] = utc_now,
         interval: float = CAMPAIGN_POLL,
         owners: OwnerCheck | None = None,

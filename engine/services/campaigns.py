@@ -106,6 +106,18 @@ def check_publisher(publisher: Mapping[str, Any] | None, rules: Any) -> dict[str
     return {"type": "mcp", "url": url, "tool": tool, "arguments": dict(mapping)}
 
 
+async def insert_bounded(campaigns: CampaignRepository, campaign: CampaignRecord) -> None:
+    """Store a new campaign within its owner's bound (`MAX_CAMPAIGNS_PER_OWNER`).
+
+    Raises:
+        Conflict: The owner keeps as many campaigns as it may (nothing is written).
+    """
+    try:
+        await campaigns.insert(campaign, limit=MAX_CAMPAIGNS_PER_OWNER)
+    except LimitReached as exc:
+        raise Conflict(f"{exc}; delete one first", field="campaigns") from None
+
+
 class CampaignsService:
     """Campaigns, each owned by one API key, and their driver."""
 
@@ -120,18 +132,12 @@ class CampaignsService:
         interval: float = CAMPAIGN_POLL,
         owners: OwnerCheck | None = None,
     ) -> None:
-        """Serve campaigns from `campaigns`; `hooks` None: this engine runs none.
-
-        `owners` says whether a campaign's owner may still act: the driver leaves the
-        campaigns of a revoked or expired key as they are (None: every owner may).
-        """
+        """Serve campaigns from `campaigns` (`hooks` None: none runs; `owners`: the driver's)."""
         self._core = core
         self._campaigns = campaigns
         self.hooks = hooks
         #: Drives the campaigns and publishes their posts while started.
-        self.driver = CampaignDriver(
-            core, campaigns, runs, hooks, clock=clock, interval=interval, owners=owners
-        )
+        self.driver = CampaignDriver(core, campaigns, runs, hooks, clock, interval, owners)
 
     @property
     def clock(self) -> Callable[[], datetime]:
@@ -200,10 +206,7 @@ class CampaignsService:
             metadata=metadata or {},
             base_url=base_url,
         )
-        try:
-            await self._campaigns.insert(campaign, limit=MAX_CAMPAIGNS_PER_OWNER)
-        except LimitReached as exc:
-            raise Conflict(f"{exc}; delete one first", field="campaigns") from None
+        await insert_bounded(self._campaigns, campaign)
         return await self._replan(owner, campaign.campaign_id)
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord:
