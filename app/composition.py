@@ -52,7 +52,7 @@ from providers.usage import RunMeter
 
 log = logging.getLogger(__name__)
 
-#: Said at start-up when a spend cap is set and nothing is priced (docs/quotas.md).
+#: Said at start-up when a spend cap is set and nothing is priced (docs/keys.md).
 SPEND_CAP_UNPRICED = (
     "QUOTA_MONTHLY_SPEND is set but LLM_PRICES prices no model: every run's cost is "
     "unknown, and the cap, which counts known costs only, will refuse nothing"

@@ -150,7 +150,7 @@ _RUN_CREATING = (
     "/threads/{thread_id}/runs/stream",
     "/threads/{thread_id}/runs/wait",
 )
-_QUOTA = "The API key is over its quota {quotas} (docs/quotas.md): nothing was {done}; " + (
+_QUOTA = "The API key is over its quota {quotas} (docs/keys.md): nothing was {done}; " + (
     "retry after the `Retry-After` seconds. `detail` names the quota, its limit and the wait."
 )
 #: Operations a key's quotas may refuse (429, with `Retry-After`), and why.

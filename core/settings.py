@@ -191,7 +191,7 @@ class Settings(BaseSettings):
         description="Largest reference image accepted by POST /assets, in decoded bytes.",
     )
 
-    # --- quotas per API key (engine/quotas.py; docs/quotas.md) ---------------------
+    # --- quotas per API key (engine/quotas.py; docs/keys.md) ---------------------
     # The defaults of every key; a managed key's `quotas` override them. `unlimited`
     # (or none, null) lifts one.
     quota_runs_at_once: int | None = Field(

@@ -79,6 +79,8 @@ RUNS_AT_ONCE = 3
 MAX_REWRITES = 10
 #: The most items one campaign holds.
 MAX_ITEMS = 60
+#: Campaigns one API key keeps at most (deleting one makes room).
+MAX_CAMPAIGNS_PER_OWNER = 500
 
 
 @dataclass(slots=True)
@@ -517,6 +519,7 @@ __all__ = [
     "CAMPAIGN_STATUSES",
     "FINAL_PUBLICATION",
     "ITEM_STATUSES",
+    "MAX_CAMPAIGNS_PER_OWNER",
     "MAX_ITEMS",
     "MAX_REWRITES",
     "POST_FIELDS",

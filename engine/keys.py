@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import secrets
 import string
 from collections.abc import Mapping
@@ -33,7 +32,8 @@ from typing import Any, Literal, Protocol, get_args
 
 from engine.audit import AuditEntry
 from engine.crons import parse_time
-from engine.quotas import QUOTA_NAMES
+from engine.quotas import MAX_COUNT, QUOTA_NAMES
+from engine.quotas import check_quotas as check_limits
 
 #: What a key may do: everything (keys, quotas, shared knowledge, the audit log, any
 #: key's crons), its own world (runs, crons, presets, Store, notes), or read its own.
@@ -45,8 +45,8 @@ KeyState = Literal["active", "revoked", "expired"]
 #: The limits a key may override, each a number ≥ 0 or None (unlimited).
 #: Quotas counted in whole units (the rest, `monthly_spend`, may have a fraction).
 WHOLE_QUOTAS = frozenset(QUOTA_NAMES) - {"monthly_spend"}
-#: Largest quota value accepted (a bigger limit is no limit: use null).
-MAX_QUOTA = 10**15
+#: Largest quota value accepted (a bigger limit is no limit: use null); the engine's bound.
+MAX_QUOTA = MAX_COUNT
 
 #: Owner id of every caller when the service runs open (no `AUTH_API_KEYS`).
 ANONYMOUS = "anonymous"
@@ -90,28 +90,21 @@ def new_secret(prefix: str = SECRET_PREFIX) -> str:
 def check_quotas(quotas: Mapping[str, Any]) -> dict[str, int | float | None]:
     """Return quota overrides once each is a known name with a number ≥ 0 or None.
 
+    The rules are the engine's (`engine.quotas.check_quotas`), so a key never holds
+    an override its limits would refuse; a counted quota written as a whole float
+    (`3.0`, as some JSON encoders send it) is taken as that integer.
+
     Raises:
         ValueError: An unknown name, or a value that is not a finite number in
             0..MAX_QUOTA (whole for every quota but `monthly_spend`).
     """
-    checked: dict[str, int | float | None] = {}
-    for name, value in quotas.items():
-        if name not in QUOTA_NAMES:
-            known = ", ".join(QUOTA_NAMES)
-            raise ValueError(f"quotas.{name} is not a quota; the quotas are {known}")
-        if value is None:
-            checked[name] = None
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"quotas.{name} must be a number ≥ 0 or null (unlimited)")
-        if not math.isfinite(value) or not 0 <= value <= MAX_QUOTA:
-            raise ValueError(f"quotas.{name} must be between 0 and {MAX_QUOTA}, or null")
-        if name in WHOLE_QUOTAS:
-            if value != int(value):
-                raise ValueError(f"quotas.{name} must be a whole number")
-            value = int(value)
-        checked[name] = value
-    return checked
+    whole = {
+        name: int(value)
+        if name in WHOLE_QUOTAS and isinstance(value, float) and value.is_integer()
+        else value
+        for name, value in quotas.items()
+    }
+    return check_limits(whole)
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,7 +232,13 @@ async def open_engine(
         )
         campaign_hooks = campaigns(opened) if campaigns is not None else None
         campaign_service = CampaignsService(
-            core, repositories.campaigns, runs, campaign_hooks, clock=clock, interval=CRON_POLL
+            core,
+            repositories.campaigns,
+            runs,
+            campaign_hooks,
+            clock=clock,
+            interval=CRON_POLL,
+            owners=keys,
         )
         fires_crons = settings.cron_scheduler and role != "run"
         if role == "worker":
@@ -252,10 +258,11 @@ async def open_engine(
             campaign_service.start_driver()
             stack.push_async_callback(campaign_service.stop_driver)
         hooks = evaluation or NO_EVALUATION
+        # What a revoked or expired key made stops acting, as its crons do.
         experiments = ExperimentsService(
-            core, runs, repositories.experiments, repositories.datasets, hooks
+            core, runs, repositories.experiments, repositories.datasets, hooks, owners=keys
         )
-        online = OnlineEvaluationService(core, runs, repositories.evaluations, hooks)
+        online = OnlineEvaluationService(core, runs, repositories.evaluations, hooks, owners=keys)
         if role != "run" and evaluation is not None:  # `atelier eval` drives its own
             for scheduler in (experiments, online):
                 scheduler.start()

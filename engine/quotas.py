@@ -19,7 +19,7 @@ process's memory: SQLite's single writer makes count and insert one step; in
 PostgreSQL a per-owner advisory lock held by that transaction makes every replica's
 count and insert take turns (`engine.postgres.quotas`). The one exception is the
 embedded deployment's search rate, counted in memory by the one process that owns
-DATA_DIR (`SearchWindow`). See docs/quotas.md.
+DATA_DIR (`SearchWindow`). See docs/keys.md.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ under way at once; a query is at most `MAX_QUERY_CHARS` characters.
 The rankers: by meaning (`SemanticRanker`, cosine similarity of embeddings from the
 OpenAI-compatible `/embeddings` of `EMBEDDINGS_BASE_URL`) when one is configured,
 else the one the engine's opener is given (the product's keyword relevance,
-`knowledge.store_ranking.KeywordRanker`). See docs/quotas.md ("The Store's search").
+`knowledge.store_ranking.KeywordRanker`). See docs/keys.md ("The Store's search").
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class AssistantRepository(Protocol):
 
 
 class LimitReached(RuntimeError):
-    """A write would pass one of an owner's bounds (datasets, examples, experiments)."""
+    """A write would pass one of an owner's bounds (datasets, examples, experiments, campaigns)."""
 
 
 class DatasetRepository(Protocol):
@@ -507,8 +507,12 @@ class CampaignRepository(Protocol):
     publisher claims the due ones (`claim_calls`, `hand_to_outbox`) in any process.
     """
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign.
+
+        Raises:
+            LimitReached: The owner has `limit` campaigns already.
+        """
         ...
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
@@ -548,21 +552,27 @@ class CampaignRepository(Protocol):
         """Return a campaign's publications by slot (a webhook's as its delivery stands)."""
         ...
 
-    async def hand_to_outbox(self, now: str) -> int:
+    async def due_owners(self, now: str, limit: int) -> list[str]:
+        """Return the owners of publications due at `now` (webhooks and calls), at most `limit`."""
+        ...
+
+    async def hand_to_outbox(self, now: str, skip: Collection[str] = ()) -> int:
         """Queue the webhook publications due at `now` in the webhook outbox; return how many.
 
         Each is queued once (its delivery's id is derived from it, `engine.publishing`),
         in the transaction that marks it handed over; from then on its delivery's
-        status, attempts and error are its own.
+        status, attempts and error are its own. The publications of the owners in
+        `skip` (keys that may no longer act) stay where they are.
         """
         ...
 
     async def claim_calls(
-        self, now: str, worker: str, lease_seconds: float, limit: int
+        self, now: str, worker: str, lease_seconds: float, limit: int, skip: Collection[str] = ()
     ) -> list[Publication]:
         """Lease up to `limit` due MCP publications to `worker`, marking them `sending`.
 
         Each claim counts an attempt; what is claimed is committed before it returns.
+        The publications of the owners in `skip` are not claimed.
         """
         ...
 

@@ -13,7 +13,7 @@ None, an owner's month with such runs reports its cost as unknown (`cost` None,
 `unknown_cost_runs` > 0) beside the known part (`known_cost`), and the spend cap
 (`engine.quotas`) counts the known part only. A run no meter measured (the engine
 opened without one, or a run abandoned after its worker died) has every field None.
-See docs/quotas.md.
+See docs/keys.md.
 """
 
 from __future__ import annotations

@@ -135,6 +135,9 @@ class Quotas(BaseModel):
     crons: StrictInt | None = _quota("Crons the key may have.", 50)
     assistants: StrictInt | None = _quota("Assistants (brand presets) the key may have.", 50)
     store_bytes: StrictInt | None = _quota("Bytes the key's Store items may hold.", 10_000_000)
+    store_searches_per_minute: StrictInt | None = _quota(
+        "Store searches with a `query` the key may make in a minute.", 60
+    )
     monthly_spend: float | None = _quota(
         "What the key's runs may cost in a calendar month, in LLM_PRICE_CURRENCY.",
         100.0,

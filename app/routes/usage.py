@@ -7,7 +7,7 @@ ended (`engine.usage`: the same calls, tokens and prices as the runs'
 key with its limit and what is used of it. A cost is known only when every run's
 is: with runs of unpriced models the answer says so (`cost` null,
 `unknown_cost_runs`, and `spend.complete` false: the spend cap counts the known
-part only). See docs/quotas.md.
+part only). See docs/keys.md.
 
 Who may read it: a key, its own usage (`me`, or its own key id); an admin, any
 managed key's (`usage_owner`).

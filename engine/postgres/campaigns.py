@@ -19,7 +19,7 @@ publication `unknown` (`expire_calls`), never a second call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ from engine.postgres.threads import stamp
 from engine.postgres.webhooks import webhook_queued_statement
 from engine.publishing import IN_DOUBT, publication_delivery_id, webhook_body
 from engine.records import WebhookQueued
+from engine.repositories import LimitReached
 from engine.serde import dumps, loads
 
 _CAMPAIGN = "campaign_id, owner, status, created_at, updated_at, version, document"
@@ -160,21 +161,32 @@ class PostgresCampaignRepository:
         async with self._pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
-        await self._fetch(
-            f"INSERT INTO campaigns ({_CAMPAIGN}) VALUES (%s, %s, %s, %s::timestamptz, "
-            "%s::timestamptz, %s, %s) RETURNING campaign_id",
-            (
-                campaign.campaign_id,
-                campaign.owner,
-                campaign.status,
-                campaign.created_at,
-                campaign.updated_at,
-                campaign.version,
-                dumps(campaign_document(campaign)),
-            ),
-        )
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign unless the owner has `limit` already (counted in turn)."""
+        c = campaign
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('campaigns:' || %s, 0))",
+                (c.owner,),
+            )
+            cursor = await conn.execute(
+                f"INSERT INTO campaigns ({_CAMPAIGN}) SELECT %s, %s, %s, %s::timestamptz, "
+                "%s::timestamptz, %s, %s "
+                "WHERE (SELECT count(*) FROM campaigns WHERE owner = %s) < %s",
+                (
+                    c.campaign_id,
+                    c.owner,
+                    c.status,
+                    c.created_at,
+                    c.updated_at,
+                    c.version,
+                    dumps(campaign_document(c)),
+                    c.owner,
+                    limit,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LimitReached(f"an API key keeps at most {limit} campaigns")
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
         """Return the owner's campaign, or None."""
@@ -254,15 +266,29 @@ class PostgresCampaignRepository:
         )
         return [_publication(row) for row in rows]
 
-    async def hand_to_outbox(self, now_at: str) -> int:
+    async def due_owners(self, now_at: str, limit: int) -> list[str]:
+        """Return the owners of the publications due at `now_at`."""
+        async with self._pool.connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT DISTINCT owner FROM campaign_publications "
+                    "WHERE next_attempt_at <= %s::timestamptz AND (status = 'scheduled' "
+                    "OR (transport = 'mcp' AND status = 'retrying')) LIMIT %s",
+                    (now_at, limit),
+                )
+            ).fetchall()
+        return [str(row["owner"]) for row in rows]
+
+    async def hand_to_outbox(self, now_at: str, skip: Collection[str] = ()) -> int:
         """Queue the due webhook publications in the outbox, each once (SKIP LOCKED)."""
         async with self._pool.connection() as conn, conn.transaction():
             rows = await (
                 await conn.execute(
                     f"SELECT {_PUBLICATION} FROM {_FROM} WHERE p.transport = 'webhook' "
                     "AND p.status = 'scheduled' AND p.next_attempt_at <= %s::timestamptz "
+                    "AND NOT (p.owner = ANY(%s::text[])) "
                     "ORDER BY p.next_attempt_at LIMIT 100 FOR UPDATE OF p SKIP LOCKED",
-                    (now_at,),
+                    (now_at, sorted(skip)),
                 )
             ).fetchall()
             for publication in map(_publication, rows):
@@ -284,7 +310,7 @@ class PostgresCampaignRepository:
         return len(rows)
 
     async def claim_calls(
-        self, now_at: str, worker: str, lease_seconds: float, limit: int
+        self, now_at: str, worker: str, lease_seconds: float, limit: int, skip: Collection[str] = ()
     ) -> list[Publication]:
         """Lease the due MCP publications to `worker`, each as `sending` with one more attempt."""
         async with self._pool.connection() as conn, conn.transaction():
@@ -292,14 +318,14 @@ class PostgresCampaignRepository:
                 await conn.execute(
                     "WITH due AS (SELECT publication_id FROM campaign_publications "
                     "WHERE transport = 'mcp' AND status IN ('scheduled', 'retrying') "
-                    "AND next_attempt_at <= %s::timestamptz ORDER BY next_attempt_at "
-                    "LIMIT %s FOR UPDATE SKIP LOCKED) "
+                    "AND next_attempt_at <= %s::timestamptz AND NOT (owner = ANY(%s::text[])) "
+                    "ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
                     "UPDATE campaign_publications p SET status = 'sending', "
                     "attempts = p.attempts + 1, lease_owner = %s, "
                     "lease_expires_at = now() + make_interval(secs => %s), updated_at = now() "
                     "FROM due WHERE p.publication_id = due.publication_id "
                     "RETURNING p.publication_id",
-                    (now_at, limit, worker, lease_seconds),
+                    (now_at, sorted(skip), limit, worker, lease_seconds),
                 )
             ).fetchall()
             if not claimed:

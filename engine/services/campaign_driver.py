@@ -18,6 +18,10 @@ Every process whose CRON_SCHEDULER is on runs one `CampaignDriver` pass a second
   webhooks' backoff (`engine.webhooks.retry_delay`) up to WEBHOOK_MAX_ATTEMPTS; a
   call whose sender died mid-call becomes `unknown`.
 
+A campaign whose owner may no longer act (its key revoked or expired,
+`engine.keys.OwnerCheck`) is left as it is: nothing is planned, written, approved or
+published for it; its data stays.
+
 What the runs ask and what their results mean is the product's (`CampaignHooks`).
 See docs/campaigns.md.
 """
@@ -45,6 +49,7 @@ from engine.campaigns import (
 )
 from engine.crons import CronScheduler, iso, parse_time, utc_now
 from engine.errors import Conflict, RunsError
+from engine.keys import OwnerCheck
 from engine.records import RunRecord
 from engine.repositories import CampaignClaim, CampaignRepository
 from engine.serde import dumps
@@ -110,18 +115,22 @@ class CampaignDriver:
         campaigns: CampaignRepository,
         runs: RunsService,
         hooks: CampaignHooks | None,
-        *,
         clock: Callable[[], datetime] = utc_now,
         interval: float = CAMPAIGN_POLL,
+        owners: OwnerCheck | None = None,
     ) -> None:
-        """Drive `campaigns` through `runs`, as `hooks` say, on `clock`'s time."""
+        """Drive `campaigns` through `runs`, as `hooks` say, on `clock`'s time.
+
+        `owners` says whether a campaign's owner may still act (None: every owner may).
+        """
         self._core = core
         self._campaigns = campaigns
         self._runs = runs
         self.hooks = hooks
+        self._owners = owners
         self.scheduler = CronScheduler(self.run_pass, clock=clock, interval=interval)
         #: Hands the due publications over (every pass, after the campaigns moved on).
-        self.publisher = CampaignPublisher(core, campaigns)
+        self.publisher = CampaignPublisher(core, campaigns, owners)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -193,6 +202,8 @@ class CampaignDriver:
                 if claim is None:
                     break
                 after = claim.campaign.campaign_id
+                if self._owners is not None and not await self._owners.active(claim.campaign.owner):
+                    continue  # its key was revoked or expired: the campaign stays as it is
                 try:
                     moved += await self._drive(claim, now)
                 except RunsError as exc:  # a refused run request: the campaign waits

@@ -9,7 +9,9 @@ made (`engine.publishing.call_tool`) and recorded — `published` with the exter
 the publisher answered, `retrying` with the webhooks' backoff
 (`engine.webhooks.retry_delay`, WEBHOOK_BACKOFF_SECONDS) until WEBHOOK_MAX_ATTEMPTS
 attempts, or `failed`. A call whose sender died mid-call is `unknown`
-(`expire_calls`), never made again. See docs/campaigns.md.
+(`expire_calls`), never made again. The publications of an owner that may no
+longer act (a revoked or expired key, `engine.keys.OwnerCheck`) are neither queued
+nor called: they stay as they are. See docs/campaigns.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datetime import datetime, timedelta
 
 from engine.campaigns import Publication
 from engine.crons import iso
+from engine.keys import OwnerCheck
 from engine.publishing import call_tool
 from engine.repositories import CampaignRepository
 from engine.services.core import EngineCore
@@ -32,15 +35,24 @@ log = logging.getLogger(__name__)
 CALLS_PER_PASS = 8
 #: Seconds a claimed call is held (longer than a call may take).
 CALL_LEASE_SECONDS = 120.0
+#: Owners of due publications one pass looks at (whether their keys may still act).
+OWNERS_PER_PASS = 1000
 
 
 class CampaignPublisher:
     """Hands due publications to their publishers (see the module docstring)."""
 
-    def __init__(self, core: EngineCore, campaigns: CampaignRepository) -> None:
-        """Publish from `campaigns` with the deployment's outbound rules and retry settings."""
+    def __init__(
+        self, core: EngineCore, campaigns: CampaignRepository, owners: OwnerCheck | None = None
+    ) -> None:
+        """Publish from `campaigns` with the deployment's outbound rules and retry settings.
+
+        `owners` says whether an owner's publications may still go out (None: every
+        owner's may).
+        """
         self._core = core
         self._campaigns = campaigns
+        self._owners = owners
         #: Names this process's leases on the calls it makes.
         self.worker = f"publisher-{uuid.uuid4().hex[:12]}"
 
@@ -48,12 +60,21 @@ class CampaignPublisher:
         """Hand the due webhooks to the outbox and make the due MCP calls; return how many."""
         campaigns = self._campaigns
         await campaigns.expire_calls()
-        handed = await campaigns.hand_to_outbox(iso(now) or "")
+        at = iso(now) or ""
+        skip = await self.stopped_owners(at)
+        handed = await campaigns.hand_to_outbox(at, skip)
         calls = await campaigns.claim_calls(
-            iso(now) or "", self.worker, CALL_LEASE_SECONDS, CALLS_PER_PASS
+            at, self.worker, CALL_LEASE_SECONDS, CALLS_PER_PASS, skip
         )
         await asyncio.gather(*(self._call(publication, now) for publication in calls))
         return handed + len(calls)
+
+    async def stopped_owners(self, at: str) -> set[str]:
+        """Return the owners of due publications whose keys may no longer act."""
+        if self._owners is None:
+            return set()
+        owners = await self._campaigns.due_owners(at, OWNERS_PER_PASS)
+        return {owner for owner in owners if not await self._owners.active(owner)}
 
     async def _call(self, publication: Publication, now: datetime) -> None:
         config = self._core.setup.webhooks

@@ -22,6 +22,7 @@ from typing import Any
 
 from core.slots import WindowError, next_free_slot, parse_window, plan_slots
 from engine.campaigns import (
+    MAX_CAMPAIGNS_PER_OWNER,
     MAX_ITEMS,
     MAX_REWRITES,
     POST_FIELDS,
@@ -38,8 +39,9 @@ from engine.campaigns import (
 )
 from engine.crons import iso, utc_now
 from engine.errors import Conflict, Invalid, InvalidFields, NotFound
+from engine.keys import OwnerCheck
 from engine.outbound import check_outbound_url
-from engine.repositories import CampaignRepository
+from engine.repositories import CampaignRepository, LimitReached
 from engine.services.campaign_driver import CAMPAIGN_POLL, CampaignDriver
 from engine.services.core import EngineCore
 from engine.services.runs import RunsService
@@ -104,6 +106,18 @@ def check_publisher(publisher: Mapping[str, Any] | None, rules: Any) -> dict[str
     return {"type": "mcp", "url": url, "tool": tool, "arguments": dict(mapping)}
 
 
+async def insert_bounded(campaigns: CampaignRepository, campaign: CampaignRecord) -> None:
+    """Store a new campaign within its owner's bound (`MAX_CAMPAIGNS_PER_OWNER`).
+
+    Raises:
+        Conflict: The owner keeps as many campaigns as it may (nothing is written).
+    """
+    try:
+        await campaigns.insert(campaign, limit=MAX_CAMPAIGNS_PER_OWNER)
+    except LimitReached as exc:
+        raise Conflict(f"{exc}; delete one first", field="campaigns") from None
+
+
 class CampaignsService:
     """Campaigns, each owned by one API key, and their driver."""
 
@@ -116,13 +130,14 @@ class CampaignsService:
         *,
         clock: Callable[[], datetime] = utc_now,
         interval: float = CAMPAIGN_POLL,
+        owners: OwnerCheck | None = None,
     ) -> None:
-        """Serve campaigns from `campaigns`; `hooks` None: this engine runs none."""
+        """Serve campaigns from `campaigns` (`hooks` None: none runs; `owners`: the driver's)."""
         self._core = core
         self._campaigns = campaigns
         self.hooks = hooks
         #: Drives the campaigns and publishes their posts while started.
-        self.driver = CampaignDriver(core, campaigns, runs, hooks, clock=clock, interval=interval)
+        self.driver = CampaignDriver(core, campaigns, runs, hooks, clock, interval, owners)
 
     @property
     def clock(self) -> Callable[[], datetime]:
@@ -191,7 +206,7 @@ class CampaignsService:
             metadata=metadata or {},
             base_url=base_url,
         )
-        await self._campaigns.insert(campaign)
+        await insert_bounded(self._campaigns, campaign)
         return await self._replan(owner, campaign.campaign_id)
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord:

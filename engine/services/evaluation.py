@@ -24,6 +24,7 @@ from engine.crons import CronScheduler
 from engine.errors import Conflict, RunsError, Unavailable
 from engine.experiments import EvaluationHooks
 from engine.feedback import FEEDBACK_KEY_PATTERN, MAX_COMMENT_CHARS, MAX_SCORE, FeedbackRecord
+from engine.keys import OwnerCheck
 from engine.online_evaluation import (
     JUDGE_BATCH,
     MAX_REPORT_ROWS,
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two passes of the scheduler.
 EVALUATION_POLL = 1.0
+#: Why a sampled run of a key that may no longer act is not judged.
+STOPPED = "not judged: its API key was revoked or expired"
 
 
 def judge_spec(
@@ -95,12 +98,18 @@ class OnlineEvaluationService:
         hooks: EvaluationHooks,
         *,
         interval: float = EVALUATION_POLL,
+        owners: OwnerCheck | None = None,
     ) -> None:
-        """Serve online evaluation from `evaluations`, judging with the product's `hooks`."""
+        """Serve online evaluation from `evaluations`, judging with the product's `hooks`.
+
+        `owners` says whether an owner may still act: the runs of a revoked or expired
+        key are no longer sampled nor judged (None: every owner's are).
+        """
         self._core = core
         self._runs = runs
         self._evaluations = evaluations
         self._hooks = hooks
+        self._owners = owners
         self.scheduler = CronScheduler(self._scheduled_pass, interval=interval)
 
     def start(self) -> None:
@@ -177,6 +186,8 @@ class OnlineEvaluationService:
     async def advance(self) -> int:
         """Look at newly finished runs, start judges, record verdicts; return judges started."""
         for setting in await self._evaluations.sampling():
+            if not await self._acts(setting.owner):
+                continue  # its runs are looked at again if its key acts again
             unseen = await self._evaluations.unseen_runs(setting, SCAN_BATCH)
             for judgement in unseen:
                 sampled = sampled_run(judgement.run_id, setting.sample_rate)
@@ -188,7 +199,10 @@ class OnlineEvaluationService:
             if self._core.closing:
                 break
             try:
-                if judgement.status == "pending":
+                if judgement.status == "pending" and not await self._acts(judgement.owner):
+                    judgement.status, judgement.error = "skipped", STOPPED
+                    await self._evaluations.finish(judgement, None, expected="pending")
+                elif judgement.status == "pending":
                     started += await self._start(judgement)
                 else:
                     await self._collect(judgement)
@@ -197,6 +211,10 @@ class OnlineEvaluationService:
             except Exception:  # one run's judging must not hold the others up
                 log.exception("online evaluation of run %s failed", judgement.run_id)
         return started
+
+    async def _acts(self, owner: str) -> bool:
+        """Return whether `owner`'s runs may still be judged (its key may act)."""
+        return self._owners is None or await self._owners.active(owner)
 
     async def _start(self, judgement: OnlineJudgement) -> int:
         """Start the judge of a sampled run (or skip a run without a post)."""

@@ -42,6 +42,7 @@ from engine.experiments import (
     ExperimentStatus,
 )
 from engine.follow import IDLE, Idle
+from engine.keys import OwnerCheck
 from engine.records import Frame, now
 from engine.repositories import DatasetRepository, ExperimentRepository, LimitReached
 from engine.serde import dumps
@@ -71,13 +72,19 @@ class ExperimentsService:
         hooks: EvaluationHooks,
         *,
         interval: float = EXPERIMENT_POLL,
+        owners: OwnerCheck | None = None,
     ) -> None:
-        """Serve experiments from `experiments`, their examples from `datasets`."""
+        """Serve experiments from `experiments`, their examples from `datasets`.
+
+        `owners` says whether an experiment's owner may still act: the experiments
+        of a revoked or expired key stop advancing, as they are (None: every owner may).
+        """
         self._core = core
         self._runs = runs
         self._experiments = experiments
         self._datasets = datasets
         self._hooks = hooks
+        self._owners = owners
         self._pass_lock = asyncio.Lock()  # one pass at a time in this process
         self.interval = interval
         self.scheduler = CronScheduler(self._scheduled_pass, interval=interval)
@@ -384,6 +391,13 @@ class ExperimentsService:
                     return False
                 claimed_id = claimed.experiment.experiment_id
                 advanced.add(claimed_id)
+                owner = claimed.experiment.owner
+                if self._owners is not None and not await self._owners.active(owner):
+                    # Its key was revoked or expired: nothing runs, and it goes to the
+                    # back of the queue (the pass is recorded) so it holds no one up.
+                    claimed.experiment.updated_at = now()
+                    await claimed.commit(claimed.experiment, [], [], [])
+                    return True
                 step = ExperimentAdvance(
                     self._core, self._runs, self._experiments, self._hooks, claimed
                 )

@@ -3,7 +3,7 @@
 `month(owner)` sums the usage each of the owner's runs recorded when it ended
 (`engine.usage`), from the first day of the calendar month (UTC), in total and per
 assistant, beside the owner's limits and what it holds now against each. See
-docs/quotas.md.
+docs/keys.md.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from engine.campaigns import (
 )
 from engine.publishing import IN_DOUBT, publication_delivery_id, webhook_body
 from engine.records import WebhookQueued, now
+from engine.repositories import LimitReached
 from engine.serde import dumps, loads
 from engine.sqlite.database import SqliteDatabase
 from engine.sqlite.webhooks import webhook_queued_statement
@@ -142,24 +143,27 @@ class SqliteCampaignRepository:
         """Use the engine's database."""
         self._db = db
 
-    async def insert(self, campaign: CampaignRecord) -> None:
-        """Store a new campaign."""
-        await self._db.execute(
-            [
+    async def insert(self, campaign: CampaignRecord, *, limit: int) -> None:
+        """Store a new campaign unless the owner has `limit` already."""
+        c = campaign
+        async with self._db.transaction() as db:
+            cursor = await db.execute(
+                f"INSERT INTO campaigns ({_CAMPAIGN}) SELECT ?, ?, ?, ?, ?, ?, ? "
+                "WHERE (SELECT count(*) FROM campaigns WHERE owner = ?) < ?",
                 (
-                    f"INSERT INTO campaigns ({_CAMPAIGN}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        campaign.campaign_id,
-                        campaign.owner,
-                        campaign.status,
-                        campaign.created_at,
-                        campaign.updated_at,
-                        campaign.version,
-                        dumps(campaign_document(campaign)),
-                    ),
-                )
-            ]
-        )
+                    c.campaign_id,
+                    c.owner,
+                    c.status,
+                    c.created_at,
+                    c.updated_at,
+                    c.version,
+                    dumps(campaign_document(c)),
+                    c.owner,
+                    limit,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LimitReached(f"an API key keeps at most {limit} campaigns")
 
     async def get(self, owner: str, campaign_id: str) -> CampaignRecord | None:
         """Return the owner's campaign, or None."""
@@ -228,14 +232,24 @@ class SqliteCampaignRepository:
         )
         return [_publication(row) for row in rows]
 
-    async def hand_to_outbox(self, now_at: str) -> int:
+    async def due_owners(self, now_at: str, limit: int) -> list[str]:
+        """Return the owners of the publications due at `now_at`."""
+        rows = await self._db.read(
+            "SELECT DISTINCT owner FROM campaign_publications WHERE next_attempt_at <= ? "
+            "AND (status = 'scheduled' OR (transport = 'mcp' AND status = 'retrying')) LIMIT ?",
+            (now_at, limit),
+        )
+        return [str(row[0]) for row in rows]
+
+    async def hand_to_outbox(self, now_at: str, skip: Collection[str] = ()) -> int:
         """Queue the due webhook publications in the webhook outbox, each once."""
         async with self._db.transaction() as db:
             cursor = await db.execute(
                 f"SELECT {_PUBLICATION} FROM {_FROM} WHERE p.transport = 'webhook' "
                 "AND p.status = 'scheduled' AND p.next_attempt_at <= ? "
+                "AND p.owner NOT IN (SELECT value FROM json_each(?)) "
                 "ORDER BY p.next_attempt_at LIMIT 100",
-                (now_at,),
+                (now_at, dumps(sorted(skip))),
             )
             due = [_publication(row) for row in await cursor.fetchall()]
             for publication in due:
@@ -257,7 +271,7 @@ class SqliteCampaignRepository:
         return len(due)
 
     async def claim_calls(
-        self, now_at: str, worker: str, lease_seconds: float, limit: int
+        self, now_at: str, worker: str, lease_seconds: float, limit: int, skip: Collection[str] = ()
     ) -> list[Publication]:
         """Lease the due MCP publications to `worker`, each as `sending` with one more attempt."""
         async with self._db.transaction() as db:
@@ -266,8 +280,9 @@ class SqliteCampaignRepository:
                 "lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE publication_id IN "
                 "(SELECT publication_id FROM campaign_publications WHERE transport = 'mcp' "
                 "AND status IN ('scheduled', 'retrying') AND next_attempt_at <= ? "
+                "AND owner NOT IN (SELECT value FROM json_each(?)) "
                 "ORDER BY next_attempt_at LIMIT ?) RETURNING publication_id",
-                (worker, time.time() + lease_seconds, now(), now_at, limit),
+                (worker, time.time() + lease_seconds, now(), now_at, dumps(sorted(skip)), limit),
             )
             ids = [row[0] for row in await cursor.fetchall()]
             if not ids:

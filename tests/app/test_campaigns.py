@@ -47,6 +47,7 @@ from tests.app.harness import (
     serve_deployment,
     service_settings,
 )
+from tests.app.test_keys_service import query
 from tests.support.docs import code_block
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.servers import (  # noqa: F401 - fixtures of the scale-out deployment
@@ -464,7 +465,8 @@ def test_a_signed_webhook_publisher_gets_each_post_once_after_two_failures(
     assert len(receiver.received) == 3 and done["attempts"] == 3
     assert len({d.headers["x-atelier-delivery"] for d in receiver.received}) == 1
     last = receiver.received[-1]
-    signed = f"{last.headers['x-atelier-timestamp']}.".encode() + last.body
+    delivery, stamp = last.headers["x-atelier-delivery"], last.headers["x-atelier-timestamp"]
+    signed = f"{delivery}.{stamp}.".encode() + last.body  # the per-key scheme (issue 33)
     mac = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
     assert last.headers["x-atelier-signature"] == f"sha256={mac}"
     body = last.json
@@ -472,6 +474,46 @@ def test_a_signed_webhook_publisher_gets_each_post_once_after_two_failures(
     post = body["post"]
     assert post["title"] == f"{item['topic']}笔记" and post["platform"] == "xiaohongshu"
     assert post["image_urls"] and all(loads_without_a_key(u) for u in post["image_urls"])
+
+
+@pytest.mark.in_process_only("the campaigns' clock is the test's, in the server's process")
+def test_a_revoked_keys_campaign_publishes_nothing_more_and_its_data_stays(
+    deployed: Deployment, llm: ScriptedOpenAIServer, publisher: PublishingServer
+) -> None:
+    made = deployed.api.post("/keys", json={"name": "client", "role": "member"})
+    assert made.status_code == 201, made.text  # KEY, from AUTH_API_KEYS, is an admin
+    member = httpx.Client(
+        base_url=deployed.served.url, headers={"X-Api-Key": made.json()["key"]}, timeout=60
+    )
+    values = {
+        "assistant_id": "atelier",
+        "brief": "秋季护肤新品：讲清楚成分、用法和真实体验，面向大学生",
+        "posts": 1,
+        "platforms": ["xiaohongshu"],
+        "window": deployed.window(),
+        "approval": "auto",
+        "publisher": mcp_publisher(publisher),
+    }
+    created = member.post("/campaigns", json=values)
+    assert created.status_code == 201, created.text
+    cid = created.json()["campaign_id"]
+
+    def approved() -> Any:
+        items = member.get(f"/campaigns/{cid}/items").json()
+        return items if items and all(i["status"] == "approved" for i in items) else None
+
+    (item,) = wait_for(approved, timeout=240, interval=0.5)
+    revoked = deployed.api.delete(f"/keys/{made.json()['key_id']}")
+    assert revoked.status_code == 200, revoked.text
+    deployed.pass_time(cid, slot_of(item))
+    time.sleep(PASSES)
+
+    assert publisher.calls == [] and publisher.attempts == 0  # its due post was not sent
+    settings = deployed.served.settings  # type: ignore[attr-defined]
+    rows = query(settings, "SELECT status, attempts FROM campaign_publications")
+    assert [tuple(row) for row in rows] == [("scheduled", 0)]  # it stays, as it was
+    (status,) = query(settings, "SELECT status FROM campaigns WHERE campaign_id = ?", (cid,))
+    assert status[0] == "running"
 
 
 def test_another_keys_campaigns_are_not_found_and_never_listed(

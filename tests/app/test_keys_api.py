@@ -44,6 +44,11 @@ PATH_VALUES = {
     "asset_id": "0" * 32,
     "namespace": "ns",
     "key_id": "key_" + "0" * 24,
+    "dataset_id": "d-1",
+    "example_id": "e-1",
+    "experiment_id": "x-1",
+    "campaign_id": "c-1",
+    "item_id": "i-1",
 }
 #: Routes that are not FastAPI's API routes, and who may call them.
 OTHER_ROUTES = {"/mcp": "read; a tool call starts a run: a write (app/mcp.py)"}
@@ -499,6 +504,7 @@ def test_the_openapi_document_lists_the_key_routes_with_typed_bodies(client: Tes
         "crons",
         "assistants",
         "store_bytes",
+        "store_searches_per_minute",
         "monthly_spend",
     }
     assert quotas["crons"]["anyOf"][0]["minimum"] == 0

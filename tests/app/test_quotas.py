@@ -353,7 +353,7 @@ async def test_the_document_lists_the_usage_route_and_every_429(server: Served) 
 
 @pytest.mark.in_process_only("the page's commands; the route is the same everywhere")
 async def test_the_quotas_page_snippets_run_as_written(server: Served) -> None:
-    script = code_block("quotas", "bash", heading="A key's usage")
+    script = code_block("keys", "bash", heading="A key's usage")
     done = await asyncio.to_thread(
         subprocess.run,
         ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8000", server.url)],
@@ -365,10 +365,10 @@ async def test_the_quotas_page_snippets_run_as_written(server: Served) -> None:
     )
     assert json.loads(done.stdout)["key_id"] == "me"
 
-    snippet = code_block("quotas", "python", heading="A key's usage")
+    snippet = code_block("keys", "python", heading="A key's usage")
     snippet = snippet.replace("http://localhost:8000", server.url).replace("your-api-key", KEY)
     printed = io.StringIO()
-    code = compile(snippet, "<docs/quotas.md>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    code = compile(snippet, "<docs/keys.md>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     with contextlib.redirect_stdout(printed):
         await eval(code, {"__name__": "__main__"})
     lines = printed.getvalue().splitlines()

@@ -37,7 +37,7 @@ from engine.publishing import (
     tool_arguments,
     webhook_body,
 )
-from engine.repositories import CampaignRepository
+from engine.repositories import CampaignRepository, LimitReached
 from engine.services.campaigns import check_publisher, check_window
 from tests.app.campaign_support import PublishingServer
 from tests.engine.conftest import Opened
@@ -198,9 +198,35 @@ def test_the_post_fields_are_mapped_to_the_tools_arguments() -> None:
 # --------------------------------------------------------------------------- the repositories
 
 
+async def test_an_owner_keeps_at_most_its_bound_of_campaigns(opened: Opened) -> None:
+    campaigns = campaigns_of(opened)
+    await campaigns.insert(campaign("a"), limit=2)
+    await campaigns.insert(campaign("b"), limit=2)
+    with pytest.raises(LimitReached, match="at most 2 campaigns"):
+        await campaigns.insert(campaign("c"), limit=2)
+    assert await campaigns.get("alice", "c") is None  # nothing half-written
+    await campaigns.insert(campaign("d", owner="bob"), limit=2)  # another key's own bound
+
+
+async def test_due_publications_of_a_skipped_owner_stay_where_they_are(opened: Opened) -> None:
+    campaigns = campaigns_of(opened)
+    record = campaign(items=[item("i1")])
+    await campaigns.insert(record, limit=10)
+    read = await campaigns.get("alice", "c1")
+    assert read is not None
+    made = [publication("p1"), publication("p2", transport="webhook")]
+    assert await campaigns.replace(read, version=read.version, publications=made)
+    due = iso(T0 + timedelta(days=30)) or ""
+    assert await campaigns.due_owners(due, 10) == ["alice"]
+    assert await campaigns.claim_calls(due, "w", 60, 10, skip={"alice"}) == []
+    assert await campaigns.hand_to_outbox(due, skip={"alice"}) == 0
+    assert len(await campaigns.claim_calls(due, "w", 60, 10, skip={"bob"})) == 1
+    assert await campaigns.hand_to_outbox(due) == 1
+
+
 async def test_a_campaign_is_written_only_on_the_version_it_read(opened: Opened) -> None:
     campaigns = campaigns_of(opened)
-    await campaigns.insert(campaign(items=[item("i1")]))
+    await campaigns.insert(campaign(items=[item("i1")]), limit=10)
     read = await campaigns.get("alice", "c1")
     assert read is not None and read.items[0].posts[1].platform == "weibo"
     assert await campaigns.get("bob", "c1") is None  # another key's: as for none
@@ -219,9 +245,10 @@ async def test_a_campaign_is_written_only_on_the_version_it_read(opened: Opened)
 
 async def test_a_driver_claim_is_exclusive_and_skips_idle_campaigns(opened: Opened) -> None:
     campaigns = campaigns_of(opened)
-    await campaigns.insert(campaign("a"))
-    await campaigns.insert(campaign("b", status="planned"))  # waits for a person: not driven
-    await campaigns.insert(campaign("c", status="running"))
+    await campaigns.insert(campaign("a"), limit=10)
+    # "b" waits for a person: not driven
+    await campaigns.insert(campaign("b", status="planned"), limit=10)
+    await campaigns.insert(campaign("c", status="running"), limit=10)
     seen: list[str | None] = []
     gate = asyncio.Event()
 
@@ -251,7 +278,7 @@ async def test_a_driver_claim_is_exclusive_and_skips_idle_campaigns(opened: Open
 
 async def test_a_due_mcp_call_is_claimed_once_and_recorded(opened: Opened) -> None:
     campaigns = campaigns_of(opened)
-    await campaigns.insert(campaign(status="running"))
+    await campaigns.insert(campaign(status="running"), limit=10)
     read = await campaigns.get("alice", "c1")
     assert read is not None
     later = T0 + timedelta(hours=1)
@@ -274,7 +301,7 @@ async def test_a_due_mcp_call_is_claimed_once_and_recorded(opened: Opened) -> No
 
 async def test_a_call_whose_sender_died_is_unknown_and_never_made_again(opened: Opened) -> None:
     campaigns = campaigns_of(opened)
-    await campaigns.insert(campaign(status="running"))
+    await campaigns.insert(campaign(status="running"), limit=10)
     read = await campaigns.get("alice", "c1")
     assert read is not None
     assert await campaigns.replace(read, version=read.version, publications=[publication("p1")])
@@ -291,7 +318,7 @@ async def test_a_due_webhook_goes_to_the_outbox_once_and_shows_its_delivery(
     opened: Opened,
 ) -> None:
     campaigns = campaigns_of(opened)
-    await campaigns.insert(campaign(status="running"))
+    await campaigns.insert(campaign(status="running"), limit=10)
     read = await campaigns.get("alice", "c1")
     assert read is not None
     hook = dataclasses.replace(publication("p1", transport="webhook"), url="https://example.com/h")

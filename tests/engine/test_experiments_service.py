@@ -142,3 +142,34 @@ async def test_a_run_deleted_under_the_experiment_ends_its_task_and_its_pair_wit
     posts = {p["arm"]: p for p in done["results"][0]["posts"]}
     assert posts["b"]["status"] == "error" and posts["b"]["error"] == "its run was deleted"
     assert [r.assistant_id for r in await _runs(engine, experiment_id)] == ["atelier"]
+
+
+async def test_a_revoked_keys_experiment_stops_advancing_and_its_data_stays(
+    tmp_path: Path,
+) -> None:
+    from engine.audit import Actor
+
+    with ScriptedOpenAIServer(EvaluationModel()) as llm:
+        settings = service_settings(
+            tmp_path / "data", llm.base_url, auth_api_keys=["experiments-admin-0123456789"]
+        )
+        async with open_product(settings, role="run") as engine:
+            admin = Actor("cli")
+            made = await engine.keys.create(name="member", role="member", actor=admin)
+            owner = made.record.key_id
+            dataset = await engine.datasets.create(owner, name="d")
+            await engine.datasets.add_examples(
+                owner, dataset.dataset_id, [ExampleInput(input=BRIEF)]
+            )
+            experiment = await engine.experiments.create(
+                owner, dataset_id=dataset.dataset_id, arms=ARMS
+            )
+            await engine.keys.revoke(owner, actor=admin)
+
+            for _ in range(3):
+                assert await engine.experiments.advance() == 1  # claimed, and left as it was
+            stopped = await engine.experiments.get(owner, experiment.experiment_id)
+            assert stopped.active and stopped.runs_done == 0
+            assert await engine.threads.search(owner) == []  # no run was started for it
+            assert llm.requests == []
+            assert (await engine.datasets.get(owner, dataset.dataset_id)).example_count == 1
