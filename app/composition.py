@@ -11,7 +11,7 @@ crash as an error users may read, the meter of each run's LLM usage and cost
 (`providers.usage.RunMeter`: the keys' usage and spend caps), OpenTelemetry tracing
 with the GenAI spans of the graphs (`providers.tracing`), the evaluation hooks
 (`graphs.evaluation`) with the judges as hidden assistants, and what campaigns mean
-here (`agentkit.campaigns.AtelierCampaigns`: the planner, the writer, the posts).
+here (`graphs.campaigns.AtelierCampaigns`: the planner, the writer, the posts).
 `langgraph dev` opens the same services (`graphs.served`). See docs/architecture.md.
 """
 
@@ -24,7 +24,6 @@ from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from agentkit.campaigns import AtelierCampaigns
 from agentkit.context import AtelierContext
 from agentkit.services import open_services
 from core.settings import Settings
@@ -41,6 +40,7 @@ from engine import (
     registry,
 )
 from graphs.assistants import ASSISTANTS, INTERNAL_ASSISTANTS
+from graphs.campaigns import AtelierCampaigns
 from graphs.evaluation import AtelierEvaluation
 from knowledge.repository import NoteRepository
 from knowledge.store_ranking import KeywordRanker

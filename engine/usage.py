@@ -42,11 +42,39 @@ class RunUsage:
 UNMEASURED = RunUsage()
 
 
+class UsageFigures(Protocol):
+    """A meter's figures: `RunUsage`'s fields, from a meter that need not import the engine."""
+
+    @property
+    def calls(self) -> int | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def cost(self) -> float | None: ...
+    @property
+    def currency(self) -> str | None: ...
+
+
+def run_usage(figures: UsageFigures) -> RunUsage:
+    """Return a meter's figures as the engine records them."""
+    if isinstance(figures, RunUsage):
+        return figures
+    return RunUsage(
+        calls=figures.calls,
+        prompt_tokens=figures.prompt_tokens,
+        completion_tokens=figures.completion_tokens,
+        cost=figures.cost,
+        currency=figures.currency,
+    )
+
+
 class UsageReading(Protocol):
     """What a meter measured so far."""
 
-    def usage(self) -> RunUsage:
-        """Return the usage measured so far."""
+    def usage(self) -> UsageFigures:
+        """Return the usage measured so far (`RunUsage`'s fields)."""
         ...
 
 
@@ -160,7 +188,9 @@ __all__ = [
     "QuotaRepository",
     "RunMeter",
     "RunUsage",
+    "UsageFigures",
     "UsageReading",
     "UsageTotals",
     "add_totals",
+    "run_usage",
 ]

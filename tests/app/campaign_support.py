@@ -47,7 +47,7 @@ TOPICS: list[tuple[str, str]] = [
     ("夜间护肤顺序", "精简三步不踩雷"),
 ]
 DUPLICATE = ("平价洁面怎么选", "氨基酸成分解析攻略")
-#: Where a campaign's writing request names its topic (`agentkit.campaigns.write_input`).
+#: Where a campaign's writing request names its topic (`graphs.campaigns.write_input`).
 TOPIC_IN_REQUEST = re.compile(r"选题：([^\s\\\"，,]+)")
 
 

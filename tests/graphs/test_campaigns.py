@@ -1,4 +1,4 @@
-"""Atelier's campaign hooks (agentkit/campaigns.py): what runs are asked, how results are read.
+"""Atelier's campaign hooks (graphs/campaigns.py): what runs are asked, how results are read.
 
 The planner's and the writer's results are written by models: every field the hooks
 read from them is read with junk in it too, and junk never becomes a topic or a post.
@@ -12,11 +12,11 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentkit.campaign_plan import CampaignPlanRequest
-from agentkit.campaigns import AtelierCampaigns, plain_body
 from agentkit.state import AtelierInput
 from engine import CampaignItem, CampaignRecord, InvalidFields, build_assistants
 from engine.campaigns import ItemPost
 from graphs.assistants import ASSISTANTS
+from graphs.campaigns import AtelierCampaigns, plain_body
 from providers.asset_links import AssetLinks
 
 ASSET = "5483e2ab52c8d053e77fb8b1b6a0573a"
