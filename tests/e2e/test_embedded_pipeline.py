@@ -61,8 +61,13 @@ def atelier_serve(
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`atelier serve` with no LLM endpoint, from an empty directory (no .env)."""
-    with atelier_serve(tmp_path) as serving:
+    """`atelier serve` with no LLM endpoint, from an empty directory (no .env).
+
+    Only RUN_TIMEOUT is raised from its default (900 s): the suite runs this beside
+    another test process on two cores, where the model's prompt reading slows several
+    fold; what is checked is that the run ends with a post, not how fast (`bench/`).
+    """
+    with atelier_serve(tmp_path, {"RUN_TIMEOUT": "1500"}) as serving:
         yield serving
 
 
@@ -131,7 +136,7 @@ def readme_run_ends_with_a_post_and_a_png(client: httpx.Client, label: str) -> d
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1700)
 def test_atelier_serve_on_the_embedded_model_streams_a_run_to_a_post_with_an_image(
     served: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
