@@ -289,6 +289,7 @@ CREATE TABLE IF NOT EXISTS run_usage (
     completion_tokens  INTEGER,
     cost               REAL,
     currency           TEXT
+);
 CREATE INDEX IF NOT EXISTS run_usage_owner_ended ON run_usage (owner, ended_at);
 CREATE INDEX IF NOT EXISTS run_usage_owner_created ON run_usage (owner, created_at);
 -- Datasets (engine/datasets.py): `next_position` numbers the examples in the order added.
