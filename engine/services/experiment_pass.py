@@ -97,7 +97,7 @@ async def arm_assistant(core: EngineCore, owner: str, arm: Arm) -> Assistant:
     """
     if arm.version is None:
         return await core.resolve(owner, arm.assistant_id)
-    record = await core.backend.assistants.get(owner, arm.assistant_id, arm.version)
+    record = await core.created.get(owner, arm.assistant_id, arm.version)
     if record is None:
         raise NotFound(
             f"assistant {arm.assistant_id!r} has no version {arm.version}", field="version"

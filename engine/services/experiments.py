@@ -231,7 +231,7 @@ class ExperimentsService:
                 )
         else:
             version = arm.version or assistant.record.version
-            found = await self._core.backend.assistants.get(owner, arm.assistant_id, version)
+            found = await self._core.created.get(owner, arm.assistant_id, version)
             if found is None:
                 raise NotFound(
                     f"assistant {arm.assistant_id!r} has no version {version}",
