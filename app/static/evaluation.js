@@ -2,7 +2,7 @@
 // evaluation (docs/evaluate.md, docs/console.md).
 //
 // Loaded last, after console.js (I18N, t, named, $, api, headers, readFrames, lang,
-// formatTime, translatePage, postBody) and brands.js (whose presets list asks for a
+// formatTime, translatePage) and brands.js (whose presets list asks for a
 // preset's online evaluation with the `atelier:preset-evaluation` event). The page
 // shows at #evaluate in place of the studio. It makes a dataset from briefs typed in
 // or from posts of the library (POST /datasets, …/examples, …/examples/from-threads),
@@ -54,10 +54,10 @@ Object.assign(I18N.zh, {
   "eval.unavailable": "评审没有给出可用的回答",
   "eval.error": "实验出错：{m}", "eval.stream_lost": "进度连接中断，已重新读取。",
   "brands.evaluation": "在线评测",
-  "online.title": "在线评测：", "online.hint": "评审模型按抽样比例给这个预设的已完成作品打分，并与大家的 👍/👎 对照（最近 30 天）。",
+  "online.title": "在线评测：", "online.hint": "评审模型按抽样比例给这个预设的已完成作品打分，并与大家的点赞、点踩对照（最近 30 天）。",
   "online.rate": "抽样比例（%）", "online.save": "保存", "online.refresh": "刷新", "online.saved": "已保存：抽样 {p}%。",
   "online.judged": "评审过的作品", "online.mean": "评审平均分", "online.pass": "评审通过率",
-  "online.thumbs": "👍 占比", "online.rated": "{n} 篇有人评价", "online.agreement": "评审与人的一致率",
+  "online.thumbs": "点赞占比", "online.rated": "{n} 篇有人评价", "online.agreement": "评审与人的一致率",
   "online.agreement_n": "{n} 篇两者都有", "online.pending": "待评审", "online.none": "—",
 });
 Object.assign(I18N.en, {
@@ -99,10 +99,10 @@ Object.assign(I18N.en, {
   "eval.unavailable": "The judge gave no usable answer",
   "eval.error": "The experiment failed: {m}", "eval.stream_lost": "The progress stream broke; read again.",
   "brands.evaluation": "Online evaluation",
-  "online.title": "Online evaluation of ", "online.hint": "The judge scores a sample of this preset's finished posts and is checked against people's 👍/👎 (last 30 days).",
+  "online.title": "Online evaluation of ", "online.hint": "The judge scores a sample of this preset's finished posts and is checked against people's thumbs up and down (last 30 days).",
   "online.rate": "Sample rate (%)", "online.save": "Save", "online.refresh": "Refresh", "online.saved": "Saved: {p}% sampled.",
   "online.judged": "Posts judged", "online.mean": "Judge's mean score", "online.pass": "Judge's pass rate",
-  "online.thumbs": "👍 share", "online.rated": "{n} rated by people", "online.agreement": "Judge and people agree",
+  "online.thumbs": "Thumbs-up share", "online.rated": "{n} rated by people", "online.agreement": "Judge and people agree",
   "online.agreement_n": "on {n} with both", "online.pending": "Waiting for the judge", "online.none": "—",
 });
 
@@ -676,6 +676,7 @@ function renderSummary() {
   const ahead = e.status === "success" ? leader(arms) : null;
   const table = $("eval-summary");
   const head = el("tr", {}, ...["arm", "record", "win_rate", "pass_rate", "critic", "cost", "seconds"].map((c) => el("th", { text: t(`eval.col.${c}`) })), el("th"));
+  const labelled = (cls, text, column) => el("td", { class: cls, text, "data-label": t(`eval.col.${column}`) });
   const rows = arms.map((arm) => {
     const name = el("td", { class: "arm" }, el("span", { user: true, text: arm.name }));
     if (arm === ahead) name.append(" ", el("span", { class: "badge success", text: t("eval.winner") }));
@@ -685,12 +686,12 @@ function renderSummary() {
     }
     return el("tr", { "data-arm": arm.name, class: arm === ahead ? "winner" : null },
       name,
-      el("td", { class: "record", text: `${arm.wins} / ${arm.ties} / ${arm.losses}` }),
-      el("td", { class: "win-rate", text: `${pct(arm.win_rate)}${interval(arm.win_rate_low, arm.win_rate_high)}` }),
-      el("td", { class: "pass-rate", text: pct(arm.pass_rate) }),
-      el("td", { class: "critic", text: num(arm.critic_score) }),
-      el("td", { class: "cost", text: num(arm.cost_per_post, 4) }),
-      el("td", { class: "seconds", text: arm.seconds_per_post == null ? t("eval.unknown") : t("eval.seconds", { s: num(arm.seconds_per_post, 1) }) }),
+      labelled("record", `${arm.wins} / ${arm.ties} / ${arm.losses}`, "record"),
+      labelled("win-rate", `${pct(arm.win_rate)}${interval(arm.win_rate_low, arm.win_rate_high)}`, "win_rate"),
+      labelled("pass-rate", pct(arm.pass_rate), "pass_rate"),
+      labelled("critic", num(arm.critic_score), "critic"),
+      labelled("cost", num(arm.cost_per_post, 4), "cost"),
+      labelled("seconds", arm.seconds_per_post == null ? t("eval.unknown") : t("eval.seconds", { s: num(arm.seconds_per_post, 1) }), "seconds"),
       action);
   });
   table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -749,9 +750,16 @@ function renderPost(post, repetitions) {
   }
   box.append(
     el("h5", { user: true, text: post.post.title || "" }),
-    el("div", { class: "eval-post-body", user: true, text: postBody(post.post) }));
+    el("div", { class: "eval-post-body", user: true }, ...(post.post.blocks || []).map(postBlock)));
   if ((post.post.tags || []).length) box.append(el("div", { class: "muted small", user: true, text: post.post.tags.map((tag) => `#${tag}`).join(" ") }));
   return box;
+}
+
+// A block of a post (heading, list item, paragraph) as the studio's post shows it.
+function postBlock(block) {
+  if (block.type === "heading") return el("strong", { class: "heading", text: block.text });
+  if (block.type === "list_item") return el("p", { class: "list-item", text: `• ${block.text}` });
+  return el("p", { text: block.text });
 }
 
 function renderPair(pair, repetitions) {
@@ -768,7 +776,7 @@ function renderPair(pair, repetitions) {
   const orders = el("ul", { class: "eval-orders" });
   for (const order of pair.orders || []) {
     const picked = order.preferred === "a" ? a : order.preferred === "b" ? b : null;
-    const answer = order.status !== "ok" ? t("eval.unavailable") : picked ? t("eval.answer.pick", { arm: picked }) : t("eval.answer.tie");
+    const answer = order.answer == null ? t("eval.unavailable") : picked ? t("eval.answer.pick", { arm: picked }) : t("eval.answer.tie");
     orders.append(el("li", { class: "small" },
       el("span", { class: "muted", text: `${t(`eval.order.${order.order}`, { a, b })}: ${answer}` }),
       el("span", { class: "reasons", user: true, text: order.reasons ? ` — ${order.reasons}` : "" })));

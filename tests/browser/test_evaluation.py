@@ -207,6 +207,9 @@ def test_compare_two_versions_watch_it_run_use_the_winner_and_sample_the_preset(
         assert ("必含内容" if language(page) == "zh" else "Must include") in failed.inner_text()
         assert MARKER in card.locator(".eval-post[data-arm='v1'] .eval-post-body").inner_text()
         assert card.locator(".eval-pair[data-winner='v1']").count() == 1
+        picked = "选了 v1" if language(page) == "zh" else "picked v1"
+        orders = card.locator(".eval-orders li")
+        assert orders.count() == 2 and all(picked in orders.nth(i).inner_text() for i in range(2))
         reasons = card.locator(".eval-orders .reasons")
         assert reasons.count() == 2 and all(
             f"写到了{MARKER}" in reasons.nth(i).inner_text() for i in range(2)
@@ -220,6 +223,9 @@ def test_compare_two_versions_watch_it_run_use_the_winner_and_sample_the_preset(
     page.screenshot(
         path=str(SCREENSHOTS / f"console-evaluation-phone-{language(page)}.png"), full_page=True
     )
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=str(SCREENSHOTS / f"console-evaluation-phone-dark-{language(page)}.png"))
+    page.emulate_media(color_scheme="light")
     page.set_viewport_size({"width": 1280, "height": 900})
 
     # "Use this version" on the winner: version 1 becomes the one posts use.
