@@ -51,7 +51,7 @@ Object.assign(I18N.zh, {
   "eval.critic": "评审分 {s}", "eval.pair": "{a} 对 {b}", "eval.pair_winner": "胜者：{w}", "eval.tie": "平局",
   "eval.agreed": "两次顺序结论一致", "eval.disagreed": "两次顺序结论不一致，记为平局", "eval.pair_pending": "等待评审",
   "eval.order.ab": "{a} 在前", "eval.order.ba": "{b} 在前", "eval.answer.tie": "不相上下", "eval.answer.pick": "选了 {arm}",
-  "eval.unavailable": "评审没有给出可用的回答",
+  "eval.unavailable": "评审没有给出可用的回答", "eval.order_line": "{o}：{a}",
   "eval.error": "实验出错：{m}", "eval.stream_lost": "进度连接中断，已重新读取。",
   "brands.evaluation": "在线评测",
   "online.title": "在线评测：", "online.hint": "评审模型按抽样比例给这个预设的已完成作品打分，并与大家的点赞、点踩对照（最近 30 天）。",
@@ -96,7 +96,7 @@ Object.assign(I18N.en, {
   "eval.critic": "Review score {s}", "eval.pair": "{a} against {b}", "eval.pair_winner": "Winner: {w}", "eval.tie": "Tie",
   "eval.agreed": "Both orders agreed", "eval.disagreed": "The orders disagreed: a tie", "eval.pair_pending": "Waiting for the judge",
   "eval.order.ab": "{a} shown first", "eval.order.ba": "{b} shown first", "eval.answer.tie": "neither", "eval.answer.pick": "picked {arm}",
-  "eval.unavailable": "The judge gave no usable answer",
+  "eval.unavailable": "The judge gave no usable answer", "eval.order_line": "{o}: {a}",
   "eval.error": "The experiment failed: {m}", "eval.stream_lost": "The progress stream broke; read again.",
   "brands.evaluation": "Online evaluation",
   "online.title": "Online evaluation of ", "online.hint": "The judge scores a sample of this preset's finished posts and is checked against people's thumbs up and down (last 30 days).",
@@ -778,7 +778,7 @@ function renderPair(pair, repetitions) {
     const picked = order.preferred === "a" ? a : order.preferred === "b" ? b : null;
     const answer = order.answer == null ? t("eval.unavailable") : picked ? t("eval.answer.pick", { arm: picked }) : t("eval.answer.tie");
     orders.append(el("li", { class: "small" },
-      el("span", { class: "muted", text: `${t(`eval.order.${order.order}`, { a, b })}: ${answer}` }),
+      el("span", { class: "muted", text: t("eval.order_line", { o: t(`eval.order.${order.order}`, { a, b }), a: answer }) }),
       el("span", { class: "reasons", user: true, text: order.reasons ? ` — ${order.reasons}` : "" })));
   }
   if (pair.note) orders.append(el("li", { class: "small muted", user: true, text: pair.note }));

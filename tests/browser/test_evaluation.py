@@ -162,7 +162,9 @@ def test_compare_two_versions_watch_it_run_use_the_winner_and_sample_the_preset(
     model.hold.clear()
     try:
         page.click("#eval-start")
-        page.wait_for_selector("#eval-experiment:not([hidden]) #eval-exp-status[data-status='running']")
+        page.wait_for_selector(
+            "#eval-experiment:not([hidden]) #eval-exp-status[data-status='running']"
+        )
         (experiment,) = http.post("/experiments/search", json={}).json()
         arms = [(a["name"], a["assistant_id"], a["version"]) for a in experiment["arms"]]
         assert arms == [("v1", preset_id, 1), ("v2", preset_id, 2)]
@@ -248,9 +250,7 @@ def test_compare_two_versions_watch_it_run_use_the_winner_and_sample_the_preset(
     run_id = post_once(http, preset_id, BRIEFS[2])
     http.post(f"/runs/{run_id}/feedback", json={"key": "quality", "score": 1}).raise_for_status()
     deadline = time.monotonic() + 60
-    while (report := http.get(f"/assistants/{preset_id}/evaluation").json())["judge"][
-        "judged"
-    ] < 1:
+    while (report := http.get(f"/assistants/{preset_id}/evaluation").json())["judge"]["judged"] < 1:
         assert time.monotonic() < deadline, "the sampled run was not judged"
         time.sleep(0.5)
     page.click("#online-refresh")
