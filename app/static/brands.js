@@ -178,6 +178,8 @@ function renderPresets() {
     li.append(name, meta, voice);
     const actions = [["edit", () => openForm(preset)], ["versions", () => loadVersions(preset)]];
     if ((preset.context || {}).knowledge_namespace) actions.push(["notes", () => loadNotes(preset)]);
+    // evaluation.js shows the preset's online evaluation
+    actions.push(["evaluation", async () => document.dispatchEvent(new CustomEvent("atelier:preset-evaluation", { detail: preset }))]);
     actions.push(["delete", () => deletePreset(preset)]);
     for (const [action, handler] of actions) {
       const button = document.createElement("button");
@@ -569,6 +571,7 @@ $("brand-versions-close").addEventListener("click", closeVersions);
 $("brand-notes-close").addEventListener("click", closeNotes);
 $("brand-note-add").addEventListener("click", () => addNote().catch((err) => brandError(err.message)));
 document.addEventListener("atelier:settled", pickShownPost);
+document.addEventListener("atelier:presets-changed", () => loadPresets());  // evaluation.js made a version the latest
 document.addEventListener("atelier:rerender", () => {
   renderPicker();
   renderPresets();
