@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_time_to_post.py [--ref GIT_REV]
         [--latency 1.0] [--base 0.3] [--per-token 0.02] [--prefill 0.00025] [--runs 1]
-        [--modes fast normal] [--settings call token]
+        [--modes fast normal] [--settings call token] [--supervisors plans one-step]
 
 (issue 28's acceptance figures: `--ref` the commit before the change, the defaults.)
 The README's request (`写一篇小红书笔记：平价护肤，学生党友好`, one image,
@@ -24,6 +24,9 @@ worktree in the agents' short names its supervisor prompt asks for
 (`short_names=True`), the ref side in the full names it has always been answered
 (a supervisor before issue 28 ignores the plan; its answer is unchanged). A side first runs the
 request once with an instant model (imports, fonts, jieba), then `--runs` timed runs.
+Both supervisors a user meets are measured (`--supervisors`): one that plans ahead with
+steps run together (`plans`, the friendly case), and one that names one agent per
+decision and never plans (`one-step`: a model that leaves the optional `plan` empty).
 Printed per mode and setting, side by side with the ratio new/ref:
 
 * time to post: wall seconds from the run's start to its last chunk (mean);
@@ -115,11 +118,15 @@ class Recorder:
     def __post_init__(self) -> None:
         from tests.app.atelier_llm import atelier_responder
 
+        #: The responder of each side and supervisor (`plans` or `one-step`).
         self.sides = {
-            "ref": atelier_responder(plans=True),
-            "worktree": atelier_responder(plans=True, short_names=True),
+            ("ref", "plans"): atelier_responder(plans=True),
+            ("worktree", "plans"): atelier_responder(plans=True, short_names=True),
+            ("ref", "one-step"): atelier_responder(plans=False),
+            ("worktree", "one-step"): atelier_responder(plans=False),
         }
-        self.inner = self.sides["worktree"]
+        self.supervisor = "plans"
+        self.inner = self.sides[("worktree", "plans")]
 
     def latency(self, prompt: int, completion: int) -> float:
         """Seconds an answer takes under the current setting."""
@@ -216,7 +223,8 @@ def _run_side(
 ) -> dict[str, Any]:
     """Run one side's posts in a fresh interpreter; return its figures."""
     recorder.setting = {}
-    recorder.inner = recorder.sides["worktree" if root == REPO_ROOT else "ref"]
+    side = "worktree" if root == REPO_ROOT else "ref"
+    recorder.inner = recorder.sides[(side, recorder.supervisor)]
     with tempfile.TemporaryDirectory(prefix="atelier-ttp-") as data_dir:
         env = {**os.environ, "PYTHONPATH": str(root)}
         child = subprocess.Popen(
@@ -334,6 +342,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="timed runs per side and mode")
     parser.add_argument("--modes", nargs="+", default=["fast", "normal"])
     parser.add_argument("--settings", nargs="+", default=["call", "token"])
+    parser.add_argument(
+        "--supervisors", nargs="+", default=["plans", "one-step"], choices=["plans", "one-step"]
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--llm-url", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
@@ -361,14 +372,16 @@ def main() -> None:
         if args.ref:
             roots.append((f"ref {_export(args.ref, Path(tmp))}", Path(tmp) / "tree"))
         roots.append(("worktree", REPO_ROOT))
-        for mode in args.modes:
-            for name in args.settings:
-                setting = settings[name]
-                sides = [
-                    (label, _run_side(root, recorder, srv.base_url, mode, setting, args.runs))
-                    for label, root in roots
-                ]
-                _print_table(f"{mode} mode, {name} latency", sides)
+        for supervisor in args.supervisors:
+            recorder.supervisor = supervisor
+            for mode in args.modes:
+                for name in args.settings:
+                    setting = settings[name]
+                    sides = [
+                        (label, _run_side(root, recorder, srv.base_url, mode, setting, args.runs))
+                        for label, root in roots
+                    ]
+                    _print_table(f"{supervisor} supervisor, {mode} mode, {name} latency", sides)
 
 
 if __name__ == "__main__":
