@@ -289,6 +289,7 @@ CREATE TABLE IF NOT EXISTS run_usage (
     completion_tokens  INTEGER,
     cost               REAL,
     currency           TEXT
+);
 CREATE INDEX IF NOT EXISTS run_usage_owner_ended ON run_usage (owner, ended_at);
 CREATE INDEX IF NOT EXISTS run_usage_owner_created ON run_usage (owner, created_at);
 -- Datasets (engine/datasets.py): `next_position` numbers the examples in the order added.
@@ -302,6 +303,7 @@ CREATE TABLE IF NOT EXISTS datasets (
     next_position  INTEGER NOT NULL DEFAULT 0,
     created_at     TEXT NOT NULL,
     updated_at     TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS datasets_owner ON datasets (owner, created_at);
 CREATE TABLE IF NOT EXISTS dataset_examples (
     example_id     TEXT PRIMARY KEY,
@@ -311,9 +313,12 @@ CREATE TABLE IF NOT EXISTS dataset_examples (
     expectations   TEXT,            -- JSON
     source         TEXT,            -- JSON: the thread and run it was made from
     created_at     TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS dataset_examples_order ON dataset_examples (dataset_id, position);
 CREATE TRIGGER IF NOT EXISTS dataset_examples_of_deleted_dataset AFTER DELETE ON datasets
+BEGIN
     DELETE FROM dataset_examples WHERE dataset_id = OLD.dataset_id;
+END;
 
 -- Experiments (engine/experiments.py): the tasks (a run per example, arm and repetition; a
 -- judged pair per example, repetition and pair of arms) carry the progress; the frames of
@@ -339,8 +344,10 @@ CREATE TABLE IF NOT EXISTS experiments (
     updated_at       TEXT NOT NULL,
     finished_at      TEXT,
     advanced_at      TEXT
+);
 CREATE INDEX IF NOT EXISTS experiments_owner ON experiments (owner, created_at);
 CREATE INDEX IF NOT EXISTS experiments_active ON experiments (advanced_at)
+    WHERE status IN ('pending', 'running');
 CREATE TABLE IF NOT EXISTS experiment_examples (
     experiment_id  TEXT NOT NULL,
     example_index  INTEGER NOT NULL,
@@ -383,10 +390,12 @@ CREATE TABLE IF NOT EXISTS experiment_events (
     PRIMARY KEY (experiment_id, id)
 ) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS experiment_parts_of_deleted_experiment AFTER DELETE ON experiments
+BEGIN
     DELETE FROM experiment_examples WHERE experiment_id = OLD.experiment_id;
     DELETE FROM experiment_runs WHERE experiment_id = OLD.experiment_id;
     DELETE FROM experiment_pairs WHERE experiment_id = OLD.experiment_id;
     DELETE FROM experiment_events WHERE experiment_id = OLD.experiment_id;
+END;
 
 -- Online evaluation (engine/online_evaluation.py): a sampling rate per key and assistant,
 -- and one row per live run looked at (its judge's run, its verdict), deleted with the run.
@@ -412,13 +421,16 @@ CREATE TABLE IF NOT EXISTS online_judgements (
     error            TEXT,
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS online_judgements_open ON online_judgements (created_at)
     WHERE status IN ('pending', 'judging');
 CREATE INDEX IF NOT EXISTS online_judgements_window
     ON online_judgements (owner, assistant_id, finished_at);
 CREATE INDEX IF NOT EXISTS runs_owner_assistant ON runs (owner, assistant_id, finished_at);
 CREATE TRIGGER IF NOT EXISTS online_judgements_of_deleted_run AFTER DELETE ON runs
+BEGIN
     DELETE FROM online_judgements WHERE run_id = OLD.run_id;
+END;
 """
 
 #: Columns added to tables after their first release, by table: a database made by an
