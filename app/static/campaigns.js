@@ -598,7 +598,7 @@ function renderHead() {
   const publisher = t("campaign.publisher", { p: c.publisher ? t(`publisher.${c.publisher.type}`) : t("campaign.no_publisher") });
   const where = c.publisher ? [c.publisher.tool, c.publisher.url].filter(Boolean).join(" @ ") : "";
   const counts = STATUS_ORDER.filter((s) => (c.items || {})[s]).map((s) => `${t(`item_status.${s}`)} ${c.items[s]}`).join(" · ");
-  $("cp-head").replaceChildren(
+  $("cp-head").replaceChildren(...[
     el("div", { class: "cp-title" },
       el("h2", { user: true, text: campaignTitle(c) }),
       el("span", { id: "cp-status", class: "badge", "data-status": c.status, text: t(`campaign_status.${c.status}`) })),
@@ -613,7 +613,7 @@ function renderHead() {
       where ? el("code", { user: true, text: where }) : null),
     counts ? el("p", { class: "small", id: "cp-counts", text: counts }) : null,
     c.message ? el("p", { class: c.status === "failed" ? "error small" : "muted small", user: true, text: c.message }) : null,
-  );
+  ].filter(Boolean));
   $("cp-start-writing").hidden = c.status !== "planned";
   $("cp-replan").hidden = !["planned", "failed"].includes(c.status);
   $("cp-add-form").hidden = !["planned", "running"].includes(c.status);
@@ -845,7 +845,7 @@ function postCard(item, post) {
     card.append(postEditor(post, editing));
     return card;
   }
-  card.append(
+  card.append(...[
     content.title ? el("h4", { class: "cp-post-title", user: true, text: content.title }) : null,
     el("div", { class: "cp-post-body", user: true, text: content.body }),
     content.tags.length ? el("div", { class: "tags", user: true }, ...content.tags.map((tag) => el("span", { text: `#${tag}` }))) : null,
@@ -856,7 +856,8 @@ function postCard(item, post) {
           on: { click: guard(() => redrawCard(post, index + 1)) } }) : null))) : null,
     canChange ? el("div", { class: "row" },
       el("button", { type: "button", class: "link edit", i18n: "queue.edit",
-        on: { click: () => { cp.postEdit = { ...cp.postEdit, [post.thread_id]: { title: content.title, body: content.body, tags: content.tags.join(" ") } }; render(); } } })) : null);
+        on: { click: () => { cp.postEdit = { ...cp.postEdit, [post.thread_id]: { title: content.title, body: content.body, tags: content.tags.join(" ") } }; render(); } } })) : null,
+  ].filter(Boolean));
   return card;
 }
 
