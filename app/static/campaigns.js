@@ -594,6 +594,10 @@ function redraw() {
 
 function renderHead() {
   const c = cp.campaign;
+  if (cp.list.some((x) => x.campaign_id === c.campaign_id && x.status !== c.status)) {
+    cp.list = cp.list.map((x) => (x.campaign_id === c.campaign_id ? c : x));  // its status in the list too
+    renderList();
+  }
   const zone = campaignZone();
   const publisher = t("campaign.publisher", { p: c.publisher ? t(`publisher.${c.publisher.type}`) : t("campaign.no_publisher") });
   const where = c.publisher ? [c.publisher.tool, c.publisher.url].filter(Boolean).join(" @ ") : "";
