@@ -241,8 +241,8 @@ def test_a_campaign_from_its_plan_to_its_publications(page: Any, service: Servic
 
     # Approve one: its two posts are scheduled at its slot.
     card.locator("button.approve").click()
-    page.wait_for_selector(f"#cp-reviews .cp-review[data-item='{approved['item_id']}']", state="detached")
-    page.wait_for_function("() => document.querySelectorAll('#cp-pubs-table tbody tr').length === 2")
+    review(page, approved["item_id"]).wait_for(state="detached")
+    page.wait_for_function("() => document.querySelectorAll('#cp-pubs-table tbody tr').length > 1")
     publications = service.api.get(f"/campaigns/{cid}/publications").json()
     assert {p["status"] for p in publications} == {"scheduled"}
     assert {p["item_id"] for p in publications} == {approved["item_id"]}
@@ -277,26 +277,34 @@ def test_a_campaign_from_its_plan_to_its_publications(page: Any, service: Servic
     # The approved item's slot comes: both posts go out once, and the page shows it.
     service.clock.to(datetime.fromisoformat(approved["slot"]) + timedelta(seconds=1))
     wait_for(lambda: len(service.publisher.calls) == 2, timeout=60)
+    published = "#cp-pubs-table tr[data-status='published']"
     page.wait_for_function(
-        "() => document.querySelectorAll('#cp-pubs-table tr[data-status=\"published\"]').length === 2",
-        timeout=30_000,
+        f'() => document.querySelectorAll("{published}").length === 2', timeout=30_000
     )
     rows = page.locator("#cp-pubs-table tbody tr")
     for row in rows.all():
         assert row.locator(".external-id").inner_text().startswith("note-")
         assert row.locator(".attempts").inner_text() == "1"
-    assert page.locator(
-        f"#cp-cal-grid .cp-chip[data-item='{approved['item_id']}'][data-status='published']"
-    ).count() == 1
+    assert (
+        page.locator(
+            f"#cp-cal-grid .cp-chip[data-item='{approved['item_id']}'][data-status='published']"
+        ).count()
+        == 1
+    )
     assert ("已发布" if zh else "Published") in page.inner_text("#cp-pubs")
     assert_in_language(page, "#campaigns")
     screenshot(page, "console-campaign")
 
-    # A phone: one column, the month's posts as their times; then the other language.
+    # A phone: one column, the month's posts as their times; dark as the rest of the
+    # console; then the other language.
     page.set_viewport_size({"width": 390, "height": 844})
     page.click("#cp-view-month")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
     screenshot(page, "console-campaign-phone")
+    page.emulate_media(color_scheme="dark")
+    panel = page.evaluate("() => getComputedStyle($('cp-detail')).backgroundColor")
+    assert panel == "rgb(33, 32, 37)"  # console.css's dark --panel
+    screenshot(page, "console-campaign-phone-dark")
     other = "en" if zh else "zh"
     page.select_option("#lang", other)
     assert language(page) == other
