@@ -123,11 +123,14 @@ Object.assign(I18N.en, {
 const ATELIER = "atelier";
 const PLATFORMS = ["xiaohongshu", "weibo", "wechat", "douyin", "zhihu", "x", "linkedin"];
 const POST_FIELDS = ["title", "body", "tags", "image_urls", "platform", "topic"];
-//: xiaohongshu-mcp's publish_content(title, content, images, tags): the mapping offered first.
+// xiaohongshu-mcp's publish_content(title, content, images, tags): the mapping offered first.
 const PUBLISH_CONTENT = [["title", "title"], ["content", "body"], ["images", "image_urls"], ["tags", "tags"]];
 const STATUS_ORDER = ["planned", "writing", "pending_review", "approved", "published", "rejected", "failed"];
-// Seconds before following a campaign again after its stream broke.
+// Milliseconds before following a campaign again after its stream broke.
 const RETRY_MS = 3000;
+// How often, and how far apart, to look whether the campaign took a recheck's post in.
+const TAKEN_IN_LOOKS = 20;
+const TAKEN_IN_MS = 500;
 
 const cp = {
   platforms: PLATFORMS,
@@ -882,17 +885,23 @@ function closePostEdit(threadId) {
   render();
 }
 
-// Run on the post's thread until it ends (the critic checks the change); the campaign
-// then shows the revised post (its stream brings the item again).
+// Run on the post's thread until it ends (the critic checks the change), then until the
+// campaign took the run's post in (its driver reads finished runs once a second).
 async function recheck(post, body) {
   cp.busy = { ...cp.busy, [post.thread_id]: true };
   render();
   try {
     await api("POST", `/threads/${post.thread_id}/runs/wait`, { assistant_id: cp.campaign.assistant_id, ...body });
+    for (let look = 0; look < TAKEN_IN_LOOKS; look += 1) {
+      await refresh();
+      const now = cp.items.flatMap((i) => i.posts).find((p) => p.thread_id === post.thread_id);
+      if (!now || now.run_id !== post.run_id) break;
+      await new Promise((resolve) => setTimeout(resolve, TAKEN_IN_MS));
+    }
   } finally {
     const { [post.thread_id]: _done, ...rest } = cp.busy;
     cp.busy = rest;
-    await refresh();
+    render();
   }
 }
 

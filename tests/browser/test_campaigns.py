@@ -244,6 +244,7 @@ def test_a_campaign_from_its_plan_to_its_publications(page: Any, service: Servic
     review(page, approved["item_id"]).wait_for(state="detached")
     page.wait_for_function("() => document.querySelectorAll('#cp-pubs-table tbody tr').length > 1")
     publications = service.api.get(f"/campaigns/{cid}/publications").json()
+    assert len(publications) == 2 and page.locator("#cp-pubs-table tbody tr").count() == 2
     assert {p["status"] for p in publications} == {"scheduled"}
     assert {p["item_id"] for p in publications} == {approved["item_id"]}
 
@@ -259,6 +260,21 @@ def test_a_campaign_from_its_plan_to_its_publications(page: Any, service: Servic
     )
     after = next(i for i in items_of(service, cid) if i["item_id"] == edited["item_id"])
     assert after["posts"][0]["post"]["title"] == "宿舍早八五分钟护肤"
+
+    # Redraw its second card (the redraw path): a new card, the others kept.
+    cards = after["posts"][0]["post"]["image_urls"]
+    assert len(cards) >= 2
+    post.locator("button.redraw[data-slot='2']").click()
+    page.wait_for_selector(
+        f"#cp-reviews .cp-review[data-item='{edited['item_id']}'] .cp-post .checking",
+        state="detached",
+        timeout=60_000,
+    )
+    redrawn = next(i for i in items_of(service, cid) if i["item_id"] == edited["item_id"])
+    urls = redrawn["posts"][0]["post"]["image_urls"]
+    assert urls[0] == cards[0] and urls[1] != cards[1]
+    assert redrawn["posts"][0]["post"]["title"] == "宿舍早八五分钟护肤"
+    assert page.locator(f"#cp-reviews img[src='{urls[1]}']").count() == 1
 
     # Send one back with a reason: it is written again, the reason in the writer's prompt.
     back = review(page, rejected["item_id"])
