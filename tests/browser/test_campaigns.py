@@ -151,6 +151,9 @@ def test_a_campaign_from_its_plan_to_its_publications(page: Any, service: Servic
     assert page.input_value("#cp-tool") == "publish_content"
     assert page.locator("#cp-args .cp-arg").count() == 4  # xiaohongshu-mcp's arguments
     assert_in_language(page, "#cp-side")
+    page.locator("#cp-side").screenshot(
+        path=str(SCREENSHOTS / f"console-campaign-new-{language(page)}.png")
+    )
     page.click("#cp-create")
     page.wait_for_selector("#cp-status[data-status='planned']", timeout=90_000)
     (campaign,) = service.api.post("/campaigns/search", json={}).json()
