@@ -206,8 +206,11 @@ async def open_engine(
             metrics=metrics,
             callbacks=callbacks,
             # A managed key's own webhook secrets, unless the caller brings others.
+            # A revoked or expired key's runs send nothing.
             webhooks=replace(
-                WebhookConfig.from_settings(settings), secrets=webhook_secrets or keys
+                WebhookConfig.from_settings(settings),
+                secrets=webhook_secrets or keys,
+                recipients=keys,
             ),
             tracing=tracing,
             public_errors=public_errors,

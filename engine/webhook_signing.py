@@ -39,6 +39,14 @@ class WebhookSecrets(Protocol):
         ...
 
 
+class DeliveryCheck(Protocol):
+    """Whether the deliveries of an owner's runs may still be sent."""
+
+    async def delivers_for(self, owner: str) -> bool:
+        """Return False for an owner whose API key was revoked or has expired."""
+        ...
+
+
 class MappingWebhookSecrets:
     """Secrets held in memory, by owner id (a deployment whose keys come from settings)."""
 
@@ -87,6 +95,7 @@ async def secrets_of(lookup: WebhookSecrets | None, owner: str, fallback: str | 
 __all__ = [
     "MAX_SIGNATURES",
     "SIGNATURE_PREFIX",
+    "DeliveryCheck",
     "MappingWebhookSecrets",
     "WebhookSecrets",
     "secrets_of",

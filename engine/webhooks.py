@@ -62,7 +62,7 @@ from core.outbound import AddressRefused, OutboundRules, guarded_client
 from engine.outbound import check_outbound_url
 from engine.records import RecordChange, RunRecord, WebhookQueued, now
 from engine.serde import dumps
-from engine.webhook_signing import WebhookSecrets, secrets_of, signature_header
+from engine.webhook_signing import DeliveryCheck, WebhookSecrets, secrets_of, signature_header
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,9 @@ class WebhookConfig:
     #: Each API key's own signing secrets (`engine.webhook_signing`); None: every
     #: delivery is signed with `secret`.
     secrets: WebhookSecrets | None = None
+    #: Whether an owner's deliveries may still go out (a revoked or expired key's may
+    #: not, `KeysService.delivers_for`); None: every owner's may.
+    recipients: DeliveryCheck | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> WebhookConfig:
@@ -387,6 +390,15 @@ async def send(
     why = config.refusal(delivery.url)
     if why is not None:
         return attempt("refused", error=f"refused: {why}")
+    try:  # a run that ended after its key was revoked sends nothing to the key's URL
+        allowed = config.recipients is None or await config.recipients.delivers_for(delivery.owner)
+    except Exception as exc:  # retry: the key's state cannot be read now
+        log.warning("webhook %s: could not read its key's state", delivery.delivery_id)
+        return attempt("network_error", error=f"key state unreadable ({type(exc).__name__})")
+    if not allowed:
+        return attempt(
+            "refused", error="refused: the API key that owns the run is revoked or expired"
+        )
     try:
         secrets = await secrets_of(config.secrets, delivery.owner, config.secret)
     except Exception as exc:  # never sign with another secret, nor send unsigned: retry

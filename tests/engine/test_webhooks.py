@@ -539,3 +539,20 @@ def test_backoff_doubles_with_jitter_up_to_its_bound() -> None:
 def test_a_runs_delivery_id_is_stable() -> None:
     assert delivery_id("r", "https://a/") == delivery_id("r", "https://a/")
     assert delivery_id("r", "https://a/") != delivery_id("r2", "https://a/")
+
+
+class Revoked:
+    """A key table where key_a was revoked (the deliverer's `recipients`)."""
+
+    async def delivers_for(self, owner: str) -> bool:
+        return owner != "key_a"
+
+
+async def test_a_revoked_keys_delivery_is_refused_and_nothing_is_sent() -> None:
+    """A run that ended after its key was revoked sends nothing to the key's URL."""
+    config = WebhookConfig(secret="whsec_shared", recipients=Revoked())
+    attempt, request = await attempt_against(httpx.Response(200), config)
+    assert request is None and attempt.outcome == "refused"
+    assert attempt.error == "refused: the API key that owns the run is revoked or expired"
+    attempt, request = await attempt_against(httpx.Response(200), config, owner="key_b")
+    assert request is not None and attempt.outcome == "success"
