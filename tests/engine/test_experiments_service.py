@@ -173,3 +173,38 @@ async def test_a_revoked_keys_experiment_stops_advancing_and_its_data_stays(
             assert await engine.threads.search(owner) == []  # no run was started for it
             assert llm.requests == []
             assert (await engine.datasets.get(owner, dataset.dataset_id)).example_count == 1
+
+
+async def test_a_revoked_keys_live_runs_are_not_judged_and_their_data_stays(
+    tmp_path: Path,
+) -> None:
+    """Online evaluation samples no run of a key revoked after the run ended."""
+    from engine import RunSpec
+    from engine.audit import Actor
+
+    with ScriptedOpenAIServer(EvaluationModel()) as llm:
+        settings = service_settings(
+            tmp_path / "data", llm.base_url, auth_api_keys=["evaluation-admin-0123456789"]
+        )
+        async with open_product(settings, role="run") as engine:
+            admin = Actor("cli")
+            owner = (await engine.keys.create(name="m", role="member", actor=admin)).record.key_id
+            await engine.evaluation.set_rate(owner, "atelier", 1.0)
+            spec = RunSpec(
+                assistant_id="atelier",
+                owner=owner,
+                thread_id=None,
+                input={**BRIEF, "auto_confirm": True},
+                on_completion="keep",
+            )
+            run, _ = await engine.runs.create(spec)
+            assert (await engine.runs.wait(run.run_id)).status == "success"
+            await engine.keys.revoke(owner, actor=admin)
+            calls = len(llm.requests)
+
+            for _ in range(3):
+                assert await engine.evaluation.advance() == 0  # no judge started
+            assert len(llm.requests) == calls  # the judge model was never asked
+            threads = await engine.threads.search(owner)
+            assert [t.thread_id for t in threads] == [run.thread_id]  # no judge's thread
+            assert await engine.runs.get(owner, run.thread_id, run.run_id)  # its data stays
