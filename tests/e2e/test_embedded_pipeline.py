@@ -210,8 +210,10 @@ def test_an_external_llama_cpp_server_as_llm_base_url_completes_the_readme_run(
         # bounded answers.
         "LLM_TEMPERATURE": "0",
         "LLM_MAX_TOKENS": "512",
-        # A CPU model on a shared CI machine: a slow call is not a failed one.
+        # A CPU model on a shared CI machine: a slow call is not a failed one, nor a
+        # slow run (see `served`).
         "LLM_TIMEOUT": "300",
+        "RUN_TIMEOUT": "1500",
     }
     with (
         atelier_serve(tmp_path, env) as (url, process),
