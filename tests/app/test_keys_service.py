@@ -460,7 +460,11 @@ def test_the_docs_snippets_run_as_written(tmp_path: Path, llm: ScriptedOpenAISer
 
         namespace = asyncio.run(
             run_snippet(
-                code_block("keys", "python").replace("ADMIN_KEY", repr(ADMIN_KEY)), live.url, ""
+                code_block("keys", "python", containing='/keys/me"').replace(
+                    "ADMIN_KEY", repr(ADMIN_KEY)
+                ),
+                live.url,
+                "",
             )
         )
         assert namespace["me"]["role"] == "member"
