@@ -74,7 +74,7 @@ from engine.records import (
 )
 from engine.serde import dumps
 from engine.tracing import TracedRun
-from engine.usage import UNMEASURED, UsageReading, run_usage
+from engine.usage import UNMEASURED, UsageReading
 from engine.webhooks import enqueue_delivery
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ class RunExecution:
     def _usage(self) -> RunUsageRecorded:
         """Return the record of the run's usage (unknown when nothing measured it)."""
         run = self.run
-        usage = run_usage(self.reading.usage()) if self.reading is not None else UNMEASURED
+        usage = self.reading.usage() if self.reading is not None else UNMEASURED
         return RunUsageRecorded(run.run_id, run.owner, run.assistant_id, run.created_at, usage)
 
     def _emit(self, event: str, data: Any) -> None:

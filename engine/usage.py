@@ -24,57 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-
-@dataclass(frozen=True)
-class RunUsage:
-    """One run's LLM usage (None: unknown)."""
-
-    #: LLM calls the run made.
-    calls: int | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    #: The calls' cost in `currency`; None unless every call was metered and priced.
-    cost: float | None = None
-    currency: str | None = None
-
+from core.usage import RunUsage
 
 #: The usage of a run nothing measured.
 UNMEASURED = RunUsage()
 
 
-class UsageFigures(Protocol):
-    """A meter's figures: `RunUsage`'s fields, from a meter that need not import the engine."""
-
-    @property
-    def calls(self) -> int | None: ...
-    @property
-    def prompt_tokens(self) -> int | None: ...
-    @property
-    def completion_tokens(self) -> int | None: ...
-    @property
-    def cost(self) -> float | None: ...
-    @property
-    def currency(self) -> str | None: ...
-
-
-def run_usage(figures: UsageFigures) -> RunUsage:
-    """Return a meter's figures as the engine records them."""
-    if isinstance(figures, RunUsage):
-        return figures
-    return RunUsage(
-        calls=figures.calls,
-        prompt_tokens=figures.prompt_tokens,
-        completion_tokens=figures.completion_tokens,
-        cost=figures.cost,
-        currency=figures.currency,
-    )
-
-
 class UsageReading(Protocol):
     """What a meter measured so far."""
 
-    def usage(self) -> UsageFigures:
-        """Return the usage measured so far (`RunUsage`'s fields)."""
+    def usage(self) -> RunUsage:
+        """Return the usage measured so far."""
         ...
 
 
@@ -188,9 +148,7 @@ __all__ = [
     "QuotaRepository",
     "RunMeter",
     "RunUsage",
-    "UsageFigures",
     "UsageReading",
     "UsageTotals",
     "add_totals",
-    "run_usage",
 ]

@@ -45,6 +45,8 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 
+from core.usage import RunUsage
+
 UNKNOWN_ROLE = "unknown"
 MAX_TRACKED_CALLS = 10_000  # calls in flight remembered; one that never ends is forgotten
 COST_DIGITS = 9  # costs are rounded to a billionth of the currency unit, float noise off
@@ -297,17 +299,6 @@ class UsageCallback(BaseCallbackHandler):
             role, _model, start, ledgers = started
             for ledger in ledgers:
                 ledger.record(role, time.perf_counter() - start, None)
-
-
-@dataclass(frozen=True)
-class RunUsage:
-    """One run's LLM usage (None: unknown); the fields of `engine.RunUsage`."""
-
-    calls: int | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
-    currency: str | None = None
 
 
 class RunReading:
