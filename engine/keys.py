@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 import string
 from collections.abc import Mapping
@@ -105,10 +104,7 @@ def check_quotas(quotas: Mapping[str, Any]) -> dict[str, int | float | None]:
         else value
         for name, value in quotas.items()
     }
-    try:
-        return check_limits(whole)
-    except ValueError as exc:  # named as the key's field: `quotas.crons must be …`
-        raise ValueError(re.sub(r"^quota (\w+)", r"quotas.\1", str(exc))) from None
+    return check_limits(whole, label="quotas.")  # named as the key's field
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,12 +104,16 @@ UNLIMITED = Limits()
 LimitsFor = Callable[[str], Awaitable[Limits]]
 
 
-def check_quotas(quotas: Mapping[str, Any]) -> dict[str, int | float | None]:
+def check_quotas(
+    quotas: Mapping[str, Any], *, label: str = "quota "
+) -> dict[str, int | float | None]:
     """Return a key's quota overrides checked (unknown names and bad values refused).
 
     Args:
         quotas: Quota name → limit: a whole number from 0 (a decimal for
             `monthly_spend`), or None for unlimited.
+        label: What a message calls a quota before its name (`quotas.` names the
+            field of a key's request).
 
     Raises:
         ValueError: Naming the quota and the rule it broke.
@@ -122,15 +126,15 @@ def check_quotas(quotas: Mapping[str, Any]) -> dict[str, int | float | None]:
             checked[name] = None
         elif name == "monthly_spend":
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError("quota monthly_spend must be a number or null")
+                raise ValueError(f"{label}monthly_spend must be a number or null")
             if not math.isfinite(value) or not 0 <= value <= MAX_SPEND:
-                raise ValueError(f"quota monthly_spend must be from 0 to {MAX_SPEND}")
+                raise ValueError(f"{label}monthly_spend must be from 0 to {MAX_SPEND}")
             checked[name] = float(value)
         else:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"quota {name} must be a whole number or null")
+                raise ValueError(f"{label}{name} must be a whole number or null")
             if not 0 <= value <= MAX_COUNT:
-                raise ValueError(f"quota {name} must be from 0 to {MAX_COUNT}")
+                raise ValueError(f"{label}{name} must be from 0 to {MAX_COUNT}")
             checked[name] = value
     return checked
 
